@@ -1,0 +1,104 @@
+// Package config is xds-relay's YAML configuration: the schema, its defaults
+// (Default), the loader (Parse, Load) and the validation (Config.Validate).
+//
+// The loader decodes a file over Default, so a key absent from the file keeps
+// its default; unknown keys are errors. Every error, from the loader or from
+// Validate, names the offending field by its path in the file, e.g.
+// "upstream.xds_servers[0].server_uri".
+//
+// The package holds no state; a *Config is a plain value that callers must not
+// mutate while another goroutine reads it.
+package config
+
+import "time"
+
+// Config is the whole relay configuration (see CONTRACT.md). The defaults
+// documented on each field are those of Default; Parse decodes a file over
+// them, so a field the file does not mention keeps its default.
+type Config struct {
+	// Listen is the downstream xDS gRPC address. Default ":18001".
+	Listen string `yaml:"listen"`
+	// Admin is the admin HTTP address. Default "127.0.0.1:9902"; "" disables it.
+	Admin string `yaml:"admin"`
+	// Node is the identity the relay presents to its upstreams.
+	Node Node `yaml:"node"`
+	// Upstream lists the authoritative control planes.
+	Upstream Upstream `yaml:"upstream"`
+	// Cache bounds the cache.
+	Cache Cache `yaml:"cache"`
+	// Limits protect the relay from clients.
+	Limits Limits `yaml:"limits"`
+
+	// Sections that arrive with later issues; the loader rejects them with a
+	// "not supported yet" error naming the field.
+	Keying  map[string]any `yaml:"keying,omitempty"`
+	Rollout map[string]any `yaml:"rollout,omitempty"`
+	TLS     map[string]any `yaml:"tls,omitempty"`
+}
+
+// Node is the xDS node the relay presents upstream.
+type Node struct {
+	// ID is the node id. Default "xds-relay".
+	ID string `yaml:"id"`
+	// Cluster is the node cluster. Default "xds-relay".
+	Cluster string `yaml:"cluster"`
+	// Metadata is sent as the node's metadata (string values).
+	Metadata map[string]string `yaml:"metadata,omitempty"`
+}
+
+// Upstream has the same shape as a gRPC xDS bootstrap (gRFC A27/A47).
+type Upstream struct {
+	// XDSServers are the default servers: legacy names and authorities without
+	// servers of their own go to them. Tried in order.
+	XDSServers []Server `yaml:"xds_servers"`
+	// Authorities maps an xdstp authority to its servers.
+	Authorities map[string]Authority `yaml:"authorities,omitempty"`
+	// Linger is how long a resource stays subscribed upstream after its last
+	// watcher leaves, written like "5s". Default 5s; 0 unsubscribes at once.
+	Linger time.Duration `yaml:"linger,omitempty"`
+}
+
+// Authority is one xdstp authority.
+type Authority struct {
+	// XDSServers are this authority's servers; empty means the default servers.
+	XDSServers []Server `yaml:"xds_servers,omitempty"`
+}
+
+// Server is one upstream xDS server.
+type Server struct {
+	// ServerURI is host:port of the server.
+	ServerURI string `yaml:"server_uri"`
+	// ChannelCreds are tried in order; the first supported one is used.
+	// Supported now: insecure. Default insecure.
+	ChannelCreds []ChannelCreds `yaml:"channel_creds,omitempty"`
+	// ServerFeatures as in the gRPC bootstrap; accepted and ignored.
+	ServerFeatures []string `yaml:"server_features,omitempty"`
+}
+
+// ChannelCreds selects the transport credentials of an upstream connection,
+// as in the gRPC xDS bootstrap.
+type ChannelCreds struct {
+	// Type is "insecure" (plaintext); "tls" is not supported yet.
+	Type string `yaml:"type"`
+	// Config holds the type's settings (for tls: ca_certificate_file,
+	// certificate_file, private_key_file).
+	Config map[string]any `yaml:"config,omitempty"`
+}
+
+// Cache bounds the cache of resources.
+type Cache struct {
+	// MaxUnreferenced is how many resources no client watches are kept (LRU)
+	// for reuse. Default 10000; 0 keeps none.
+	MaxUnreferenced int `yaml:"max_unreferenced"`
+	// PersistPath is the warm-restart file (not supported yet).
+	PersistPath string `yaml:"persist_path,omitempty"`
+}
+
+// Limits protect the relay from misbehaving clients.
+type Limits struct {
+	// MaxNamesPerRequest is the most resource names one request may carry.
+	// Default 10000.
+	MaxNamesPerRequest int `yaml:"max_names_per_request"`
+	// MaxRecvMessageBytes is the largest request accepted. Default 4 MiB.
+	MaxRecvMessageBytes int `yaml:"max_recv_message_bytes"`
+}

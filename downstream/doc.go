@@ -1,0 +1,27 @@
+// Package downstream is xds-relay's xDS server: the Aggregated Discovery
+// Service and the per-type discovery services, State-of-the-World and
+// incremental (Delta), over one per-stream state machine.
+//
+// The server knows nothing of upstreams or caching. It asks a Source for the
+// resources of the names a stream subscribes to; the Source answers with
+// immutable Views and notifies each stream's Watcher when a View changes.
+//
+// # Data path
+//
+// A View is one type's resources at one moment. Responses are built from a
+// View's pre-encoded resources and memoized on it, so every stream that needs
+// the same response shares the same bytes; only the nonce is appended per
+// stream (see codec.go). Each stream keeps an ordered queue of pending View
+// changes (see queue.go): a newer change of one type replaces a queued one only
+// where no other type's change lies between them, so updates leave in the
+// order the Source produced them. A shared, bounded pool of sender goroutines
+// drains the queues: there is no goroutine per stream besides the gRPC handler
+// that reads requests, and none per push. A stream that reads slowly holds at
+// most one pending item per type run and one sender.
+//
+// # Concurrency
+//
+// Server methods are safe for concurrent use. A stream's state is guarded by
+// its mutex; the lock order is Source lock → stream.mu. Watcher.Notify never
+// blocks and never calls back into the Source.
+package downstream

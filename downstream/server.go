@@ -1,0 +1,161 @@
+package downstream
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clustersvc "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	endpointsvc "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	extensionsvc "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
+	listenersvc "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routesvc "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	runtimesvc "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
+	secretsvc "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Source is what the server needs from the relay: the current View of the
+// names a stream watches, and a notification whenever a View changes.
+type Source interface {
+	// Bind is called with a stream's first node; it may refuse the stream
+	// with a gRPC status error.
+	Bind(w Watcher, node *corev3.Node) error
+	// Watch changes what w watches of typeURL: names added and removed, and
+	// the wildcard turned on or off (wildcard is nil when unchanged). When
+	// something was added it calls w.Notify with the current View and the
+	// added names (Wildcard for the wildcard) before returning, under the same
+	// lock that orders every later Notify.
+	Watch(w Watcher, typeURL string, add, remove []string, wildcard *bool)
+	// Cancel is called once when the stream ends, after it has removed its
+	// watches with Watch.
+	Cancel(w Watcher)
+}
+
+// Watcher receives View changes. Implemented by the server's streams.
+type Watcher interface {
+	// Notify queues the change v for the stream. force lists names that must
+	// be sent even if unchanged. It never blocks.
+	Notify(v *View, force []string)
+	// ID identifies the stream (stable, unique per server).
+	ID() uint64
+}
+
+// Options configure a Server. Zero values take the documented defaults.
+type Options struct {
+	// MaxNamesPerRequest bounds the names of one request. Default 10000.
+	MaxNamesPerRequest int
+	// MaxSenders bounds the sender goroutines. Default 4096.
+	MaxSenders int
+	Logger     *zap.Logger
+	// Metrics must be set.
+	Metrics *metrics.Metrics
+}
+
+// Server is the downstream xDS server. Create it with NewServer and add it to
+// a grpc.Server built with ServerOptions() by Register.
+type Server struct {
+	// set at creation, read-only
+	src  Source
+	opts Options
+	log  *zap.Logger
+	m    *metrics.Metrics
+	pool *pool
+
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	streams map[uint64]*stream // guarded by mu
+}
+
+// NewServer returns a server answering from src.
+func NewServer(src Source, opts Options) *Server {
+	if opts.MaxNamesPerRequest <= 0 {
+		opts.MaxNamesPerRequest = 10000
+	}
+	if opts.MaxSenders <= 0 {
+		opts.MaxSenders = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	return &Server{
+		src:     src,
+		opts:    opts,
+		log:     opts.Logger,
+		m:       opts.Metrics,
+		pool:    newPool(2*runtime.GOMAXPROCS(0), opts.MaxSenders),
+		streams: make(map[uint64]*stream),
+	}
+}
+
+// Close stops the sender pool. Call it after the grpc.Server has stopped.
+func (s *Server) Close() { s.pool.close() }
+
+// perType maps each per-type discovery service to the type it serves.
+var perType = []struct {
+	desc    *grpc.ServiceDesc
+	typeURL string
+}{
+	{&listenersvc.ListenerDiscoveryService_ServiceDesc, keying.ListenerType},
+	{&routesvc.RouteDiscoveryService_ServiceDesc, keying.RouteType},
+	{&routesvc.ScopedRoutesDiscoveryService_ServiceDesc, keying.ScopedRouteType},
+	{&routesvc.VirtualHostDiscoveryService_ServiceDesc, keying.VirtualHostType},
+	{&clustersvc.ClusterDiscoveryService_ServiceDesc, keying.ClusterType},
+	{&endpointsvc.EndpointDiscoveryService_ServiceDesc, keying.EndpointType},
+	{&secretsvc.SecretDiscoveryService_ServiceDesc, keying.SecretType},
+	{&runtimesvc.RuntimeDiscoveryService_ServiceDesc, keying.RuntimeType},
+	{&extensionsvc.ExtensionConfigDiscoveryService_ServiceDesc, keying.ExtensionConfigType},
+}
+
+// Register adds the ADS service and every per-type service to g. Every
+// method of them is served by the same state machine; Fetch (REST-style
+// unary) methods are not served.
+func (s *Server) Register(g *grpc.Server) {
+	g.RegisterService(s.desc(&discoverygrpc.AggregatedDiscoveryService_ServiceDesc, ""), nil)
+	for _, p := range perType {
+		g.RegisterService(s.desc(p.desc, p.typeURL), nil)
+	}
+}
+
+// desc copies a generated service description, keeping its names and
+// pointing its streams at the server.
+func (s *Server) desc(gen *grpc.ServiceDesc, typeURL string) *grpc.ServiceDesc {
+	d := &grpc.ServiceDesc{ServiceName: gen.ServiceName, Metadata: gen.Metadata}
+	for _, sd := range gen.Streams {
+		delta := strings.HasPrefix(sd.StreamName, "Delta")
+		sd.Handler = func(_ any, ss grpc.ServerStream) error {
+			return s.serve(ss, typeURL, delta)
+		}
+		d.Streams = append(d.Streams, sd)
+	}
+	return d
+}
+
+// Streams returns a snapshot of every stream's state, those of nodeID only
+// when it is non-empty.
+func (s *Server) Streams(nodeID string) []StreamInfo {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	out := make([]StreamInfo, 0, len(all))
+	for _, st := range all {
+		if info := st.info(); nodeID == "" || info.NodeID == nodeID {
+			out = append(out, info)
+		}
+	}
+	return out
+}

@@ -1,0 +1,248 @@
+package downstream
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// runSotW reads State-of-the-World requests until the stream ends.
+func (st *stream) runSotW() error {
+	for {
+		req := new(discoverypb.DiscoveryRequest)
+		if err := st.ss.RecvMsg(req); err != nil {
+			return recvErr(err)
+		}
+		if err := st.handleSotW(req); err != nil {
+			return err
+		}
+	}
+}
+
+// handleSotW applies one request to the stream's state. A returned error is a
+// gRPC status that ends the stream; everything else is answered through the
+// queue.
+func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
+	typeURL := req.GetTypeUrl()
+	switch {
+	case st.typeURL == "" && typeURL == "":
+		return st.reject("missing_type_url", codes.InvalidArgument, "type_url is required on ADS")
+	case st.typeURL != "" && typeURL == "":
+		typeURL = st.typeURL
+	case st.typeURL != "" && typeURL != st.typeURL:
+		return st.reject("wrong_type_url", codes.InvalidArgument, "type_url %q on the %s service", typeURL, st.typeURL)
+	case !keying.ValidTypeURL(typeURL):
+		return st.reject("invalid_type_url", codes.InvalidArgument, "malformed type_url %q", typeURL)
+	}
+	if n := len(req.GetResourceNames()); n > st.srv.opts.MaxNamesPerRequest {
+		return st.reject("too_many_names", codes.ResourceExhausted,
+			"%d resource names in one request, the limit is %d", n, st.srv.opts.MaxNamesPerRequest)
+	}
+	if err := st.bind(req.GetNode()); err != nil {
+		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
+		return err
+	}
+
+	tl := metricsType(typeURL)
+	st.mu.Lock()
+	ts := st.state(typeURL)
+	nonce := req.GetResponseNonce()
+	if ts.lastNonce != "" && nonce != ts.lastNonce {
+		// xDS: a SotW request whose nonce is not the latest sent for its type is
+		// stale; the client will send its current subscription with the ACK/NACK
+		// of the latest response.
+		st.mu.Unlock()
+		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
+		return nil
+	}
+	if ts.lastNonce != "" {
+		if d := req.GetErrorDetail(); d != nil {
+			// NACK: remember why; nothing is resent until the resource changes.
+			ts.lastNACK = d.GetMessage()
+			st.srv.m.NACKs.WithLabelValues(tl, st.proto).Inc()
+			if ce := st.log.Check(zap.DebugLevel, "NACK"); ce != nil {
+				ce.Write(zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
+			}
+		} else {
+			ts.ackedVersion = req.GetVersionInfo()
+			st.srv.m.ACKs.WithLabelValues(tl, st.proto).Inc()
+			if !ts.sentAt.IsZero() {
+				st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
+				ts.sentAt = time.Time{}
+			}
+		}
+	}
+	add, remove, wildcard := ts.subscribeSotW(typeURL, req.GetResourceNames())
+	st.mu.Unlock()
+
+	if len(add) > 0 || len(remove) > 0 || wildcard != nil {
+		st.srv.src.Watch(st, typeURL, add, remove, wildcard)
+	}
+	return nil
+}
+
+// subscribeSotW replaces the subscription with names and returns the change.
+// xDS wildcard rules (LDS/CDS only): "*" subscribes to everything; a first
+// request without names is a legacy wildcard, which lasts while requests keep
+// coming without names; once a request named resources, an empty list means
+// nothing.
+func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove []string, wildcard *bool) {
+	wild := false
+	want := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if n == keying.Wildcard {
+			wild = true
+			continue
+		}
+		if n != "" {
+			want[n] = struct{}{}
+		}
+	}
+	if keying.WildcardCapable(typeURL) {
+		if ts.legacyWildcard && len(names) == 0 {
+			wild = true
+		} else {
+			ts.legacyWildcard = false
+		}
+	} else {
+		wild = false
+	}
+	ts.requested = true
+	for n := range want {
+		if _, ok := ts.names[n]; !ok {
+			add = append(add, n)
+		}
+	}
+	for n := range ts.names {
+		if _, ok := want[n]; !ok {
+			remove = append(remove, n)
+		}
+	}
+	ts.names = want
+	if wild != ts.wildcard {
+		ts.wildcard = wild
+		wildcard = &wild
+	}
+	return add, remove, wildcard
+}
+
+// buildSotW turns a queued change into a response, or nil when the stream
+// has nothing new to learn from it. Called with mu held.
+func (st *stream) buildSotW(it item) *encoded {
+	v := it.view
+	ts := st.types[v.TypeURL]
+	if ts == nil {
+		return nil
+	}
+	var b *body
+	if keying.FullState(v.TypeURL) {
+		b = st.fullState(ts, it)
+	} else {
+		b = st.partial(ts, it)
+	}
+	if b == nil {
+		return nil
+	}
+	nonce := st.nextNonce()
+	ts.lastNonce = nonce
+	ts.sentVersion = b.version
+	ts.sentOnce = true
+	ts.sentAt = time.Time{}
+	if len(it.names) > 0 && !v.Received.IsZero() {
+		ts.sentAt = v.Received
+	}
+	return newEncoded(b.bytes, sotwNonce, nonce)
+}
+
+// fullState answers LDS/CDS: every subscribed resource in every response.
+func (st *stream) fullState(ts *typeState, it item) *body {
+	v := it.view
+	forced := false
+	for n := range it.force {
+		if _, ok := v.Resources[n]; ok || (n == keying.Wildcard && v.Complete) {
+			forced = true
+			break
+		}
+	}
+	var extra []*Resource // named resources outside the wildcard set
+	for n := range ts.names {
+		if r, ok := v.Resources[n]; ok && (!ts.wildcard || r.Authority != "") {
+			extra = append(extra, r)
+		}
+	}
+	if ts.wildcard && !v.Complete && len(extra) == 0 {
+		return nil // the upstream has not answered the wildcard yet
+	}
+	if !ts.wildcard && len(extra) == 0 && !ts.sentOnce {
+		return nil // nothing known yet: let the client wait rather than think it is gone
+	}
+	var b *body
+	switch {
+	case ts.wildcard && len(extra) == 0:
+		b = v.sotw("*", v.wildcard)
+	default:
+		slices.SortFunc(extra, byName)
+		key := selectionKey(ts.wildcard, extra)
+		b = v.sotw(key, func() []*Resource {
+			if !ts.wildcard {
+				return extra
+			}
+			all := append(slices.Clone(v.wildcard()), extra...)
+			slices.SortFunc(all, byName)
+			return all
+		})
+	}
+	if b.version == ts.sentVersion && !forced {
+		return nil
+	}
+	return b
+}
+
+// partial answers the other types: the changed and the newly subscribed
+// resources the stream watches.
+func (st *stream) partial(ts *typeState, it item) *body {
+	v := it.view
+	var sel []*Resource
+	pick := func(n string) {
+		if _, ok := ts.names[n]; !ok {
+			return
+		}
+		if r, ok := v.Resources[n]; ok {
+			sel = append(sel, r)
+		}
+	}
+	for n := range it.names {
+		pick(n)
+	}
+	for n := range it.force {
+		if _, dup := it.names[n]; !dup {
+			pick(n)
+		}
+	}
+	if len(sel) == 0 {
+		return nil
+	}
+	slices.SortFunc(sel, byName)
+	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel })
+}
+
+func byName(a, b *Resource) int { return strings.Compare(a.Name, b.Name) }
+
+// selectionKey names a selection of a View for the response memo.
+func selectionKey(wildcard bool, rs []*Resource) string {
+	var sb strings.Builder
+	if wildcard {
+		sb.WriteString("*\x00")
+	}
+	for _, r := range rs {
+		sb.WriteString(r.Name)
+		sb.WriteByte(0)
+	}
+	return sb.String()
+}

@@ -1,0 +1,302 @@
+package downstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
+)
+
+// StreamInfo is one stream's state for /debug/clients.
+type StreamInfo struct {
+	ID       uint64              `json:"id"`
+	NodeID   string              `json:"node_id"`
+	Cluster  string              `json:"cluster,omitempty"`
+	Peer     string              `json:"peer"`
+	Protocol string              `json:"protocol"` // "sotw" or "delta"
+	Service  string              `json:"service"`  // "ads" or the served type URL
+	Types    map[string]TypeInfo `json:"types"`
+}
+
+// TypeInfo is one stream's state for one type.
+type TypeInfo struct {
+	Wildcard     bool     `json:"wildcard,omitempty"`
+	Names        []string `json:"names,omitempty"`
+	SentVersion  string   `json:"sent_version,omitempty"`
+	SentNonce    string   `json:"sent_nonce,omitempty"`
+	AckedVersion string   `json:"acked_version,omitempty"`
+	LastNACK     string   `json:"last_nack,omitempty"`
+}
+
+// stream is one downstream xDS stream. The gRPC handler goroutine reads and
+// handles requests; pool workers send (one at a time per stream).
+type stream struct {
+	// set at creation, read-only
+	srv     *Server
+	id      uint64
+	ss      grpc.ServerStream
+	typeURL string // "" for ADS
+	delta   bool
+	peer    string
+	proto   string // metrics label: "sotw" or "delta"
+	log     *zap.Logger
+	// done is signalled by flush when it stops sending after close.
+	done chan struct{}
+
+	// owned by the handler goroutine
+	node *corev3.Node
+
+	mu        sync.Mutex
+	types     map[string]*typeState // guarded by mu
+	q         queue                 // guarded by mu
+	nonce     uint64                // guarded by mu
+	scheduled bool                  // guarded by mu: queued in the pool or flushing
+	closed    bool                  // guarded by mu
+	nodeID    string                // guarded by mu
+	cluster   string                // guarded by mu
+}
+
+// typeState is a stream's protocol state for one type. Guarded by stream.mu.
+type typeState struct {
+	// subscription
+	wildcard       bool
+	legacyWildcard bool // SotW: no request with names yet, so empty means wildcard
+	names          map[string]struct{}
+	requested      bool // a request for this type was seen
+
+	// SotW bookkeeping
+	lastNonce    string // the nonce of the latest response sent
+	sentVersion  string
+	ackedVersion string
+	lastNACK     string
+	sentOnce     bool
+	sentAt       time.Time // upstream receipt of the change last sent; zero when not a change
+
+	// Delta bookkeeping: what the client holds, name → version.
+	has map[string]string
+}
+
+func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
+	st := &stream{
+		srv:     s,
+		id:      s.nextID.Add(1),
+		ss:      ss,
+		typeURL: typeURL,
+		delta:   delta,
+		proto:   "sotw",
+		types:   make(map[string]*typeState),
+		done:    make(chan struct{}, 1),
+	}
+	if delta {
+		st.proto = "delta"
+	}
+	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
+		st.peer = p.Addr.String()
+	}
+	st.log = s.log.With(zap.Uint64("stream", st.id))
+	s.mu.Lock()
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	s.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(typeURL), st.proto).Inc()
+	defer s.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(typeURL), st.proto).Dec()
+	defer st.close()
+
+	if delta {
+		return st.runDelta()
+	}
+	return st.runSotW()
+}
+
+// ID implements Watcher.
+func (st *stream) ID() uint64 { return st.id }
+
+// Notify implements Watcher: it queues the change and schedules a flush.
+func (st *stream) Notify(v *View, force []string) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.q.push(v, force)
+	sched := !st.scheduled
+	st.scheduled = true
+	st.mu.Unlock()
+	if sched {
+		st.srv.pool.schedule(st)
+	}
+}
+
+// flush sends queued changes until the queue is empty. Run by a pool worker.
+func (st *stream) flush() {
+	for {
+		st.mu.Lock()
+		it, ok := st.q.pop()
+		if !ok || st.closed {
+			st.scheduled = false
+			closed := st.closed
+			st.mu.Unlock()
+			if closed {
+				select {
+				case st.done <- struct{}{}:
+				default:
+				}
+			}
+			return
+		}
+		var msg *encoded
+		if st.delta {
+			msg = st.buildDelta(it)
+		} else {
+			msg = st.buildSotW(it)
+		}
+		st.mu.Unlock()
+		if msg == nil {
+			continue
+		}
+		if err := st.ss.SendMsg(msg); err != nil {
+			st.log.Debug("send failed", zap.Error(err))
+			st.mu.Lock()
+			st.closed = true
+			st.mu.Unlock()
+			continue
+		}
+		tl := metricsType(it.view.TypeURL)
+		st.srv.m.Responses.WithLabelValues(tl, st.proto).Inc()
+		st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto).Add(float64(msg.size()))
+	}
+}
+
+func metricsType(t string) string { return metrics.TypeLabel(t) }
+
+// nextNonce returns a fresh nonce. Called with mu held.
+func (st *stream) nextNonce() string {
+	st.nonce++
+	return strconv.FormatUint(st.nonce, 10)
+}
+
+// state returns the type's state, creating it. Called with mu held.
+func (st *stream) state(typeURL string) *typeState {
+	ts := st.types[typeURL]
+	if ts == nil {
+		ts = &typeState{names: make(map[string]struct{}), legacyWildcard: true}
+		st.types[typeURL] = ts
+	}
+	return ts
+}
+
+// bind records the stream's node from its first request and checks that
+// later requests do not present another one.
+func (st *stream) bind(node *corev3.Node) error {
+	if node == nil {
+		if st.node == nil {
+			// xDS: only the first request is guaranteed to carry node; a
+			// stream without one is served as an anonymous node.
+			st.node = &corev3.Node{}
+			return st.srv.src.Bind(st, st.node)
+		}
+		return nil
+	}
+	if st.node == nil {
+		st.node = node
+		st.mu.Lock()
+		st.nodeID, st.cluster = node.GetId(), node.GetCluster()
+		st.mu.Unlock()
+		return st.srv.src.Bind(st, node)
+	}
+	if node.GetId() != st.node.GetId() || node.GetCluster() != st.node.GetCluster() {
+		return status.Errorf(codes.InvalidArgument, "node changed mid-stream: first %q, now %q", st.node.GetId(), node.GetId())
+	}
+	return nil
+}
+
+// reject counts a request refused with a status and returns it.
+func (st *stream) reject(reason string, code codes.Code, format string, args ...any) error {
+	st.srv.m.RejectedRequests.WithLabelValues(reason).Inc()
+	st.log.Debug("request rejected", zap.String("reason", reason))
+	return status.Errorf(code, format, args...)
+}
+
+// recvErr maps the end of the request stream to the handler's result.
+func recvErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
+}
+
+// close ends the stream: it stops queueing, drops its watches and waits
+// (bounded) for a send in flight, since grpc forbids SendMsg after the
+// handler returns.
+func (st *stream) close() {
+	st.mu.Lock()
+	st.closed = true
+	busy := st.scheduled
+	st.q = queue{}
+	type sub struct {
+		typeURL  string
+		names    []string
+		wildcard bool
+	}
+	subs := make([]sub, 0, len(st.types))
+	for t, ts := range st.types {
+		subs = append(subs, sub{t, keys(ts.names), ts.wildcard})
+	}
+	st.mu.Unlock()
+	off := false
+	for _, s := range subs {
+		var w *bool
+		if s.wildcard {
+			w = &off
+		}
+		if len(s.names) > 0 || w != nil {
+			st.srv.src.Watch(st, s.typeURL, nil, s.names, w)
+		}
+	}
+	st.srv.src.Cancel(st)
+	st.srv.mu.Lock()
+	delete(st.srv.streams, st.id)
+	st.srv.mu.Unlock()
+	if busy {
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case <-st.done:
+		case <-st.ss.Context().Done():
+		case <-t.C:
+		}
+	}
+}
+
+func (st *stream) info() StreamInfo {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	svc := "ads"
+	if st.typeURL != "" {
+		svc = st.typeURL
+	}
+	info := StreamInfo{ID: st.id, NodeID: st.nodeID, Cluster: st.cluster, Peer: st.peer, Protocol: st.proto,
+		Service: svc, Types: make(map[string]TypeInfo, len(st.types))}
+	for t, ts := range st.types {
+		ti := TypeInfo{Wildcard: ts.wildcard, SentVersion: ts.sentVersion, SentNonce: ts.lastNonce,
+			AckedVersion: ts.ackedVersion, LastNACK: ts.lastNACK}
+		ti.Names = keys(ts.names)
+		slices.Sort(ti.Names)
+		info.Types[t] = ti
+	}
+	return info
+}

@@ -1,0 +1,139 @@
+package downstream
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Resource is one resource as streams see it. Immutable once published.
+type Resource struct {
+	// Name is the resource's name.
+	Name string
+	// Version is derived from the resource's bytes: equal bytes, equal version,
+	// on every stream, after restarts and on every replica.
+	Version string
+	// Any is the serialized google.protobuf.Any holding the upstream's bytes
+	// for the resource, untouched.
+	Any []byte
+	// Authority is the upstream authority the resource came from: "" for the
+	// default servers. Wildcard subscriptions select the default authority's
+	// resources.
+	Authority string
+}
+
+// View is an immutable snapshot of one type's resources, published by the
+// Source after every change of that type. Streams hold Views in their queues,
+// so a View is never modified after it has been published; only its memo of
+// encoded responses grows.
+type View struct {
+	// TypeURL is the type of every resource in the View.
+	TypeURL string
+	// Seq increases with every View of this type.
+	Seq uint64
+	// Resources holds the present resources by name.
+	Resources map[string]*Resource
+	// Changed holds the names whose version changed since the previous View,
+	// removals included.
+	Changed map[string]struct{}
+	// Complete reports that the upstream answered the wildcard subscription,
+	// so the default authority's resources are the full set.
+	Complete bool
+	// Received is when the change arrived from upstream.
+	Received time.Time
+
+	wildOnce sync.Once
+	wild     []*Resource // default-authority resources sorted by name
+
+	mu   sync.Mutex
+	memo map[string]*body // guarded by mu: encoded responses by selection key
+}
+
+// wildcard returns the resources a wildcard subscription selects, sorted.
+func (v *View) wildcard() []*Resource {
+	v.wildOnce.Do(func() {
+		for _, r := range v.Resources {
+			if r.Authority == "" {
+				v.wild = append(v.wild, r)
+			}
+		}
+		slices.SortFunc(v.wild, func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
+	})
+	return v.wild
+}
+
+// body is an encoded response without its per-stream nonce, shared by every
+// stream that sends the same selection of the same View.
+type body struct {
+	bytes   []byte
+	version string
+	count   int
+}
+
+// sotw returns the SotW response body for the selection identified by key,
+// encoding it with pick the first time.
+func (v *View) sotw(key string, pick func() []*Resource) *body {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if b, ok := v.memo[key]; ok {
+		return b
+	}
+	b := encodeSotW(v.TypeURL, pick())
+	if v.memo == nil {
+		v.memo = make(map[string]*body)
+	}
+	v.memo[key] = b
+	return b
+}
+
+// setVersion derives a response version from the resources it carries.
+func setVersion(rs []*Resource) string {
+	h := sha256.New()
+	for _, r := range rs {
+		h.Write([]byte(r.Name))
+		h.Write([]byte{0})
+		h.Write([]byte(r.Version))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// ResourceVersion derives a resource's version from its serialized bytes.
+func ResourceVersion(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// DiscoveryResponse field numbers (envoy.service.discovery.v3).
+const (
+	sotwVersionInfo = 1
+	sotwResources   = 2
+	sotwTypeURL     = 4
+	sotwNonce       = 5
+)
+
+// encodeSotW encodes a DiscoveryResponse without its nonce; the nonce is
+// appended per stream (protobuf allows fields in any order).
+func encodeSotW(typeURL string, rs []*Resource) *body {
+	version := setVersion(rs)
+	n := protowire.SizeTag(sotwVersionInfo) + protowire.SizeBytes(len(version)) +
+		protowire.SizeTag(sotwTypeURL) + protowire.SizeBytes(len(typeURL))
+	for _, r := range rs {
+		n += protowire.SizeTag(sotwResources) + protowire.SizeBytes(len(r.Any))
+	}
+	b := make([]byte, 0, n)
+	b = protowire.AppendTag(b, sotwVersionInfo, protowire.BytesType)
+	b = protowire.AppendString(b, version)
+	for _, r := range rs {
+		b = protowire.AppendTag(b, sotwResources, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.Any)
+	}
+	b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
+	b = protowire.AppendString(b, typeURL)
+	return &body{bytes: b, version: version, count: len(rs)}
+}

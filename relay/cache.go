@@ -1,0 +1,164 @@
+package relay
+
+import (
+	"maps"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// typeCache is the cache and the registry of one type. Guarded by Relay.mu.
+type typeCache struct {
+	typeURL string
+	// view is the current published View; replaced, never modified.
+	view *downstream.View
+	// bytes is the size of view's resources.
+	bytes int
+
+	// watchers holds, per name, the streams that subscribe to it by name.
+	watchers map[string]map[downstream.Watcher]struct{}
+	// wild holds the streams with a wildcard subscription.
+	wild map[downstream.Watcher]struct{}
+	// up holds the names (and keying.Wildcard) subscribed upstream.
+	up map[string]bool
+	// linger holds the pending unsubscriptions of names no stream watches.
+	linger map[string]*lingerEntry
+}
+
+type lingerEntry struct{ timer *time.Timer }
+
+func (r *Relay) typeCache(typeURL string) *typeCache {
+	tc := r.types[typeURL]
+	if tc == nil {
+		tc = &typeCache{
+			typeURL:  typeURL,
+			view:     &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
+			watchers: make(map[string]map[downstream.Watcher]struct{}),
+			wild:     make(map[downstream.Watcher]struct{}),
+			up:       make(map[string]bool),
+			linger:   make(map[string]*lingerEntry),
+		}
+		r.types[typeURL] = tc
+	}
+	return tc
+}
+
+// upstreamHandler receives one authority's upstream data.
+type upstreamHandler struct {
+	r         *Relay
+	authority string
+}
+
+func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
+	return h.r.onUpdate(h.authority, u)
+}
+
+func (h *upstreamHandler) OnState(server string, connected bool, err error) {
+	v := 0.0
+	if connected {
+		v = 1
+	} else {
+		h.r.m.UpstreamReconnects.WithLabelValues(h.authority, server).Inc()
+	}
+	h.r.m.UpstreamConnected.WithLabelValues(h.authority, server).Set(v)
+	if err != nil {
+		h.r.log.Info("upstream disconnected", zap.String("authority", h.authority), zap.String("server", server), zap.Error(err))
+	}
+}
+
+// onUpdate applies one accepted upstream response: it publishes a new View of
+// the type when anything changed and notifies the streams that watch it.
+func (r *Relay) onUpdate(authority string, u upstream.Update) error {
+	now := time.Now()
+	// Encode outside the lock: the Any wrapper around the upstream's bytes.
+	fresh := make([]*downstream.Resource, 0, len(u.Resources))
+	for _, res := range u.Resources {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res.Any)
+		if err != nil {
+			return err
+		}
+		fresh = append(fresh, &downstream.Resource{
+			Name: res.Name, Version: downstream.ResourceVersion(b), Any: b, Authority: authority,
+		})
+	}
+	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	tc := r.typeCache(u.TypeURL)
+	old := tc.view
+	res := maps.Clone(old.Resources)
+	changed := make(map[string]struct{})
+	seen := make(map[string]struct{}, len(fresh))
+	for _, e := range fresh {
+		seen[e.Name] = struct{}{}
+		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority {
+			continue
+		}
+		res[e.Name] = e
+		changed[e.Name] = struct{}{}
+	}
+	remove := func(name string) {
+		if cur, ok := res[name]; ok && cur.Authority == authority {
+			delete(res, name)
+			changed[name] = struct{}{}
+			r.unref.Remove(keying.Key{TypeURL: u.TypeURL, Name: name})
+		}
+	}
+	if !u.Delta && keying.FullState(u.TypeURL) {
+		// xDS: a resource missing from a SotW LDS/CDS response is deleted —
+		// if it is covered by what this relay subscribed.
+		for name, cur := range old.Resources {
+			if _, ok := seen[name]; !ok && cur.Authority == authority && (u.Wildcard || tc.up[name]) {
+				remove(name)
+			}
+		}
+	} else {
+		for _, name := range u.Removed {
+			remove(name)
+		}
+	}
+	complete := old.Complete || (u.Wildcard && authority == "")
+	if len(changed) == 0 && complete == old.Complete {
+		return nil
+	}
+	v := &downstream.View{
+		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Complete: complete, Received: now,
+	}
+	r.publish(tc, v)
+	for w := range tc.wild {
+		w.Notify(v, nil)
+	}
+	for name := range changed {
+		for w := range tc.watchers[name] {
+			w.Notify(v, nil)
+		}
+	}
+	return nil
+}
+
+// publish makes v the type's current View and updates the cache gauges.
+// Called with mu held.
+func (r *Relay) publish(tc *typeCache, v *downstream.View) {
+	for name := range v.Changed {
+		if cur, ok := tc.view.Resources[name]; ok {
+			tc.bytes -= len(cur.Any)
+		}
+		if nr, ok := v.Resources[name]; ok {
+			tc.bytes += len(nr.Any)
+		}
+	}
+	tc.view = v
+	tl := metrics.TypeLabel(tc.typeURL)
+	r.m.CacheResources.WithLabelValues(tl).Set(float64(len(v.Resources)))
+	r.m.CacheBytes.WithLabelValues(tl).Set(float64(tc.bytes))
+}

@@ -1,0 +1,102 @@
+package relay
+
+import (
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// CacheEntryInfo is one cached resource variant in /debug/cache.
+type CacheEntryInfo struct {
+	Type        string `json:"type"`
+	Name        string `json:"name"`
+	Constraints string `json:"constraints,omitempty"`
+	Authority   string `json:"authority,omitempty"`
+	Version     string `json:"version"`
+	Bytes       int    `json:"bytes"`
+	Subscribers int    `json:"subscribers"`
+}
+
+// CacheFilter narrows /debug/cache. Empty fields match everything.
+type CacheFilter struct {
+	// Type is an exact type URL or its last segment ("Cluster").
+	Type       string
+	NamePrefix string
+	Authority  string
+}
+
+func (f CacheFilter) matchType(t string) bool {
+	if f.Type == "" || f.Type == t {
+		return true
+	}
+	i := strings.LastIndexAny(t, "./")
+	return t[i+1:] == f.Type
+}
+
+// ClientInfo is one downstream stream in /debug/clients.
+type ClientInfo = downstream.StreamInfo
+
+// UpstreamInfo is one upstream connection in /debug/upstreams.
+type UpstreamInfo = upstream.Status
+
+// DebugCache lists the cached variants matching f, sorted by type and name.
+func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []CacheEntryInfo{}
+	for t, tc := range r.types {
+		if !f.matchType(t) {
+			continue
+		}
+		for name, res := range tc.view.Resources {
+			if !strings.HasPrefix(name, f.NamePrefix) || (f.Authority != "" && res.Authority != f.Authority) {
+				continue
+			}
+			subs := len(tc.watchers[name])
+			if res.Authority == "" && keying.WildcardCapable(t) {
+				for w := range tc.wild {
+					if _, dup := tc.watchers[name][w]; !dup {
+						subs++
+					}
+				}
+			}
+			out = append(out, CacheEntryInfo{Type: t, Name: name, Authority: res.Authority, Version: res.Version,
+				Bytes: len(res.Any), Subscribers: subs})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Type != out[j].Type {
+			return out[i].Type < out[j].Type
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// DebugClients lists the downstream streams, only those of nodeID when it is
+// non-empty, sorted by stream id.
+func (r *Relay) DebugClients(nodeID string) []ClientInfo {
+	out := r.ds.Streams(nodeID)
+	slices.SortFunc(out, func(a, b ClientInfo) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+// DebugUpstreams lists the upstream connections, by authority.
+func (r *Relay) DebugUpstreams() []UpstreamInfo {
+	r.mu.Lock()
+	clients := make([]*upstream.Client, 0, len(r.upstreams))
+	for _, c := range r.upstreams {
+		clients = append(clients, c)
+	}
+	r.mu.Unlock()
+	out := make([]UpstreamInfo, 0, len(clients))
+	for _, c := range clients {
+		out = append(out, c.Status())
+	}
+	slices.SortFunc(out, func(a, b UpstreamInfo) int { return strings.Compare(a.Authority, b.Authority) })
+	return out
+}

@@ -1,0 +1,22 @@
+// Package relay is the heart of xds-relay: the cache of resource variants and
+// the subscription registry that joins downstream interest to upstream
+// subscriptions, and the Relay type that wires the upstream clients, the
+// cache and the downstream server together.
+//
+// Data path: an upstream client hands an accepted response to the Relay
+// (onUpdate); the Relay turns each resource into an immutable
+// downstream.Resource (the upstream's bytes, a content-derived version),
+// publishes a new immutable downstream.View of the type, and notifies the
+// streams that watch a changed name (or the wildcard). Streams build their
+// responses from the View, encoded once per selection.
+//
+// Registry: each (type, name) is ref-counted by its watching streams. The
+// first watcher subscribes it upstream; the last one leaving starts a linger
+// timer, after which it is unsubscribed. Its last value stays in the View,
+// bounded by an LRU of unreferenced resources (cache.max_unreferenced), and
+// is served at once when a client returns. Nothing watched is ever evicted.
+//
+// All methods are safe for concurrent use. Lock order: Relay.mu → a
+// downstream stream's mutex → an upstream client's mutex. Upstream callbacks
+// run on the upstream clients' goroutines and take Relay.mu.
+package relay

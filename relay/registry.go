@@ -1,0 +1,198 @@
+package relay
+
+import (
+	"maps"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// Bind implements downstream.Source. Every node shares one cache and one
+// upstream stream per server; the relay presents its own node upstream.
+func (r *Relay) Bind(downstream.Watcher, *corev3.Node) error { return nil }
+
+// Cancel implements downstream.Source.
+func (r *Relay) Cancel(downstream.Watcher) {}
+
+// Watch implements downstream.Source.
+func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string, wildcard *bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	tc := r.typeCache(typeURL)
+	var force []string
+	for _, name := range add {
+		ws := tc.watchers[name]
+		if ws == nil {
+			ws = make(map[downstream.Watcher]struct{})
+			tc.watchers[name] = ws
+		}
+		if _, dup := ws[w]; dup {
+			continue
+		}
+		ws[w] = struct{}{}
+		if len(ws) == 1 {
+			r.ref(tc, name)
+		}
+		force = append(force, name)
+	}
+	for _, name := range remove {
+		ws := tc.watchers[name]
+		if _, ok := ws[w]; !ok {
+			continue
+		}
+		delete(ws, w)
+		if len(ws) == 0 {
+			delete(tc.watchers, name)
+			r.release(tc, name)
+		}
+	}
+	if wildcard != nil {
+		_, had := tc.wild[w]
+		switch {
+		case *wildcard && !had:
+			tc.wild[w] = struct{}{}
+			if len(tc.wild) == 1 {
+				r.ref(tc, keying.Wildcard)
+			}
+			force = append(force, keying.Wildcard)
+		case !*wildcard && had:
+			delete(tc.wild, w)
+			if len(tc.wild) == 0 {
+				r.release(tc, keying.Wildcard)
+			}
+		}
+	}
+	if len(force) > 0 {
+		// Under mu, so this View is ordered with every later update.
+		w.Notify(tc.view, force)
+	}
+}
+
+// clientFor returns the upstream client that serves name, or nil when its
+// authority is not configured.
+func (r *Relay) clientFor(name string) *upstream.Client {
+	auth, _ := keying.Authority(name)
+	return r.upstreams[auth]
+}
+
+// ref is called when name gets its first watcher. Called with mu held.
+func (r *Relay) ref(tc *typeCache, name string) {
+	if l, ok := tc.linger[name]; ok {
+		l.timer.Stop()
+		delete(tc.linger, name)
+	}
+	r.referenced(tc, name)
+	if tc.up[name] {
+		return
+	}
+	c := r.clientFor(name)
+	if c == nil {
+		r.log.Debug("no upstream for authority", zap.String("name", name))
+		return
+	}
+	tc.up[name] = true
+	c.Subscribe(tc.typeURL, name)
+}
+
+// release is called when name lost its last watcher: it is unsubscribed
+// upstream after the linger. Called with mu held.
+func (r *Relay) release(tc *typeCache, name string) {
+	if !tc.up[name] {
+		r.unreferenced(tc, name)
+		return
+	}
+	l := &lingerEntry{}
+	l.timer = time.AfterFunc(r.linger, func() { r.expire(tc, name, l) })
+	tc.linger[name] = l
+}
+
+// expire ends a linger: the name is unsubscribed upstream and its cached
+// value becomes unreferenced.
+func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || tc.linger[name] != l {
+		return
+	}
+	delete(tc.linger, name)
+	delete(tc.up, name)
+	if c := r.clientFor(name); c != nil {
+		c.Unsubscribe(tc.typeURL, name)
+	}
+	r.unreferenced(tc, name)
+}
+
+// referenced takes name (or, for the wildcard, every default-authority
+// resource) out of the unreferenced LRU. Called with mu held.
+func (r *Relay) referenced(tc *typeCache, name string) {
+	if name != keying.Wildcard {
+		r.unref.Remove(keying.Key{TypeURL: tc.typeURL, Name: name})
+		return
+	}
+	for n, res := range tc.view.Resources {
+		if res.Authority == "" {
+			r.unref.Remove(keying.Key{TypeURL: tc.typeURL, Name: n})
+		}
+	}
+}
+
+// unreferenced puts what lost its last watcher into the LRU and evicts what
+// the LRU pushes out. Called with mu held.
+func (r *Relay) unreferenced(tc *typeCache, name string) {
+	add := func(n string) {
+		if _, cached := tc.view.Resources[n]; !cached || tc.watchers[n] != nil {
+			return
+		}
+		if res := tc.view.Resources[n]; res.Authority == "" && len(tc.wild) > 0 {
+			return // still covered by a wildcard watcher
+		}
+		r.unref.Add(keying.Key{TypeURL: tc.typeURL, Name: n}, struct{}{})
+	}
+	if name == keying.Wildcard {
+		for n := range tc.view.Resources {
+			add(n)
+		}
+	} else {
+		add(name)
+	}
+	r.evict()
+}
+
+// evict drops the resources the LRU pushed out from their Views. Nobody
+// watches them, so nobody is notified. Called with mu held.
+func (r *Relay) evict() {
+	if len(r.evicted) == 0 {
+		return
+	}
+	byType := make(map[string][]string)
+	for _, k := range r.evicted {
+		byType[k.TypeURL] = append(byType[k.TypeURL], k.Name)
+	}
+	r.evicted = r.evicted[:0]
+	for typeURL, names := range byType {
+		tc := r.types[typeURL]
+		old := tc.view
+		res := maps.Clone(old.Resources)
+		changed := make(map[string]struct{}, len(names))
+		complete := old.Complete
+		for _, n := range names {
+			if res[n].Authority == "" {
+				complete = false // the wildcard set has lost a member: ask upstream again
+			}
+			delete(res, n)
+			changed[n] = struct{}{}
+		}
+		r.publish(tc, &downstream.View{
+			TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Complete: complete, Received: old.Received,
+		})
+		r.m.CacheEvictions.Add(float64(len(names)))
+	}
+}

@@ -1,0 +1,215 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// Version is the relay's version, reported to upstreams as the node's user
+// agent version. Set by the binaries' -ldflags.
+var Version = "dev"
+
+// DefaultLinger is how long a resource stays subscribed upstream after its
+// last watcher left, when the config does not say.
+const DefaultLinger = 5 * time.Second
+
+// Relay wires the upstream clients, the cache and the downstream server.
+type Relay struct {
+	// set at creation, read-only
+	cfg    *config.Config
+	log    *zap.Logger
+	m      *metrics.Metrics
+	ds     *downstream.Server
+	grpc   *grpc.Server
+	linger time.Duration
+
+	serving  atomic.Bool
+	draining atomic.Bool
+
+	mu        sync.Mutex
+	types     map[string]*typeCache         // guarded by mu
+	upstreams map[string]*upstream.Client   // guarded by mu; by authority, "" = default servers
+	unref     *simplelru.LRU[keying.Key, struct{}] // guarded by mu: unreferenced resources
+	evicted   []keying.Key                  // guarded by mu: collected by the LRU callback
+	closed    bool                          // guarded by mu
+}
+
+// New builds a relay from a validated config. It dials upstreams lazily, when
+// the first client subscribes.
+func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if len(cfg.Upstream.XDSServers) == 0 {
+		return nil, errors.New("relay: no upstream xds_servers configured")
+	}
+	r := &Relay{
+		cfg:       cfg,
+		log:       log,
+		m:         metrics.New(),
+		linger:    cfg.Upstream.Linger,
+		types:     make(map[string]*typeCache),
+		upstreams: make(map[string]*upstream.Client),
+	}
+	if r.linger <= 0 {
+		r.linger = DefaultLinger
+	}
+	size := cfg.Cache.MaxUnreferenced
+	if size <= 0 {
+		size = 1 // simplelru needs a positive size; 0 keeps nothing unreferenced
+	}
+	lru, err := simplelru.NewLRU[keying.Key, struct{}](size, func(k keying.Key, _ struct{}) {
+		r.evicted = append(r.evicted, k)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: cache: %w", err)
+	}
+	r.unref = lru
+	if cfg.Cache.MaxUnreferenced == 0 {
+		r.unref.Resize(1)
+	}
+
+	node := relayNode(cfg)
+	r.upstreams[""] = r.newClient("", cfg.Upstream.XDSServers, node)
+	for auth, a := range cfg.Upstream.Authorities {
+		servers := a.XDSServers
+		if len(servers) == 0 {
+			servers = cfg.Upstream.XDSServers
+		}
+		r.upstreams[auth] = r.newClient(auth, servers, node)
+	}
+
+	r.ds = downstream.NewServer(r, downstream.Options{
+		MaxNamesPerRequest: cfg.Limits.MaxNamesPerRequest,
+		Logger:             log.Named("downstream"),
+		Metrics:            r.m,
+	})
+	opts := append(downstream.ServerOptions(),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}),
+	)
+	if n := cfg.Limits.MaxRecvMessageBytes; n > 0 {
+		opts = append(opts, grpc.MaxRecvMsgSize(n))
+	}
+	r.grpc = grpc.NewServer(opts...)
+	r.ds.Register(r.grpc)
+	return r, nil
+}
+
+// relayNode is the node the relay presents upstream: its own, from config.
+func relayNode(cfg *config.Config) *corev3.Node {
+	n := &corev3.Node{
+		Id:                   cfg.Node.ID,
+		Cluster:              cfg.Node.Cluster,
+		UserAgentName:        "xds-relay",
+		UserAgentVersionType: &corev3.Node_UserAgentVersion{UserAgentVersion: Version},
+	}
+	if n.Id == "" {
+		n.Id = "xds-relay"
+	}
+	if len(cfg.Node.Metadata) > 0 {
+		fields := make(map[string]any, len(cfg.Node.Metadata))
+		for k, v := range cfg.Node.Metadata {
+			fields[k] = v
+		}
+		if md, err := structpb.NewStruct(fields); err == nil {
+			n.Metadata = md
+		}
+	}
+	return n
+}
+
+func (r *Relay) newClient(auth string, servers []config.Server, node *corev3.Node) *upstream.Client {
+	sc := make([]upstream.ServerConfig, len(servers))
+	for i, s := range servers {
+		sc[i] = upstream.ServerConfig{URI: s.ServerURI}
+	}
+	log := r.log.Named("upstream").With(zap.String("authority", auth))
+	return upstream.New(upstream.Config{
+		Authority: auth,
+		Servers:   sc,
+		Node:      node,
+		Mode:      upstream.ModeSotW,
+		Logger:    log,
+	}, &upstreamHandler{r: r, authority: auth})
+}
+
+// Serve serves downstream xDS on lis until Shutdown or Close.
+func (r *Relay) Serve(lis net.Listener) error {
+	r.serving.Store(true)
+	defer r.serving.Store(false)
+	if err := r.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("relay: serve: %w", err)
+	}
+	return nil
+}
+
+// Ready reports whether the downstream listener serves and the relay is not draining.
+func (r *Relay) Ready() bool { return r.serving.Load() && !r.draining.Load() }
+
+// Shutdown drains: readiness turns false, clients get GOAWAY, streams end on
+// their own or are closed when ctx expires, then the upstreams close.
+func (r *Relay) Shutdown(ctx context.Context) {
+	r.draining.Store(true)
+	done := make(chan struct{})
+	go func() {
+		r.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.grpc.Stop()
+		<-done
+	}
+	r.Close()
+}
+
+// Close stops everything at once: downstream streams end, upstream streams
+// close, and every goroutine of the relay has returned when it returns.
+func (r *Relay) Close() {
+	r.draining.Store(true)
+	r.grpc.Stop()
+	r.ds.Close()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	clients := make([]*upstream.Client, 0, len(r.upstreams))
+	for _, c := range r.upstreams {
+		clients = append(clients, c)
+	}
+	for _, tc := range r.types {
+		for _, l := range tc.linger {
+			l.timer.Stop()
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range clients {
+		c.Close()
+	}
+}
+
+// Registry is the relay's own Prometheus registry.
+func (r *Relay) Registry() *prometheus.Registry { return r.m.Registry }
