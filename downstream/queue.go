@@ -26,14 +26,19 @@ type queue struct {
 
 func (q *queue) len() int { return len(q.items) }
 
-// push appends the change v (with the names that must be sent) or merges it
-// into the tail when the tail is of the same type.
+// push appends the change v or merges it into the tail when the tail is of
+// the same type. A push with force comes from a subscription change: only the
+// forced names matter, not what changed in v.
 func (q *queue) push(v *View, force []string) {
+	changed := v.Changed
+	if force != nil {
+		changed = nil
+	}
 	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL {
-		q.items[n-1].merge(v, v.Changed, force)
+		q.items[n-1].merge(v, changed, force)
 		return
 	}
-	it := item{view: v, names: v.Changed}
+	it := item{view: v, names: changed}
 	it.addForce(force)
 	q.items = append(q.items, it)
 	if len(q.items) > maxQueue {

@@ -1,0 +1,204 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
+)
+
+// newAdmin serves the admin handler of a relay that was built but never
+// served, and closes both when the test ends.
+func newAdmin(t *testing.T) *httptest.Server {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Upstream.XDSServers = []config.Server{{ServerURI: "127.0.0.1:1"}}
+	r, err := relay.New(cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("relay.New: %v", err)
+	}
+	srv := httptest.NewServer(r.AdminHandler())
+	t.Cleanup(func() {
+		srv.Close()
+		r.Close()
+	})
+	return srv
+}
+
+type answer struct {
+	code        int
+	contentType string
+	body        string
+}
+
+func get(t *testing.T, method, url string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), string(body)}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	srv := newAdmin(t)
+	defer srv.Client().CloseIdleConnections()
+	tests := []struct {
+		path         string
+		code         int
+		contentType  string
+		bodyContains string
+	}{
+		{"/healthz", http.StatusOK, "text/plain; charset=utf-8", "ok"},
+		{"/readyz", http.StatusServiceUnavailable, "text/plain; charset=utf-8", "not ready"}, // never served
+		{"/metrics", http.StatusOK, "text/plain; version=0.0.4; charset=utf-8; escaping=underscores", "xds_relay_"},
+		{"/debug/cache", http.StatusOK, "application/json", "[]"},
+		{"/debug/cache?type=Cluster&prefix=a&authority=x", http.StatusOK, "application/json", "[]"},
+		{"/debug/clients", http.StatusOK, "application/json", "[]"},
+		{"/debug/clients?node=n1", http.StatusOK, "application/json", "[]"},
+		{"/debug/upstreams", http.StatusOK, "application/json", `"authority": ""`},
+		{"/debug/rollouts", http.StatusOK, "application/json", "[]"},
+		{"/debug/pprof/", http.StatusOK, "text/html; charset=utf-8", "goroutine"},
+		{"/debug/pprof/cmdline", http.StatusOK, "text/plain; charset=utf-8", ""},
+		{"/debug/pprof/goroutine?debug=1", http.StatusOK, "text/plain; charset=utf-8", "goroutine profile"},
+		{"/", http.StatusOK, "text/plain; charset=utf-8", "/debug/cache"},
+		{"/nope", http.StatusNotFound, "text/plain; charset=utf-8", "404"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			got := get(t, http.MethodGet, srv.URL+tt.path)
+			if got.code != tt.code {
+				t.Errorf("status = %d, want %d; body %q", got.code, tt.code, got.body)
+			}
+			if tt.path != "/metrics" && got.contentType != tt.contentType {
+				t.Errorf("Content-Type = %q, want %q", got.contentType, tt.contentType)
+			}
+			if tt.path == "/metrics" && !strings.HasPrefix(got.contentType, "text/plain") {
+				t.Errorf("Content-Type = %q, want Prometheus text format", got.contentType)
+			}
+			if !strings.Contains(got.body, tt.bodyContains) {
+				t.Errorf("body %q does not contain %q", got.body, tt.bodyContains)
+			}
+			if tt.contentType == "application/json" && !json.Valid([]byte(got.body)) {
+				t.Errorf("body is not JSON: %q", got.body)
+			}
+		})
+	}
+}
+
+func TestAdminJSONIsIndented(t *testing.T) {
+	srv := newAdmin(t)
+	defer srv.Client().CloseIdleConnections()
+	got := get(t, http.MethodGet, srv.URL+"/debug/upstreams")
+	if !strings.Contains(got.body, "\n  {") {
+		t.Errorf("body is not indented: %q", got.body)
+	}
+}
+
+func TestAdminMethodNotAllowed(t *testing.T) {
+	srv := newAdmin(t)
+	defer srv.Client().CloseIdleConnections()
+	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/debug/cache", "/debug/clients",
+			"/debug/upstreams", "/debug/pprof/", "/debug/pprof/symbol"} {
+			if got := get(t, method, srv.URL+path); got.code != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s = %d, want 405", method, path, got.code)
+			}
+		}
+	}
+	if got := get(t, http.MethodHead, srv.URL+"/healthz"); got.code != http.StatusOK {
+		t.Errorf("HEAD /healthz = %d, want 200", got.code)
+	}
+}
+
+// TestAdminServingRelay checks the debug views and readiness of a relay that
+// serves one client.
+func TestAdminServingRelay(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(xdstest.GRPCResources("svc", "127.0.0.1:1"))
+	r := xdstest.StartRelay(t, up.Addr())
+	srv := httptest.NewServer(r.AdminHandler())
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "client-1"})
+	n := xdstest.NamesFor("svc")
+	c.Subscribe(resource.ListenerType, n.Listener)
+	c.Ack(c.RecvType(resource.ListenerType))
+
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusOK {
+		t.Errorf("/readyz while serving = %d, want 200", got.code)
+	}
+
+	var cache []relay.CacheEntryInfo
+	getJSON(t, srv.URL+"/debug/cache?type=Listener", &cache)
+	if len(cache) != 1 || cache[0].Name != n.Listener || cache[0].Type != resource.ListenerType {
+		t.Errorf("/debug/cache?type=Listener = %+v, want the one listener %q", cache, n.Listener)
+	}
+	getJSON(t, srv.URL+"/debug/cache?type=Cluster", &cache)
+	if len(cache) != 0 {
+		t.Errorf("/debug/cache?type=Cluster = %+v, want none", cache)
+	}
+	getJSON(t, srv.URL+"/debug/cache?prefix=no-such-name", &cache)
+	if len(cache) != 0 {
+		t.Errorf("/debug/cache?prefix=no-such-name = %+v, want none", cache)
+	}
+
+	var clients []relay.ClientInfo
+	getJSON(t, srv.URL+"/debug/clients?node=client-1", &clients)
+	if len(clients) != 1 || clients[0].NodeID != "client-1" {
+		t.Errorf("/debug/clients?node=client-1 = %+v, want client-1's stream", clients)
+	}
+	getJSON(t, srv.URL+"/debug/clients?node=someone-else", &clients)
+	if len(clients) != 0 {
+		t.Errorf("/debug/clients?node=someone-else = %+v, want none", clients)
+	}
+
+	var ups []struct{ Authority, Server, State string }
+	getJSON(t, srv.URL+"/debug/upstreams", &ups)
+	if len(ups) == 0 || ups[0].Server != up.Addr() {
+		t.Errorf("/debug/upstreams = %+v, want the upstream %s", ups, up.Addr())
+	}
+
+	c.Close()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after Close = %d, want 503", got.code)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	got := get(t, http.MethodGet, url)
+	if got.code != http.StatusOK || got.contentType != "application/json" {
+		t.Fatalf("GET %s = %d %q", url, got.code, got.contentType)
+	}
+	if err := json.Unmarshal([]byte(got.body), v); err != nil {
+		t.Fatalf("GET %s: %v in %q", url, err, got.body)
+	}
+}

@@ -1,0 +1,143 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// badInputEnv is a relay with a well-behaved client whose updates must keep
+// flowing whatever another client does.
+type badInputEnv struct {
+	up    *xdstest.Upstream
+	relay *xdstest.Relay
+	good  *xdstest.ADSClient
+	gen   int
+}
+
+func newBadInputEnv(t *testing.T) *badInputEnv {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c0"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 100 }))
+	good := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "good"})
+	good.Subscribe(resource.ClusterType, "c0")
+	good.Ack(good.RecvType(resource.ClusterType))
+	return &badInputEnv{up: up, relay: r, good: good}
+}
+
+// stillServed changes the upstream and checks the good client gets it.
+func (e *badInputEnv) stillServed(t *testing.T) {
+	t.Helper()
+	e.gen++
+	e.up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", fmt.Sprintf("eds-%d", e.gen))}})
+	resp := e.good.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0")
+	e.good.Ack(resp)
+}
+
+func wantCode(t *testing.T, c *xdstest.ADSClient, code codes.Code, msg string) {
+	t.Helper()
+	err := c.Err()
+	if grpcstatus.Code(err) != code || !strings.Contains(err.Error(), msg) {
+		t.Fatalf("stream error %v, want %v containing %q", err, code, msg)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newBadInputEnv(t)
+	node := func(id string) *core.Node { return &core.Node{Id: id} }
+
+	t.Run("empty type URL on ADS", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		c.Subscribe("", "x")
+		wantCode(t, c, codes.InvalidArgument, "type_url is required")
+		e.stillServed(t)
+	})
+	t.Run("malformed type URL", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		c.Subscribe("not a type url", "x")
+		wantCode(t, c, codes.InvalidArgument, "malformed type_url")
+		e.stillServed(t)
+	})
+	t.Run("unknown type URL is relayed", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("odd"))
+		c.Subscribe("type.googleapis.com/example.Unknown", "x")
+		c.ExpectNoResponse(quiet)
+		e.stillServed(t)
+	})
+	t.Run("too many names", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		names := make([]string, 101)
+		for i := range names {
+			names[i] = fmt.Sprintf("n%d", i)
+		}
+		c.Subscribe(resource.EndpointType, names...)
+		wantCode(t, c, codes.ResourceExhausted, "limit is 100")
+		e.stillServed(t)
+	})
+	t.Run("nonce never sent", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		c.Subscribe(resource.ClusterType, "c0")
+		c.Ack(c.RecvType(resource.ClusterType))
+		if err := c.Send(xdstest.SotWRequest(resource.ClusterType, "", "no-such-nonce", "c0", "c1")); err != nil {
+			t.Fatal(err)
+		}
+		c.ExpectNoResponse(quiet)
+		e.stillServed(t)
+	})
+	t.Run("second node differs", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("first"))
+		c.Subscribe(resource.ClusterType, "c0")
+		resp := c.RecvType(resource.ClusterType)
+		req := xdstest.SotWRequest(resource.ClusterType, resp.GetVersionInfo(), resp.GetNonce(), "c0")
+		req.Node = node("second")
+		if err := c.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, c, codes.InvalidArgument, "node changed")
+		e.stillServed(t)
+	})
+	t.Run("NACK storm", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("storm"))
+		c.Subscribe(resource.ClusterType, "c0")
+		resp := c.RecvType(resource.ClusterType)
+		for i := range 500 {
+			req := xdstest.SotWRequest(resource.ClusterType, "", resp.GetNonce(), "c0")
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: fmt.Sprintf("nack %d", i)}
+			if err := c.Send(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.ExpectNoResponse(quiet)
+		e.stillServed(t)
+	})
+	t.Run("client vanishes mid-response", func(t *testing.T) {
+		for range 20 {
+			conn, err := grpc.NewClient(e.relay.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+			if err == nil {
+				_ = s.Send(&discoverygrpc.DiscoveryRequest{Node: node("gone"), TypeUrl: resource.ClusterType, ResourceNames: []string{"*"}})
+			}
+			cancel()
+			_ = conn.Close()
+		}
+		e.stillServed(t)
+	})
+}
