@@ -6,9 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clustersvc "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointsvc "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	extensionsvc "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	listenersvc "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"

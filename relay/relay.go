@@ -46,11 +46,11 @@ type Relay struct {
 	draining atomic.Bool
 
 	mu        sync.Mutex
-	types     map[string]*typeCache         // guarded by mu
-	upstreams map[string]*upstream.Client   // guarded by mu; by authority, "" = default servers
+	types     map[string]*typeCache                // guarded by mu
+	upstreams map[string]*upstream.Client          // guarded by mu; by authority, "" = default servers
 	unref     *simplelru.LRU[keying.Key, struct{}] // guarded by mu: unreferenced resources
-	evicted   []keying.Key                  // guarded by mu: collected by the LRU callback
-	closed    bool                          // guarded by mu
+	evicted   []keying.Key                         // guarded by mu: collected by the LRU callback
+	closed    bool                                 // guarded by mu
 }
 
 // New builds a relay from a validated config. It dials upstreams lazily, when

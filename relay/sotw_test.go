@@ -198,4 +198,3 @@ func TestSotWStaleNonceIgnored(t *testing.T) {
 		t.Fatalf("stale request changed the subscription: %v", got)
 	}
 }
-

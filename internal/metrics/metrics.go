@@ -1,7 +1,9 @@
 // Package metrics defines every Prometheus metric of xds-relay, registered on
-// a registry the relay owns (never the global one). Label values are bounded:
-// type URLs are reduced by TypeLabel, and no label is per client or per
-// resource name. All fields are safe for concurrent use.
+// a registry of its own (never the global one), with the label values bounded:
+// type URLs go through TypeLabel.
+//
+// A Metrics is created once per Relay by New. Its collectors are safe for
+// concurrent use; the struct itself is read-only after New.
 package metrics
 
 import (
@@ -11,91 +13,176 @@ import (
 	"github.com/xds-relay/xds-relay/keying"
 )
 
-// Metrics is the relay's set of metrics.
+// Label values used with the metrics below.
+const (
+	// ProtocolSotW and ProtocolDelta are the values of the "protocol" label.
+	ProtocolSotW  = "sotw"
+	ProtocolDelta = "delta"
+	// ResultACK and ResultNACK are the values of the "result" label of
+	// UpstreamResponses.
+	ResultACK  = "ack"
+	ResultNACK = "nack"
+	// OtherType is the type_url label of every type URL TypeLabel does not know.
+	OtherType = "other"
+)
+
+// Metrics holds every metric of the relay. Fields are set by New and never
+// change.
 type Metrics struct {
+	// Registry holds every collector below plus the Go and process collectors.
 	Registry *prometheus.Registry
 
-	DownstreamStreams     *prometheus.GaugeVec
-	DownstreamConnections prometheus.Gauge
-	Responses             *prometheus.CounterVec
-	ResponseBytes         *prometheus.CounterVec
-	ACKs                  *prometheus.CounterVec
-	NACKs                 *prometheus.CounterVec
-	StaleNonces           *prometheus.CounterVec
-	RejectedRequests      *prometheus.CounterVec
+	// Downstream (clients of the relay).
 
-	UpstreamConnected  *prometheus.GaugeVec
-	UpstreamResponses  *prometheus.CounterVec
+	// DownstreamStreams is xds_relay_downstream_streams{type_url,protocol}.
+	DownstreamStreams *prometheus.GaugeVec
+	// DownstreamConnections is xds_relay_downstream_connections.
+	DownstreamConnections prometheus.Gauge
+	// Responses is xds_relay_responses_total{type_url,protocol}.
+	Responses *prometheus.CounterVec
+	// ResponseBytes is xds_relay_response_bytes_total{type_url,protocol}.
+	ResponseBytes *prometheus.CounterVec
+	// ACKs is xds_relay_acks_total{type_url,protocol}.
+	ACKs *prometheus.CounterVec
+	// NACKs is xds_relay_nacks_total{type_url,protocol}.
+	NACKs *prometheus.CounterVec
+	// StaleNonces is xds_relay_stale_nonces_total{protocol}.
+	StaleNonces *prometheus.CounterVec
+	// RejectedRequests is xds_relay_rejected_requests_total{reason}.
+	RejectedRequests *prometheus.CounterVec
+
+	// Upstream (authoritative control planes).
+
+	// UpstreamConnected is xds_relay_upstream_connected{authority,server}.
+	UpstreamConnected *prometheus.GaugeVec
+	// UpstreamResponses is xds_relay_upstream_responses_total{authority,type_url,result}.
+	UpstreamResponses *prometheus.CounterVec
+	// UpstreamReconnects is xds_relay_upstream_reconnects_total{authority,server}.
 	UpstreamReconnects *prometheus.CounterVec
 
+	// Cache.
+
+	// CacheResources is xds_relay_cache_resources{type_url}.
 	CacheResources *prometheus.GaugeVec
-	CacheBytes     *prometheus.GaugeVec
+	// CacheBytes is xds_relay_cache_bytes{type_url}.
+	CacheBytes *prometheus.GaugeVec
+	// CacheEvictions is xds_relay_cache_evictions_total.
 	CacheEvictions prometheus.Counter
 
+	// Propagation is xds_relay_propagation_seconds: from the receipt of an
+	// upstream response to a client's ACK of the version that carries it.
 	Propagation prometheus.Histogram
 }
 
-// New returns the metrics registered on a fresh registry, with the Go runtime
-// and process collectors.
+// New creates every metric on a fresh registry.
 func New() *Metrics {
-	const ns = "xds_relay"
+	reg := prometheus.NewRegistry()
+	f := factory{reg}
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		DownstreamStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "downstream_streams",
-			Help: "Open downstream xDS streams, by type URL served (empty for ADS) and protocol (sotw, delta)."},
-			[]string{"type_url", "protocol"}),
-		DownstreamConnections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "downstream_connections",
-			Help: "Open downstream gRPC connections."}),
-		Responses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "responses_total",
-			Help: "Responses sent to downstream clients."}, []string{"type_url", "protocol"}),
-		ResponseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "response_bytes_total",
-			Help: "Bytes of responses sent to downstream clients."}, []string{"type_url", "protocol"}),
-		ACKs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "acks_total",
-			Help: "Responses acknowledged by downstream clients."}, []string{"type_url", "protocol"}),
-		NACKs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "nacks_total",
-			Help: "Responses rejected (NACKed) by downstream clients."}, []string{"type_url", "protocol"}),
-		StaleNonces: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stale_nonces_total",
-			Help: "Downstream requests ignored because their nonce was not the latest sent."}, []string{"protocol"}),
-		RejectedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rejected_requests_total",
-			Help: "Downstream requests refused with an error status, by reason."}, []string{"reason"}),
-		UpstreamConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_connected",
-			Help: "1 while the relay has a stream to the upstream server, else 0."}, []string{"authority", "server"}),
-		UpstreamResponses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_responses_total",
-			Help: "Responses received from upstream servers, by result (ack, nack)."}, []string{"authority", "type_url", "result"}),
-		UpstreamReconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_reconnects_total",
-			Help: "Upstream streams lost."}, []string{"authority", "server"}),
-		CacheResources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cache_resources",
-			Help: "Resources held in the cache."}, []string{"type_url"}),
-		CacheBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cache_bytes",
-			Help: "Bytes of resources held in the cache."}, []string{"type_url"}),
-		CacheEvictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "cache_evictions_total",
-			Help: "Unreferenced resources evicted from the cache."}),
-		Propagation: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "propagation_seconds",
-			Help:    "Time from receiving a change upstream to a downstream client's ACK of it.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		Registry: reg,
+
+		DownstreamStreams: f.gaugeVec("downstream_streams",
+			"Open downstream xDS streams, by requested type URL and protocol (an ADS stream counts once per type it requested).",
+			"type_url", "protocol"),
+		DownstreamConnections: f.gauge("downstream_connections",
+			"Open downstream gRPC connections (transports), each of which may carry many streams."),
+		Responses: f.counterVec("responses_total",
+			"Discovery responses sent to downstream clients.",
+			"type_url", "protocol"),
+		ResponseBytes: f.counterVec("response_bytes_total",
+			"Bytes of serialized discovery responses sent to downstream clients.",
+			"type_url", "protocol"),
+		ACKs: f.counterVec("acks_total",
+			"Requests from downstream clients that acknowledge (accept) a response.",
+			"type_url", "protocol"),
+		NACKs: f.counterVec("nacks_total",
+			"Requests from downstream clients that reject a response (error_detail set).",
+			"type_url", "protocol"),
+		StaleNonces: f.counterVec("stale_nonces_total",
+			"Downstream requests whose response_nonce is not the latest one sent on their stream for their type.",
+			"protocol"),
+		RejectedRequests: f.counterVec("rejected_requests_total",
+			"Downstream requests or streams refused by the relay, by reason.",
+			"reason"),
+
+		UpstreamConnected: f.gaugeVec("upstream_connected",
+			"1 while the ADS stream to an upstream server is established, else 0.",
+			"authority", "server"),
+		UpstreamResponses: f.counterVec("upstream_responses_total",
+			"Discovery responses received from upstream servers, by whether the relay accepted (ack) or rejected (nack) them.",
+			"authority", "type_url", "result"),
+		UpstreamReconnects: f.counterVec("upstream_reconnects_total",
+			"Times the ADS stream to an upstream server was re-established after a failure.",
+			"authority", "server"),
+
+		CacheResources: f.gaugeVec("cache_resources",
+			"Resource variants held in the cache, watched or not.",
+			"type_url"),
+		CacheBytes: f.gaugeVec("cache_bytes",
+			"Serialized bytes of the resource variants held in the cache.",
+			"type_url"),
+		CacheEvictions: f.counter("cache_evictions_total",
+			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),
+
+		Propagation: f.histogram("propagation_seconds",
+			"Seconds from the receipt of an upstream response to a downstream client's ACK of the update it carries.",
+			// 1ms doubling to ~33s: clients give up on a resource after 15-30s.
+			prometheus.ExponentialBuckets(0.001, 2, 16)),
 	}
-	m.Registry.MustRegister(
+	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.DownstreamStreams, m.DownstreamConnections, m.Responses, m.ResponseBytes, m.ACKs, m.NACKs,
-		m.StaleNonces, m.RejectedRequests, m.UpstreamConnected, m.UpstreamResponses, m.UpstreamReconnects,
-		m.CacheResources, m.CacheBytes, m.CacheEvictions, m.Propagation,
 	)
 	return m
 }
 
-var wellKnown = map[string]bool{
-	keying.ListenerType: true, keying.RouteType: true, keying.ScopedRouteType: true, keying.VirtualHostType: true,
-	keying.ClusterType: true, keying.EndpointType: true, keying.SecretType: true, keying.RuntimeType: true,
-	keying.ExtensionConfigType: true, "": true,
+// TypeLabel returns the type_url label value for typeURL: the URL itself for
+// the well-known xDS types, OtherType for anything else, so that label
+// cardinality stays bounded whatever clients send.
+func TypeLabel(typeURL string) string {
+	switch typeURL {
+	case keying.ListenerType, keying.RouteType, keying.ScopedRouteType, keying.VirtualHostType,
+		keying.ClusterType, keying.EndpointType, keying.SecretType, keying.RuntimeType,
+		keying.ExtensionConfigType:
+		return typeURL
+	default:
+		return OtherType
+	}
 }
 
-// TypeLabel returns the label value for typeURL: the type URL itself for the
-// well-known envoy types, "other" for anything else, so that what clients send
-// cannot grow label cardinality.
-func TypeLabel(typeURL string) string {
-	if wellKnown[typeURL] {
-		return typeURL
-	}
-	return "other"
+// factory creates collectors named xds_relay_* and registers them on reg.
+type factory struct{ reg *prometheus.Registry }
+
+const namespace = "xds_relay"
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: name, Help: help, Buckets: buckets,
+	})
+	f.reg.MustRegister(h)
+	return h
 }
