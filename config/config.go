@@ -54,7 +54,7 @@ type Upstream struct {
 	// Authorities maps an xdstp authority to its servers.
 	Authorities map[string]Authority `yaml:"authorities,omitempty"`
 	// Linger is how long a resource stays subscribed upstream after its last
-	// watcher leaves, written like "5s". Default 5s; 0 unsubscribes at once.
+	// watcher leaves, written like "5s". Default 5s.
 	Linger time.Duration `yaml:"linger,omitempty"`
 }
 

@@ -1,14 +1,292 @@
 package downstream
 
 import (
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"slices"
+	"strings"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
-// runDelta serves an incremental stream.
+// runDelta reads incremental requests until the stream ends.
 func (st *stream) runDelta() error {
-	return status.Error(codes.Unimplemented, "xds-relay: Delta xDS is not served yet")
+	for {
+		req := new(discoverypb.DeltaDiscoveryRequest)
+		if err := st.ss.RecvMsg(req); err != nil {
+			return recvErr(err)
+		}
+		if err := st.handleDelta(req); err != nil {
+			return err
+		}
+	}
 }
 
-// buildDelta turns a queued change into a Delta response. Called with mu held.
-func (st *stream) buildDelta(it item) *encoded { return nil }
+// handleDelta applies one incremental request. xDS: subscription changes are
+// honoured whatever the nonce; ACK/NACK is per response nonce.
+func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
+	typeURL, err := st.checkType(req.GetTypeUrl())
+	if err != nil {
+		return err
+	}
+	n := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) + len(req.GetInitialResourceVersions())
+	if n > st.srv.opts.MaxNamesPerRequest {
+		return st.tooMany(n)
+	}
+	if err := st.bind(req.GetNode()); err != nil {
+		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
+		return err
+	}
+
+	tl := metricsType(typeURL)
+	st.mu.Lock()
+	ts := st.state(typeURL)
+	if nonce := req.GetResponseNonce(); nonce != "" {
+		if d := req.GetErrorDetail(); d != nil {
+			// NACK: the versions sent stay recorded as held, so they are not
+			// resent; the next change of a resource is.
+			ts.lastNACK = d.GetMessage()
+			st.srv.m.NACKs.WithLabelValues(tl, st.proto).Inc()
+			if ce := st.log.Check(zap.DebugLevel, "NACK"); ce != nil {
+				ce.Write(zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
+			}
+		} else {
+			st.srv.m.ACKs.WithLabelValues(tl, st.proto).Inc()
+			if nonce == ts.lastNonce {
+				ts.ackedVersion = ts.sentVersion
+				if !ts.sentAt.IsZero() {
+					st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
+					ts.sentAt = time.Time{}
+				}
+			}
+		}
+	}
+	add, remove, wildcard := ts.subscribeDelta(typeURL, req)
+	st.mu.Unlock()
+
+	if len(add) > 0 || len(remove) > 0 || wildcard != nil {
+		st.srv.src.Watch(st, typeURL, add, remove, wildcard)
+	}
+	return nil
+}
+
+// subscribeDelta applies a request's subscription changes and returns them.
+// xDS: "*" subscribes to the wildcard (LDS/CDS); so does a first request
+// that names nothing (legacy). initial_resource_versions, on the first
+// request of a type, tell what the client already holds.
+func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscoveryRequest) (add, remove []string, wildcard *bool) {
+	if ts.has == nil {
+		ts.has = make(map[string]string)
+	}
+	first := !ts.requested
+	ts.requested = true
+	if first {
+		for n, v := range req.GetInitialResourceVersions() {
+			ts.has[n] = v
+		}
+	}
+	capable := keying.WildcardCapable(typeURL)
+	wild := ts.wildcard
+	if first && capable && len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
+		wild = true
+	}
+	for _, n := range req.GetResourceNamesSubscribe() {
+		switch {
+		case n == keying.Wildcard:
+			wild = capable
+		case n == "":
+		default:
+			if _, ok := ts.names[n]; !ok {
+				ts.names[n] = struct{}{}
+				add = append(add, n)
+			}
+		}
+	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		switch {
+		case n == keying.Wildcard:
+			wild = false
+		default:
+			if _, ok := ts.names[n]; ok {
+				delete(ts.names, n)
+				// The client drops what it unsubscribed; if the wildcard still
+				// covers it, the answer to the unsubscription resends it.
+				delete(ts.has, n)
+				remove = append(remove, n)
+			}
+		}
+	}
+	if wild != ts.wildcard {
+		ts.wildcard = wild
+		wildcard = &wild
+		if wild {
+			ts.wildPending = true
+		} else {
+			for n := range ts.has {
+				if _, named := ts.names[n]; !named {
+					delete(ts.has, n)
+				}
+			}
+		}
+	}
+	return add, remove, wildcard
+}
+
+// buildDelta turns a queued change into an incremental response: the
+// resources whose version the client does not hold, and the removals.
+// Called with mu held.
+func (st *stream) buildDelta(it item) *encoded {
+	v := it.view
+	ts := st.types[v.TypeURL]
+	if ts == nil || ts.has == nil {
+		return nil
+	}
+	var send []*Resource
+	var removed []string
+	sendIfNew := func(r *Resource) {
+		if ts.has[r.Name] != r.Version {
+			ts.has[r.Name] = r.Version
+			send = append(send, r)
+		}
+	}
+	consider := func(n string, forced bool) {
+		r, present := v.Resources[n]
+		_, named := ts.names[n]
+		covered := ts.wildcard && (!present || r.Authority == "")
+		switch {
+		case named || (covered && present):
+			if present {
+				sendIfNew(r)
+			} else if _, held := ts.has[n]; held {
+				delete(ts.has, n)
+				removed = append(removed, n)
+			}
+		case forced && ts.wildcard:
+			// xDS: unsubscribing a name the wildcard may cover is answered
+			// by the resource or by its removal.
+			removed = append(removed, n)
+		case covered:
+			if _, held := ts.has[n]; held {
+				delete(ts.has, n)
+				removed = append(removed, n)
+			}
+		}
+	}
+	for n := range it.names {
+		consider(n, false)
+	}
+	for n := range it.force {
+		if n == keying.Wildcard {
+			continue
+		}
+		if _, dup := it.names[n]; !dup {
+			consider(n, true)
+		}
+	}
+	answerWildcard := false
+	if ts.wildcard && v.Complete && (ts.wildPending || hasKey(it.force, keying.Wildcard)) {
+		for _, r := range v.wildcard() {
+			sendIfNew(r)
+		}
+		for n := range ts.has {
+			if _, named := ts.names[n]; !named {
+				if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") {
+					delete(ts.has, n)
+					removed = append(removed, n)
+				}
+			}
+		}
+		answerWildcard = ts.wildPending
+		ts.wildPending = false
+	}
+	if len(send) == 0 && len(removed) == 0 && !answerWildcard {
+		return nil
+	}
+	slices.SortFunc(send, byName)
+	slices.Sort(removed)
+	removed = slices.Compact(removed)
+	b := v.delta(send, removed)
+	nonce := st.nextNonce()
+	ts.lastNonce = nonce
+	ts.sentVersion = b.version
+	ts.sentAt = time.Time{}
+	if len(it.names) > 0 && !v.Received.IsZero() {
+		ts.sentAt = v.Received
+	}
+	return newEncoded(b.bytes, deltaNonce, nonce)
+}
+
+func hasKey(m map[string]struct{}, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// DeltaDiscoveryResponse and Resource field numbers (envoy.service.discovery.v3).
+const (
+	deltaSystemVersion = 1
+	deltaResources     = 2
+	deltaTypeURL       = 4
+	deltaNonce         = 5
+	deltaRemoved       = 6
+
+	resourceVersion = 1
+	resourceBody    = 2
+	resourceName    = 3
+)
+
+// delta returns the encoded incremental response carrying send and removed,
+// memoized so that every stream sending the same change shares the bytes.
+func (v *View) delta(send []*Resource, removed []string) *body {
+	var sb strings.Builder
+	sb.WriteString("d\x00")
+	for _, r := range send {
+		sb.WriteString(r.Name)
+		sb.WriteByte(0)
+	}
+	sb.WriteString("\x00-")
+	for _, n := range removed {
+		sb.WriteString(n)
+		sb.WriteByte(0)
+	}
+	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, removed) })
+}
+
+// deltaBytes is the resource wrapped as envoy.service.discovery.v3.Resource
+// (name, version, Any), encoded once per resource.
+func (r *Resource) deltaBytes() []byte {
+	r.deltaOnce.Do(func() {
+		n := protowire.SizeTag(resourceName) + protowire.SizeBytes(len(r.Name)) +
+			protowire.SizeTag(resourceVersion) + protowire.SizeBytes(len(r.Version)) +
+			protowire.SizeTag(resourceBody) + protowire.SizeBytes(len(r.Any))
+		b := make([]byte, 0, n)
+		b = protowire.AppendTag(b, resourceVersion, protowire.BytesType)
+		b = protowire.AppendString(b, r.Version)
+		b = protowire.AppendTag(b, resourceBody, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.Any)
+		b = protowire.AppendTag(b, resourceName, protowire.BytesType)
+		b = protowire.AppendString(b, r.Name)
+		r.delta = b
+	})
+	return r.delta
+}
+
+func encodeDelta(typeURL string, send []*Resource, removed []string) *body {
+	version := setVersion(send)
+	var b []byte
+	b = protowire.AppendTag(b, deltaSystemVersion, protowire.BytesType)
+	b = protowire.AppendString(b, version)
+	for _, r := range send {
+		b = protowire.AppendTag(b, deltaResources, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.deltaBytes())
+	}
+	b = protowire.AppendTag(b, deltaTypeURL, protowire.BytesType)
+	b = protowire.AppendString(b, typeURL)
+	for _, n := range removed {
+		b = protowire.AppendTag(b, deltaRemoved, protowire.BytesType)
+		b = protowire.AppendString(b, n)
+	}
+	return &body{bytes: b, version: version, count: len(send)}
+}

@@ -7,7 +7,6 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -29,20 +28,12 @@ func (st *stream) runSotW() error {
 // gRPC status that ends the stream; everything else is answered through the
 // queue.
 func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
-	typeURL := req.GetTypeUrl()
-	switch {
-	case st.typeURL == "" && typeURL == "":
-		return st.reject("missing_type_url", codes.InvalidArgument, "type_url is required on ADS")
-	case st.typeURL != "" && typeURL == "":
-		typeURL = st.typeURL
-	case st.typeURL != "" && typeURL != st.typeURL:
-		return st.reject("wrong_type_url", codes.InvalidArgument, "type_url %q on the %s service", typeURL, st.typeURL)
-	case !keying.ValidTypeURL(typeURL):
-		return st.reject("invalid_type_url", codes.InvalidArgument, "malformed type_url %q", typeURL)
+	typeURL, err := st.checkType(req.GetTypeUrl())
+	if err != nil {
+		return err
 	}
 	if n := len(req.GetResourceNames()); n > st.srv.opts.MaxNamesPerRequest {
-		return st.reject("too_many_names", codes.ResourceExhausted,
-			"%d resource names in one request, the limit is %d", n, st.srv.opts.MaxNamesPerRequest)
+		return st.tooMany(n)
 	}
 	if err := st.bind(req.GetNode()); err != nil {
 		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
@@ -165,7 +156,9 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	v := it.view
 	forced := false
 	for n := range it.force {
-		if _, ok := v.Resources[n]; ok || (n == keying.Wildcard && v.Complete) {
+		_, named := ts.names[n]
+		_, present := v.Resources[n]
+		if (named && present) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
 			forced = true
 			break
 		}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // StreamInfo is one stream's state for /debug/clients.
@@ -84,8 +85,10 @@ type typeState struct {
 	sentOnce     bool
 	sentAt       time.Time // upstream receipt of the change last sent; zero when not a change
 
-	// Delta bookkeeping: what the client holds, name → version.
-	has map[string]string
+	// Delta bookkeeping: what the client holds, name → version, and whether
+	// a wildcard subscription still waits for its first answer.
+	has         map[string]string
+	wildPending bool
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
@@ -219,6 +222,26 @@ func (st *stream) bind(node *corev3.Node) error {
 		return status.Errorf(codes.InvalidArgument, "node changed mid-stream: first %q, now %q", st.node.GetId(), node.GetId())
 	}
 	return nil
+}
+
+// checkType returns the type URL a request is for, or a status error.
+func (st *stream) checkType(typeURL string) (string, error) {
+	switch {
+	case st.typeURL == "" && typeURL == "":
+		return "", st.reject("missing_type_url", codes.InvalidArgument, "type_url is required on ADS")
+	case st.typeURL != "" && typeURL == "":
+		return st.typeURL, nil
+	case st.typeURL != "" && typeURL != st.typeURL:
+		return "", st.reject("wrong_type_url", codes.InvalidArgument, "type_url %q on the %s service", typeURL, st.typeURL)
+	case !keying.ValidTypeURL(typeURL):
+		return "", st.reject("invalid_type_url", codes.InvalidArgument, "malformed type_url %q", typeURL)
+	}
+	return typeURL, nil
+}
+
+func (st *stream) tooMany(n int) error {
+	return st.reject("too_many_names", codes.ResourceExhausted,
+		"%d resource names in one request, the limit is %d", n, st.srv.opts.MaxNamesPerRequest)
 }
 
 // reject counts a request refused with a status and returns it.

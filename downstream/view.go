@@ -25,6 +25,9 @@ type Resource struct {
 	// default servers. Wildcard subscriptions select the default authority's
 	// resources.
 	Authority string
+
+	deltaOnce sync.Once
+	delta     []byte // the Resource wrapper, encoded on first use
 }
 
 // View is an immutable snapshot of one type's resources, published by the
@@ -78,12 +81,17 @@ type body struct {
 // sotw returns the SotW response body for the selection identified by key,
 // encoding it with pick the first time.
 func (v *View) sotw(key string, pick func() []*Resource) *body {
+	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick()) })
+}
+
+// memoized returns the body memoized under key, encoding it the first time.
+func (v *View) memoized(key string, encode func() *body) *body {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if b, ok := v.memo[key]; ok {
 		return b
 	}
-	b := encodeSotW(v.TypeURL, pick())
+	b := encode()
 	if v.memo == nil {
 		v.memo = make(map[string]*body)
 	}

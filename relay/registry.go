@@ -19,7 +19,9 @@ func (r *Relay) Bind(downstream.Watcher, *corev3.Node) error { return nil }
 // Cancel implements downstream.Source.
 func (r *Relay) Cancel(downstream.Watcher) {}
 
-// Watch implements downstream.Source.
+// Watch implements downstream.Source. It notifies w under mu when something
+// was added (or removed from a wildcard-capable type), so that the View it
+// hands over is ordered with every later update.
 func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string, wildcard *bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -52,6 +54,11 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string
 		if len(ws) == 0 {
 			delete(tc.watchers, name)
 			r.release(tc, name)
+		}
+		if keying.WildcardCapable(typeURL) {
+			// xDS (Delta): unsubscribing a name the wildcard may cover is
+			// answered with the resource or its removal.
+			force = append(force, name)
 		}
 	}
 	if wildcard != nil {

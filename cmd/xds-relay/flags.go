@@ -1,0 +1,157 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/xds-relay/xds-relay/config"
+)
+
+// options are the command line of xds-relay.
+type options struct {
+	validate bool // the "validate" subcommand
+
+	configPath string
+	listen     string
+	admin      string
+	upstream   string
+	logLevel   string
+	logFormat  string
+	version    bool
+
+	// set holds the names of the flags given on the command line: only those
+	// override the config file.
+	set map[string]bool
+}
+
+// parseArgs parses args (without the program name). On --help it writes the
+// usage to out and returns flag.ErrHelp.
+func parseArgs(args []string, out io.Writer) (*options, error) {
+	o := &options{set: map[string]bool{}}
+	if len(args) > 0 && args[0] == "validate" {
+		o.validate = true
+		args = args[1:]
+	}
+	def := config.Default()
+	fs := flag.NewFlagSet("xds-relay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned, usage is written below
+	fs.StringVar(&o.configPath, "config", "", "YAML config `FILE` (sections below); flags override it")
+	fs.StringVar(&o.listen, "listen", def.Listen, "downstream xDS gRPC `ADDR` (host:port)")
+	fs.StringVar(&o.admin, "admin", def.Admin, "admin HTTP `ADDR` (host:port); \"\" disables it")
+	fs.StringVar(&o.upstream, "upstream", "",
+		"one default plaintext upstream xDS server `ADDR` (host:port); replaces upstream.xds_servers")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(out, fs)
+			return nil, flag.ErrHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	switch o.logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return nil, fmt.Errorf("invalid value %q for flag --log-level: want debug, info, warn or error", o.logLevel)
+	}
+	if o.logFormat != "json" && o.logFormat != "console" {
+		return nil, fmt.Errorf("invalid value %q for flag --log-format: want json or console", o.logFormat)
+	}
+	return o, nil
+}
+
+// config loads the config file (or the defaults) and applies the flags that
+// were set. It does not validate.
+func (o *options) config() (*config.Config, error) {
+	cfg := config.Default()
+	if o.configPath != "" {
+		var err error
+		if cfg, err = config.Load(o.configPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.set["listen"] {
+		cfg.Listen = o.listen
+	}
+	if o.set["admin"] {
+		cfg.Admin = o.admin
+	}
+	if o.set["upstream"] {
+		cfg.Upstream.XDSServers = []config.Server{{
+			ServerURI:    o.upstream,
+			ChannelCreds: []config.ChannelCreds{{Type: "insecure"}},
+		}}
+	}
+	return cfg, nil
+}
+
+const usageHead = `xds-relay is a caching xDS relay: it serves xDS (ADS and the per-type
+services, SotW and Delta) to many clients from one upstream subscription per
+resource.
+
+Usage:
+  xds-relay [flags]                     run the relay until SIGTERM or SIGINT
+  xds-relay validate [flags]            check the config (file and flags) and exit:
+                                        "config OK" and 0, or the bad field and 1
+
+Flags (given flags override the config file):
+`
+
+const usageConfig = `
+Config file (YAML; unknown keys are errors; durations like "5s"):
+  listen: ":18001"              downstream xDS gRPC address
+  admin: "127.0.0.1:9902"       admin HTTP address ("" disables): /healthz, /readyz,
+                                /metrics, /debug/cache, /debug/clients, /debug/upstreams,
+                                /debug/pprof/
+  node:                         the identity the relay presents upstream
+    id: "xds-relay"
+    cluster: "xds-relay"
+    metadata: {}                string values
+  upstream:                     the shape of a gRPC xDS bootstrap (gRFC A27/A47)
+    xds_servers:                default servers, tried in order; at least one
+      - server_uri: "127.0.0.1:18000"     host:port
+        channel_creds: [{type: insecure}] insecure (tls: not supported yet)
+    authorities:                xdstp://AUTHORITY/... names go to its servers
+      "auth.example": {xds_servers: [...]}   (none: the default servers)
+    linger: 5s                  upstream subscription kept after the last watcher left
+  cache:
+    max_unreferenced: 10000     unwatched resources kept (LRU)
+    persist_path: ""            warm-restart file (not supported yet)
+  limits:
+    max_names_per_request: 10000
+    max_recv_message_bytes: 4194304
+  keying: ...                   node groups, TP2 parameters (not supported yet)
+  rollout: ...                  guarded rollout (not supported yet)
+  tls: ...                      downstream TLS / mTLS (not supported yet)
+
+Exit status: 0 after a clean shutdown; 1 on a bad config, a port in use or a
+serving error; 2 on a bad flag.
+`
+
+// writeUsage writes the help: the commands, every flag, the config sections.
+func writeUsage(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	b.WriteString(usageHead)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			usage += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(&b, "%-26s %s\n", line, usage)
+	})
+	b.WriteString(usageConfig)
+	_, _ = io.WriteString(w, b.String())
+}

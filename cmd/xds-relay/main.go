@@ -1,0 +1,182 @@
+// Command xds-relay is the caching xDS relay: it loads the config (file and
+// flags), serves downstream xDS on --listen and the admin HTTP API on --admin,
+// and drains on SIGTERM or SIGINT. See `xds-relay --help` and CONTRACT.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/xds-relay/xds-relay/relay"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// drainTimeout bounds the graceful shutdown after a signal.
+const drainTimeout = 10 * time.Second
+
+func main() {
+	relay.Version = version
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	// After the first signal, a second one kills the process at once.
+	context.AfterFunc(ctx, stop)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // bad config, port in use, serving error
+	exitUsage = 2 // bad flag
+)
+
+// run is the whole command: args are the arguments after the program name.
+// It returns when ctx is cancelled (after draining) or on an error, with the
+// process exit code. Errors are one line on stderr; logs go to stderr too.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "xds-relay: "+format+"\n", a...)
+		return code
+	}
+	o, err := parseArgs(args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		return fail(exitUsage, "%v (see xds-relay --help)", err)
+	case o.version:
+		fmt.Fprintf(stdout, "xds-relay %s\n", version)
+		return exitOK
+	}
+	cfg, err := o.config()
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	if o.validate {
+		fmt.Fprintln(stdout, "config OK")
+		return exitOK
+	}
+
+	log := newLogger(o.logLevel, o.logFormat, stderr)
+	defer func() { _ = log.Sync() }()
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
+	var adminLis net.Listener
+	if cfg.Admin != "" {
+		if adminLis, err = net.Listen("tcp", cfg.Admin); err != nil {
+			_ = lis.Close()
+			return fail(exitError, "admin: %v", err)
+		}
+	}
+	r, err := relay.New(cfg, log)
+	if err != nil {
+		_ = lis.Close()
+		if adminLis != nil {
+			_ = adminLis.Close()
+		}
+		return fail(exitError, "%v", err)
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(lis) }()
+
+	var admin *http.Server
+	adminDone := make(chan error, 1)
+	adminAddr := ""
+	if adminLis != nil {
+		adminAddr = adminLis.Addr().String()
+		admin = &http.Server{
+			Handler:           r.AdminHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          zap.NewStdLog(log.Named("admin")),
+		}
+		go func() { adminDone <- admin.Serve(adminLis) }()
+	}
+	log.Info("serving",
+		zap.String("version", version),
+		zap.String("listen", lis.Addr().String()),
+		zap.String("admin", adminAddr),
+		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),
+		zap.Int("authorities", len(cfg.Upstream.Authorities)))
+
+	// Wait for a signal, or for Serve or the admin server to fail.
+	code := exitOK
+	serveReturned, adminReturned := false, false
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining", zap.Duration("timeout", drainTimeout))
+	case err := <-served:
+		// Serve returns only after Shutdown or Close; anything else is fatal.
+		serveReturned = true
+		if err == nil {
+			err = errors.New("relay stopped serving")
+		}
+		log.Error("serve", zap.Error(err))
+		code = fail(exitError, "%v", err)
+	case err := <-adminDone:
+		adminReturned = true
+		log.Error("admin", zap.Error(err))
+		code = fail(exitError, "admin: %v", err)
+	}
+
+	sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	r.Shutdown(sctx) // readiness off, GOAWAY, drain until sctx, upstreams closed
+	if !serveReturned {
+		if err := <-served; err != nil {
+			log.Error("serve", zap.Error(err))
+		}
+	}
+	if admin != nil && !adminReturned {
+		if err := admin.Shutdown(sctx); err != nil {
+			log.Warn("admin shutdown", zap.Error(err))
+			_ = admin.Close()
+		}
+		if err := <-adminDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin", zap.Error(err))
+		}
+	}
+	log.Info("stopped")
+	return code
+}
+
+// newLogger builds the process logger writing to w at level (debug, info,
+// warn, error) in format (json or console).
+func newLogger(level, format string, w io.Writer) *zap.Logger {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		lvl = zapcore.InfoLevel // parseArgs accepts only valid levels
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	ec.EncodeDuration = zapcore.StringDurationEncoder
+	enc := zapcore.NewJSONEncoder(ec)
+	if format == "console" {
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w))))
+}

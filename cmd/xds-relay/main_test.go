@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/xds-relay/xds-relay/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes. When
+// a JSON log line with msg "serving" is written, it is sent on serving.
+type syncBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	serving chan []byte
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{serving: make(chan []byte, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bytes.Contains(p, []byte(`"msg":"serving"`)) {
+		select {
+		case b.serving <- bytes.Clone(p):
+		default:
+		}
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runArgs runs the command to completion with a 10 s context.
+func runArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	errOut := newSyncBuffer()
+	code = run(ctx, args, &out, errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const fileConfig = `
+listen: "127.0.0.1:20001"
+admin: "127.0.0.1:20002"
+node: {id: from-file}
+upstream:
+  xds_servers:
+    - server_uri: "file.example:18000"
+    - server_uri: "fallback.example:18000"
+`
+
+func TestFlagsOverrideFile(t *testing.T) {
+	file := writeFile(t, fileConfig)
+	fromFile := func(f func(*config.Config)) *config.Config {
+		c := config.Default()
+		c.Listen = "127.0.0.1:20001"
+		c.Admin = "127.0.0.1:20002"
+		c.Node.ID = "from-file"
+		c.Upstream.XDSServers = []config.Server{
+			{ServerURI: "file.example:18000"},
+			{ServerURI: "fallback.example:18000"},
+		}
+		if f != nil {
+			f(c)
+		}
+		return c
+	}
+	insecure := []config.ChannelCreds{{Type: "insecure"}}
+	tests := []struct {
+		name string
+		args []string
+		want *config.Config
+	}{
+		{"defaults", nil, config.Default()},
+		{"upstream flag only", []string{"--upstream", "127.0.0.1:18000"}, func() *config.Config {
+			c := config.Default()
+			c.Upstream.XDSServers = []config.Server{{ServerURI: "127.0.0.1:18000", ChannelCreds: insecure}}
+			return c
+		}()},
+		{"file only", []string{"--config", file}, fromFile(nil)},
+		{"flag at its default value still overrides", []string{"--config", file, "--listen", ":18001"},
+			fromFile(func(c *config.Config) { c.Listen = ":18001" })},
+		{"admin disabled by flag", []string{"--config", file, "--admin="},
+			fromFile(func(c *config.Config) { c.Admin = "" })},
+		{"upstream replaces the file's servers", []string{"-config", file, "-upstream", "flag.example:1"},
+			fromFile(func(c *config.Config) {
+				c.Upstream.XDSServers = []config.Server{{ServerURI: "flag.example:1", ChannelCreds: insecure}}
+			})},
+		{"log flags do not touch the config", []string{"--config", file, "--log-level", "debug", "--log-format", "console"},
+			fromFile(nil)},
+		{"validate subcommand", []string{"validate", "--config", file, "--listen", "127.0.0.1:1"},
+			fromFile(func(c *config.Config) { c.Listen = "127.0.0.1:1" })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseArgs(tt.args, io.Discard)
+			if err != nil {
+				t.Fatalf("parseArgs: %v", err)
+			}
+			got, err := o.config()
+			if err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("config mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"--listn", ":1"}, "xds-relay: flag provided but not defined: -listn (see xds-relay --help)\n"},
+		{"missing value", []string{"--config"}, "xds-relay: flag needs an argument: -config (see xds-relay --help)\n"},
+		{"bad log level", []string{"--log-level", "verbose"},
+			`xds-relay: invalid value "verbose" for flag --log-level: want debug, info, warn or error (see xds-relay --help)` + "\n"},
+		{"bad log format", []string{"--log-format", "xml"},
+			`xds-relay: invalid value "xml" for flag --log-format: want json or console (see xds-relay --help)` + "\n"},
+		{"extra argument", []string{"--upstream", "a:1", "serve"},
+			`xds-relay: unexpected argument "serve" (see xds-relay --help)` + "\n"},
+		{"bad bool", []string{"--version=maybe"},
+			`xds-relay: invalid boolean value "maybe" for -version: parse error (see xds-relay --help)` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runArgs(t, tt.args...)
+			if code != exitUsage {
+				t.Errorf("exit code = %d, want %d", code, exitUsage)
+			}
+			if stdout != "" {
+				t.Errorf("stdout = %q, want nothing", stdout)
+			}
+			if diff := cmp.Diff(tt.want, stderr); diff != "" {
+				t.Errorf("stderr mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		code, stdout, stderr := runArgs(t, arg)
+		if code != exitOK || stderr != "" {
+			t.Errorf("%s: exit %d, stderr %q; want 0 and nothing", arg, code, stderr)
+		}
+		for _, want := range []string{
+			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
+			"--log-format FORMAT", "--version", "xds-relay validate",
+			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
+			"keying: ...", "rollout: ...", "tls: ...", "not supported yet",
+		} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%s: help does not mention %q", arg, want)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runArgs(t, "--version")
+	if code != exitOK || stdout != "xds-relay dev\n" {
+		t.Errorf("--version = %d %q, want 0 %q", code, stdout, "xds-relay dev\n")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := writeFile(t, fileConfig)
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     string
+		stderrHas  string
+		stderrLine bool
+	}{
+		{"good file", []string{"validate", "--config", good}, exitOK, "config OK\n", "", false},
+		{"flags only", []string{"validate", "--upstream", "127.0.0.1:18000"}, exitOK, "config OK\n", "", false},
+		{"no upstream", []string{"validate"}, exitError, "",
+			"xds-relay: config: upstream.xds_servers: at least one server is required", true},
+		{"bad server", []string{"validate", "--config", writeFile(t, "upstream: {xds_servers: [{server_uri: nope}]}\n")},
+			exitError, "", `upstream.xds_servers[0].server_uri: must be host:port, got "nope"`, true},
+		{"tls creds", []string{"validate", "--config", writeFile(t,
+			"upstream:\n  xds_servers:\n    - server_uri: 'a:1'\n      channel_creds: [{type: tls}]\n")},
+			exitError, "", "upstream.xds_servers[0].channel_creds[0].type: tls is not supported yet", true},
+		{"unknown key", []string{"validate", "--config", writeFile(t, "upstream: {xds_server: []}\n")},
+			exitError, "", "upstream.xds_server: unknown field (line 1)", true},
+		{"later section", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "rollout: {hold: 2s}\n")},
+			exitError, "", "config: rollout: not supported yet", true},
+		{"flag fixes the file", []string{"validate", "--config", writeFile(t, "listen: nope\nupstream: {xds_servers: [{server_uri: 'a:1'}]}\n"),
+			"--listen", ":1"}, exitOK, "config OK\n", "", false},
+		{"flag breaks the file", []string{"validate", "--config", good, "--admin", "nope"},
+			exitError, "", `config: admin: must be host:port, got "nope"`, true},
+		{"missing file", []string{"validate", "--config", filepath.Join(t.TempDir(), "missing.yaml")},
+			exitError, "", "no such file or directory", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runArgs(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit code = %d, want %d (stderr %q)", code, tt.code, stderr)
+			}
+			if stdout != tt.stdout {
+				t.Errorf("stdout = %q, want %q", stdout, tt.stdout)
+			}
+			if !strings.Contains(stderr, tt.stderrHas) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr, tt.stderrHas)
+			}
+			if tt.stderrLine && strings.Count(stderr, "\n") != 1 {
+				t.Errorf("stderr = %q, want one line", stderr)
+			}
+		})
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"listen", []string{"--listen", addr, "--admin", ""}},
+		{"admin", []string{"--listen", "127.0.0.1:0", "--admin", addr}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runArgs(t, append(tt.args, "--upstream", "127.0.0.1:1")...)
+			if code != exitError {
+				t.Errorf("exit code = %d, want %d", code, exitError)
+			}
+			if !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, addr) ||
+				strings.Count(stderr, "\n") != 1 {
+				t.Errorf("stderr = %q, want one line naming %s in use", stderr, addr)
+			}
+		})
+	}
+}
+
+// TestRunUntilCancelled starts the relay on free ports, checks that the admin
+// server answers, cancels the context (as SIGTERM does in main) and expects a
+// clean exit.
+func TestRunUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := newSyncBuffer()
+	var stdout bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+			"--upstream", "127.0.0.1:1", "--log-level", "debug"}, &stdout, stderr)
+	}()
+
+	wait, waitCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer waitCancel()
+	var line []byte
+	select {
+	case line = <-stderr.serving:
+	case code := <-done:
+		t.Fatalf("run returned %d before serving; stderr:\n%s", code, stderr)
+	case <-wait.Done():
+		t.Fatalf("no serving log line within 10s; stderr:\n%s", stderr)
+	}
+	var serving struct{ Listen, Admin string }
+	if err := json.Unmarshal(line, &serving); err != nil {
+		t.Fatalf("serving log line %q: %v", line, err)
+	}
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) int {
+		req, err := http.NewRequestWithContext(wait, http.MethodGet, "http://"+serving.Admin+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get("/healthz"); got != http.StatusOK {
+		t.Errorf("GET /healthz = %d, want 200", got)
+	}
+	// Serve may not have started yet when the line is logged: poll readiness.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for get("/readyz") != http.StatusOK {
+		select {
+		case <-tick.C:
+		case <-wait.Done():
+			t.Fatalf("/readyz not 200 within 10s; stderr:\n%s", stderr)
+		}
+	}
+	conn, err := (&net.Dialer{}).DialContext(wait, "tcp", serving.Listen)
+	if err != nil {
+		t.Fatalf("dial the xDS listener: %v", err)
+	}
+	_ = conn.Close()
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit code = %d, want 0; stderr:\n%s", code, stderr)
+		}
+	case <-wait.Done():
+		t.Fatalf("run did not return within 10s of cancel; stderr:\n%s", stderr)
+	}
+	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
+		t.Errorf("no stopped log line; stderr:\n%s", stderr)
+	}
+}

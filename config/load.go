@@ -1,0 +1,328 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults of the fields whose default is not their zero value.
+const (
+	DefaultListen              = ":18001"
+	DefaultAdmin               = "127.0.0.1:9902"
+	DefaultNodeID              = "xds-relay"
+	DefaultNodeCluster         = "xds-relay"
+	DefaultLinger              = 5 * time.Second
+	DefaultMaxUnreferenced     = 10000
+	DefaultMaxNamesPerRequest  = 10000
+	DefaultMaxRecvMessageBytes = 4 << 20
+)
+
+// Default returns a new Config holding every default. It has no upstream
+// server, so it does not validate until one is added.
+func Default() *Config {
+	return &Config{
+		Listen: DefaultListen,
+		Admin:  DefaultAdmin,
+		Node:   Node{ID: DefaultNodeID, Cluster: DefaultNodeCluster},
+		Upstream: Upstream{
+			Linger: DefaultLinger,
+		},
+		Cache: Cache{MaxUnreferenced: DefaultMaxUnreferenced},
+		Limits: Limits{
+			MaxNamesPerRequest:  DefaultMaxNamesPerRequest,
+			MaxRecvMessageBytes: DefaultMaxRecvMessageBytes,
+		},
+	}
+}
+
+// FieldError is an error about one field of the configuration.
+type FieldError struct {
+	// Field is the field's path in the file, e.g.
+	// "upstream.xds_servers[0].server_uri" or `upstream.authorities["a"]`.
+	Field string
+	// Msg says what is wrong.
+	Msg string
+	// Line is the line of the file, or 0 when unknown (Validate).
+	Line int
+}
+
+// Error formats e as "config: FIELD: MSG" with the line when known.
+func (e *FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("config: %s: %s (line %d)", e.Field, e.Msg, e.Line)
+	}
+	return fmt.Sprintf("config: %s: %s", e.Field, e.Msg)
+}
+
+// Load reads the YAML file at path and parses it with Parse. It does not
+// validate.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over Default. Unknown keys, values of the wrong kind and
+// more than one document are errors naming the field; durations are written
+// like "5s". An empty document yields the defaults. Parse does not validate:
+// call Validate.
+func Parse(data []byte) (*Config, error) {
+	cfg := Default()
+
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return cfg, nil
+		}
+		return nil, yamlError(err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, yamlError(err)
+	case !isNull(document(&next)):
+		return nil, fmt.Errorf("config: line %d: more than one YAML document", next.Line)
+	}
+
+	root := document(&doc)
+	if isNull(root) {
+		return cfg, nil
+	}
+	w := walker{seen: map[seenKey]bool{}}
+	if err := w.check(root, reflect.TypeFor[Config](), ""); err != nil {
+		return nil, err
+	}
+
+	// The walk above found every error with its path; decode for real.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(cfg); err != nil {
+		return nil, yamlError(err)
+	}
+	markSections(root, cfg)
+	return cfg, nil
+}
+
+// markSections makes the sections that are present in the file but empty
+// ("keying:") non-nil, so that Validate rejects them as it does a full one.
+func markSections(root *yaml.Node, cfg *Config) {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		var m *map[string]any
+		switch root.Content[i].Value {
+		case "keying":
+			m = &cfg.Keying
+		case "rollout":
+			m = &cfg.Rollout
+		case "tls":
+			m = &cfg.TLS
+		default:
+			continue
+		}
+		if *m == nil {
+			*m = map[string]any{}
+		}
+	}
+}
+
+// yamlError turns a yaml.v3 error into a one-line error.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("config: %s", strings.Join(te.Errors, "; "))
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	return fmt.Errorf("config: %s", strings.Join(strings.Fields(msg), " "))
+}
+
+// document returns the content of a document node.
+func document(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		return n.Content[0]
+	}
+	return n
+}
+
+// isNull reports whether n is absent or a YAML null.
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// walker checks a YAML tree against the Config type before decoding, so that
+// every unknown key and every value of the wrong kind is reported with its
+// field path (yaml.v3 reports only a line and a Go type).
+type walker struct {
+	// seen holds the anchored nodes already checked against a type, so that
+	// aliases cost nothing (no "billion laughs").
+	seen map[seenKey]bool
+}
+
+type seenKey struct {
+	n *yaml.Node
+	t reflect.Type
+}
+
+func (w *walker) check(n *yaml.Node, t reflect.Type, path string) error {
+	at := n // errors point at the alias, not at its anchor
+	for n.Kind == yaml.AliasNode {
+		if n.Alias == nil {
+			return nil
+		}
+		n = n.Alias
+	}
+	if n.Anchor != "" {
+		k := seenKey{n, t}
+		if w.seen[k] {
+			return nil
+		}
+		w.seen[k] = true
+	}
+	if isNull(n) {
+		return nil // yaml.v3 leaves scalars and structs alone on null
+	}
+	switch {
+	case isStruct(t):
+		if n.Kind != yaml.MappingNode {
+			return fieldErr(path, at, "must be a mapping")
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.ShortTag() == "!!merge" {
+				if err := w.checkMerge(v, t, path); err != nil {
+					return err
+				}
+				continue
+			}
+			f, ok := fieldByKey(t, k.Value)
+			if !ok {
+				return fieldErr(join(path, k.Value), k, "unknown field")
+			}
+			if err := w.check(v, f.Type, join(path, k.Value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case t.Kind() == reflect.Slice && isStruct(t.Elem()):
+		if n.Kind != yaml.SequenceNode {
+			return fieldErr(path, at, "must be a list")
+		}
+		for i, c := range n.Content {
+			if err := w.check(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case t.Kind() == reflect.Map && isStruct(t.Elem()):
+		if n.Kind != yaml.MappingNode {
+			return fieldErr(path, at, "must be a mapping")
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return fieldErr(path, k, "keys must be strings")
+			}
+			if err := w.check(v, t.Elem(), fmt.Sprintf("%s[%q]", path, k.Value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			return fieldErr(path, at, "must be "+describe(t))
+		}
+		return nil
+	}
+}
+
+// checkMerge checks the value of a "<<" merge key: a mapping or a list of them.
+func (w *walker) checkMerge(v *yaml.Node, t reflect.Type, path string) error {
+	for v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	if v.Kind == yaml.SequenceNode {
+		for _, c := range v.Content {
+			if err := w.check(c, t, path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return w.check(v, t, path)
+}
+
+func isStruct(t reflect.Type) bool { return t.Kind() == reflect.Struct && t != durationType }
+
+// fieldByKey finds the field of struct type t whose yaml tag names key.
+func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == key && name != "" && name != "-" {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// join appends key to path, quoted unless it is a plain identifier.
+func join(path, key string) string {
+	if key == "" || strings.ContainsFunc(key, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func fieldErr(path string, n *yaml.Node, msg string) *FieldError {
+	if path == "" {
+		path = "(top level)"
+	}
+	return &FieldError{Field: path, Msg: msg, Line: n.Line}
+}
+
+// describe names the kind of value a field of type t takes.
+func describe(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return `a duration like "5s"`
+	case t.Kind() == reflect.String:
+		return "a string"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+		return "an integer"
+	case t.Kind() == reflect.Slice:
+		return "a list of " + strings.TrimPrefix(describe(t.Elem()), "a ") + "s"
+	case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.String:
+		return "a mapping of strings"
+	case t.Kind() == reflect.Map:
+		return "a mapping"
+	default:
+		return "a " + t.String()
+	}
+}

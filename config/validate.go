@@ -1,0 +1,123 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks c and returns the first problem found as a *FieldError
+// naming the field, or nil. Checks run in the order of the file's sections, so
+// the error is the same on every run.
+func (c *Config) Validate() error {
+	if c == nil {
+		return &FieldError{Field: "(top level)", Msg: "no configuration"}
+	}
+	// Sections that arrive with later issues (CONTRACT.md).
+	switch {
+	case c.Keying != nil:
+		return notYet("keying")
+	case c.Rollout != nil:
+		return notYet("rollout")
+	case c.TLS != nil:
+		return notYet("tls")
+	case c.Cache.PersistPath != "":
+		return notYet("cache.persist_path")
+	}
+
+	if err := checkHostPort("listen", c.Listen, false); err != nil {
+		return err
+	}
+	if c.Admin != "" {
+		if err := checkHostPort("admin", c.Admin, false); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.Node.ID == "":
+		return &FieldError{Field: "node.id", Msg: "must not be empty"}
+	case c.Upstream.Linger < 0:
+		return &FieldError{Field: "upstream.linger", Msg: "must not be negative"}
+	case c.Cache.MaxUnreferenced < 0:
+		return &FieldError{Field: "cache.max_unreferenced", Msg: "must not be negative"}
+	case c.Limits.MaxNamesPerRequest <= 0:
+		return &FieldError{Field: "limits.max_names_per_request", Msg: "must be positive"}
+	case c.Limits.MaxRecvMessageBytes <= 0:
+		return &FieldError{Field: "limits.max_recv_message_bytes", Msg: "must be positive"}
+	}
+
+	// The default servers serve legacy names and authorities without servers
+	// of their own, so at least one is required.
+	if len(c.Upstream.XDSServers) == 0 {
+		return &FieldError{Field: "upstream.xds_servers", Msg: "at least one server is required"}
+	}
+	if err := checkServers("upstream.xds_servers", c.Upstream.XDSServers); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Upstream.Authorities)) {
+		path := fmt.Sprintf("upstream.authorities[%q]", name)
+		switch {
+		case name == "":
+			return &FieldError{Field: path, Msg: "authority name must not be empty"}
+		case strings.ContainsAny(name, "/?#"):
+			return &FieldError{Field: path, Msg: "authority name must not contain '/', '?' or '#'"}
+		}
+		if err := checkServers(path+".xds_servers", c.Upstream.Authorities[name].XDSServers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkServers validates one server list; path names the list.
+func checkServers(path string, servers []Server) error {
+	for i, s := range servers {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if err := checkHostPort(p+".server_uri", s.ServerURI, true); err != nil {
+			return err
+		}
+		for j, cc := range s.ChannelCreds {
+			f := fmt.Sprintf("%s.channel_creds[%d].type", p, j)
+			switch cc.Type {
+			case "insecure":
+			case "tls":
+				return &FieldError{Field: f, Msg: "tls is not supported yet"}
+			case "":
+				return &FieldError{Field: f, Msg: "must be set (insecure)"}
+			default:
+				return &FieldError{Field: f, Msg: fmt.Sprintf("unknown type %q (want insecure)", cc.Type)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkHostPort checks that s is host:port with a numeric port. For an
+// address to dial (needHost), the host is required and the port is not 0.
+func checkHostPort(field, s string, needHost bool) error {
+	bad := func(why string) error {
+		return &FieldError{Field: field, Msg: fmt.Sprintf("must be host:port%s, got %q", why, s)}
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return bad("")
+	}
+	if strings.ContainsAny(host, "/ \t") {
+		return bad(" without a scheme or spaces")
+	}
+	if needHost && host == "" {
+		return bad(" with a host")
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || (needHost && n == 0) {
+		return bad(" with a port number")
+	}
+	return nil
+}
+
+func notYet(field string) error {
+	return &FieldError{Field: field, Msg: "not supported yet"}
+}

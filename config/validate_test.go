@@ -1,0 +1,192 @@
+package config_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/xds-relay/xds-relay/config"
+)
+
+func TestValidateOK(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  *config.Config
+	}{
+		{"one server", withServer(nil)},
+		{"admin disabled", withServer(func(c *config.Config) { c.Admin = "" })},
+		{"listen any port", withServer(func(c *config.Config) { c.Listen = "127.0.0.1:0" })},
+		{"ipv6", withServer(func(c *config.Config) {
+			c.Listen = "[::1]:18001"
+			c.Upstream.XDSServers[0].ServerURI = "[::1]:18000"
+		})},
+		{"dns name and fallback", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers = append(c.Upstream.XDSServers, config.Server{
+				ServerURI:    "cp.example.com:443",
+				ChannelCreds: []config.ChannelCreds{{Type: "insecure"}},
+			})
+		})},
+		{"authority with and without servers", withServer(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{
+				"a.example": {XDSServers: []config.Server{{ServerURI: "127.0.0.1:18010"}}},
+				"b.example": {},
+			}
+		})},
+		{"zero linger and cache", withServer(func(c *config.Config) {
+			c.Upstream.Linger = 0
+			c.Cache.MaxUnreferenced = 0
+		})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.cfg.Validate(); err != nil {
+				t.Errorf("Validate() = %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   *config.Config
+		field string
+		want  string
+	}{
+		{"no servers", config.Default(), "upstream.xds_servers",
+			"config: upstream.xds_servers: at least one server is required"},
+		{"server without port", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "localhost" }),
+			"upstream.xds_servers[0].server_uri",
+			`config: upstream.xds_servers[0].server_uri: must be host:port, got "localhost"`},
+		{"server without host", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = ":18000" }),
+			"upstream.xds_servers[0].server_uri",
+			`config: upstream.xds_servers[0].server_uri: must be host:port with a host, got ":18000"`},
+		{"server with scheme", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "dns:///cp:18000" }),
+			"upstream.xds_servers[0].server_uri",
+			`config: upstream.xds_servers[0].server_uri: must be host:port, got "dns:///cp:18000"`},
+		{"server with path", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "cp/x:18000" }),
+			"upstream.xds_servers[0].server_uri",
+			`config: upstream.xds_servers[0].server_uri: must be host:port without a scheme or spaces, got "cp/x:18000"`},
+		{"server port zero", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "cp:0" }),
+			"upstream.xds_servers[0].server_uri",
+			`config: upstream.xds_servers[0].server_uri: must be host:port with a port number, got "cp:0"`},
+		{"second server", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers = append(c.Upstream.XDSServers, config.Server{ServerURI: "cp:http"})
+		}), "upstream.xds_servers[1].server_uri",
+			`config: upstream.xds_servers[1].server_uri: must be host:port with a port number, got "cp:http"`},
+		{"tls creds", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "tls", Config: map[string]any{"ca_certificate_file": "ca.pem"}}}
+		}), "upstream.xds_servers[0].channel_creds[0].type",
+			"config: upstream.xds_servers[0].channel_creds[0].type: tls is not supported yet"},
+		{"unknown creds", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "insecure"}, {Type: "google_default"}}
+		}), "upstream.xds_servers[0].channel_creds[1].type",
+			`config: upstream.xds_servers[0].channel_creds[1].type: unknown type "google_default" (want insecure)`},
+		{"empty creds type", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{}}
+		}), "upstream.xds_servers[0].channel_creds[0].type",
+			"config: upstream.xds_servers[0].channel_creds[0].type: must be set (insecure)"},
+		{"empty authority name", withServer(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{"": {}}
+		}), `upstream.authorities[""]`, `config: upstream.authorities[""]: authority name must not be empty`},
+		{"authority name with slash", withServer(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{"a/b": {}}
+		}), `upstream.authorities["a/b"]`,
+			`config: upstream.authorities["a/b"]: authority name must not contain '/', '?' or '#'`},
+		{"authority server", withServer(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{
+				"a.example": {},
+				"b.example": {XDSServers: []config.Server{{ServerURI: "nope"}}},
+			}
+		}), `upstream.authorities["b.example"].xds_servers[0].server_uri`,
+			`config: upstream.authorities["b.example"].xds_servers[0].server_uri: must be host:port, got "nope"`},
+		{"authority tls", withServer(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{
+				"a.example": {XDSServers: []config.Server{{ServerURI: "a:1", ChannelCreds: []config.ChannelCreds{{Type: "tls"}}}}},
+			}
+		}), `upstream.authorities["a.example"].xds_servers[0].channel_creds[0].type`,
+			`config: upstream.authorities["a.example"].xds_servers[0].channel_creds[0].type: tls is not supported yet`},
+		{"negative linger", withServer(func(c *config.Config) { c.Upstream.Linger = -1 }),
+			"upstream.linger", "config: upstream.linger: must not be negative"},
+		{"negative cache", withServer(func(c *config.Config) { c.Cache.MaxUnreferenced = -1 }),
+			"cache.max_unreferenced", "config: cache.max_unreferenced: must not be negative"},
+		{"persist path", withServer(func(c *config.Config) { c.Cache.PersistPath = "/var/lib/xds-relay/cache" }),
+			"cache.persist_path", "config: cache.persist_path: not supported yet"},
+		{"names limit", withServer(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 0 }),
+			"limits.max_names_per_request", "config: limits.max_names_per_request: must be positive"},
+		{"message limit", withServer(func(c *config.Config) { c.Limits.MaxRecvMessageBytes = -1 }),
+			"limits.max_recv_message_bytes", "config: limits.max_recv_message_bytes: must be positive"},
+		{"keying", withServer(func(c *config.Config) { c.Keying = map[string]any{"group_by": []any{"cluster"}} }),
+			"keying", "config: keying: not supported yet"},
+		{"empty keying", withServer(func(c *config.Config) { c.Keying = map[string]any{} }),
+			"keying", "config: keying: not supported yet"},
+		{"rollout", withServer(func(c *config.Config) { c.Rollout = map[string]any{} }),
+			"rollout", "config: rollout: not supported yet"},
+		{"tls", withServer(func(c *config.Config) { c.TLS = map[string]any{"cert_file": "a"} }),
+			"tls", "config: tls: not supported yet"},
+		{"listen", withServer(func(c *config.Config) { c.Listen = "18001" }),
+			"listen", `config: listen: must be host:port, got "18001"`},
+		{"listen empty", withServer(func(c *config.Config) { c.Listen = "" }),
+			"listen", `config: listen: must be host:port, got ""`},
+		{"admin", withServer(func(c *config.Config) { c.Admin = "localhost:99999" }),
+			"admin", `config: admin: must be host:port with a port number, got "localhost:99999"`},
+		{"node id", withServer(func(c *config.Config) { c.Node.ID = "" }),
+			"node.id", "config: node.id: must not be empty"},
+		{"nil", nil, "(top level)", "config: (top level): no configuration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if err == nil {
+				t.Fatalf("Validate() = nil, want %q", tt.want)
+			}
+			if diff := cmp.Diff(tt.want, err.Error()); diff != "" {
+				t.Errorf("error mismatch (-want +got):\n%s", diff)
+			}
+			var fe *config.FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate() = %T, want *config.FieldError", err)
+			}
+			if fe.Field != tt.field {
+				t.Errorf("FieldError.Field = %q, want %q", fe.Field, tt.field)
+			}
+		})
+	}
+}
+
+// TestParseThenValidate covers the loader and Validate together on YAML, as
+// `xds-relay validate` uses them.
+func TestParseThenValidate(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"valid", "upstream: {xds_servers: [{server_uri: 'cp:18000', channel_creds: [{type: insecure}]}]}\n", ""},
+		{"tls from yaml", `
+upstream:
+  xds_servers:
+    - server_uri: "127.0.0.1:18000"
+      channel_creds:
+        - type: tls
+          config: {ca_certificate_file: ca.pem}
+`, "config: upstream.xds_servers[0].channel_creds[0].type: tls is not supported yet"},
+		{"keying section", "upstream: {xds_servers: [{server_uri: 'cp:1'}]}\nkeying:\n  group_by: [cluster]\n",
+			"config: keying: not supported yet"},
+		{"null servers", "upstream: {xds_servers: }\n", "config: upstream.xds_servers: at least one server is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(tt.yaml))
+			if err == nil {
+				err = cfg.Validate()
+			}
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("error mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,149 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestNewRegistersEveryFamily(t *testing.T) {
+	m := metrics.New()
+	lds := metrics.TypeLabel(keying.ListenerType)
+
+	m.DownstreamStreams.WithLabelValues(lds, metrics.ProtocolSotW).Inc()
+	m.DownstreamConnections.Inc()
+	m.Responses.WithLabelValues(lds, metrics.ProtocolDelta).Inc()
+	m.ResponseBytes.WithLabelValues(lds, metrics.ProtocolSotW).Add(100)
+	m.ACKs.WithLabelValues(lds, metrics.ProtocolSotW).Inc()
+	m.NACKs.WithLabelValues(lds, metrics.ProtocolSotW).Inc()
+	m.StaleNonces.WithLabelValues(metrics.ProtocolSotW).Inc()
+	m.RejectedRequests.WithLabelValues("too_many_names").Inc()
+	m.UpstreamConnected.WithLabelValues("", "127.0.0.1:18000").Set(1)
+	m.UpstreamResponses.WithLabelValues("", lds, metrics.ResultACK).Inc()
+	m.UpstreamReconnects.WithLabelValues("", "127.0.0.1:18000").Inc()
+	m.CacheResources.WithLabelValues(lds).Set(3)
+	m.CacheBytes.WithLabelValues(lds).Set(300)
+	m.CacheEvictions.Inc()
+	m.Propagation.Observe(0.02)
+
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	got := map[string]dto.MetricType{}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "xds_relay_") {
+			got[f.GetName()] = f.GetType()
+			if len(f.GetHelp()) < 20 {
+				t.Errorf("%s: help %q is too short to be meaningful", f.GetName(), f.GetHelp())
+			}
+		}
+	}
+	want := map[string]dto.MetricType{
+		"xds_relay_downstream_streams":        dto.MetricType_GAUGE,
+		"xds_relay_downstream_connections":    dto.MetricType_GAUGE,
+		"xds_relay_responses_total":           dto.MetricType_COUNTER,
+		"xds_relay_response_bytes_total":      dto.MetricType_COUNTER,
+		"xds_relay_acks_total":                dto.MetricType_COUNTER,
+		"xds_relay_nacks_total":               dto.MetricType_COUNTER,
+		"xds_relay_stale_nonces_total":        dto.MetricType_COUNTER,
+		"xds_relay_rejected_requests_total":   dto.MetricType_COUNTER,
+		"xds_relay_upstream_connected":        dto.MetricType_GAUGE,
+		"xds_relay_upstream_responses_total":  dto.MetricType_COUNTER,
+		"xds_relay_upstream_reconnects_total": dto.MetricType_COUNTER,
+		"xds_relay_cache_resources":           dto.MetricType_GAUGE,
+		"xds_relay_cache_bytes":               dto.MetricType_GAUGE,
+		"xds_relay_cache_evictions_total":     dto.MetricType_COUNTER,
+		"xds_relay_propagation_seconds":       dto.MetricType_HISTOGRAM,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("families mismatch (-want +got):\n%s", diff)
+	}
+
+	for _, name := range []string{"go_goroutines", "process_start_time_seconds"} {
+		if !hasFamily(families, name) {
+			t.Errorf("%s missing: Go and process collectors must be registered", name)
+		}
+	}
+	if got := value(t, m.ResponseBytes.WithLabelValues(lds, metrics.ProtocolSotW)); got != 100 {
+		t.Errorf("response bytes = %v, want 100", got)
+	}
+}
+
+func TestPropagationBuckets(t *testing.T) {
+	m := metrics.New()
+	var pb dto.Metric
+	if err := m.Propagation.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	b := pb.GetHistogram().GetBucket()
+	if first := b[0].GetUpperBound(); first != 0.001 {
+		t.Errorf("first bucket = %v, want 0.001", first)
+	}
+	if last := b[len(b)-1].GetUpperBound(); last < 30 || last > 60 {
+		t.Errorf("last bucket = %v, want about 30s", last)
+	}
+}
+
+func TestNewIsIndependent(t *testing.T) {
+	// Two relays in one process (tests) each get their own registry.
+	a, b := metrics.New(), metrics.New()
+	a.CacheEvictions.Inc()
+	if got := value(t, b.CacheEvictions); got != 0 {
+		t.Errorf("second Metrics sees the first one's counter: %v", got)
+	}
+}
+
+func TestTypeLabel(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{keying.ListenerType, keying.ListenerType},
+		{keying.RouteType, keying.RouteType},
+		{keying.ScopedRouteType, keying.ScopedRouteType},
+		{keying.VirtualHostType, keying.VirtualHostType},
+		{keying.ClusterType, keying.ClusterType},
+		{keying.EndpointType, keying.EndpointType},
+		{keying.SecretType, keying.SecretType},
+		{keying.RuntimeType, keying.RuntimeType},
+		{keying.ExtensionConfigType, keying.ExtensionConfigType},
+		{"type.googleapis.com/envoy.config.listener.v3.Listener2", metrics.OtherType},
+		{"type.googleapis.com/example.Foo", metrics.OtherType},
+		{keying.ResourceWrapperType, metrics.OtherType},
+		{"", metrics.OtherType},
+	}
+	for _, tt := range tests {
+		if got := metrics.TypeLabel(tt.in); got != tt.want {
+			t.Errorf("TypeLabel(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func hasFamily(families []*dto.MetricFamily, name string) bool {
+	for _, f := range families {
+		if f.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// value reads a counter or gauge.
+func value(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var pb dto.Metric
+	if err := c.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	if pb.Counter != nil {
+		return pb.GetCounter().GetValue()
+	}
+	return pb.GetGauge().GetValue()
+}

@@ -1,0 +1,350 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Connection states reported by Status.
+const (
+	StateIdle       = "idle"       // nothing subscribed yet; no connection
+	StateConnecting = "connecting" // dialling a server / opening the stream
+	StateConnected  = "connected"  // a stream is open
+	StateBackoff    = "backoff"    // waiting before the next attempt
+)
+
+// Client is the xDS client of one upstream authority. It keeps one ADS stream
+// carrying the union of all subscriptions. Create it with New; all methods are
+// safe for concurrent use.
+type Client struct {
+	// Set at creation, read-only.
+	cfg     Config
+	h       Handler
+	log     *zap.Logger
+	backoff func(int) time.Duration
+	retry   time.Duration // PrimaryRetryInterval
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the run goroutine has returned
+	wake    chan struct{} // one slot: pending requests, or interest while idle
+	once    sync.Once
+
+	// Guarded by mu. Never held while calling the Handler, InitialVersions or
+	// sending on a stream.
+	mu      sync.Mutex
+	types   map[string]*typeState // by type URL; entries are never deleted
+	pending []string              // type URLs with dirty set, in the order they became dirty
+	server  string                // current (or last) server URI
+	state   string                // one of the State* constants
+	lastErr error
+	mode    Mode // mode of the current (or next) stream
+
+	// Owned by the run goroutine.
+	sotwOnly  []bool // per server: answered Delta with Unimplemented (ModeAuto)
+	connected string // server reported connected to the Handler, "" if none
+}
+
+// typeState is the subscription and protocol state of one resource type.
+// Guarded by Client.mu.
+type typeState struct {
+	// names is the desired subscription, keying.Wildcard included.
+	names map[string]struct{}
+	// version is the version_info (SotW) or system_version_info (Delta) of the
+	// last accepted response on the current stream.
+	version string
+	// nonce is the nonce of the last response handled on the current stream.
+	nonce string
+	// known holds, for SotW full-state types, the names present after the
+	// last accepted response that are still of interest; used for Removed.
+	known map[string]struct{}
+
+	// Per stream; reset when a new stream starts.
+	dirty     bool                // queued in Client.pending
+	requested bool                // SotW: a request for the type was sent on this stream
+	named     bool                // SotW: a request with explicit names was sent on this stream
+	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
+	nack      error               // SotW: NACK to send with the next request
+	acks      []deltaAck          // Delta: ACKs/NACKs to send, in order
+}
+
+// deltaAck is one queued Delta ACK (err nil) or NACK.
+type deltaAck struct {
+	nonce string
+	err   error
+}
+
+func (st *typeState) wildcard() bool {
+	_, ok := st.names[keying.Wildcard]
+	return ok
+}
+
+// sortedNames returns the subscription as sent in SotW: "*" first when
+// wildcard, then the explicit names sorted.
+func (st *typeState) sortedNames() []string {
+	out := make([]string, 0, len(st.names))
+	for n := range st.names {
+		if n != keying.Wildcard {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	if st.wildcard() {
+		out = slices.Insert(out, 0, keying.Wildcard)
+	}
+	return out
+}
+
+// New returns a Client for cfg that reports to h, and starts its run
+// goroutine. Nothing is dialled before the first Subscribe.
+func New(cfg Config, h Handler) *Client {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	c := &Client{
+		cfg:     cfg,
+		h:       h,
+		log:     log.With(zap.String("authority", cfg.Authority)),
+		backoff: cfg.Backoff,
+		retry:   cfg.PrimaryRetryInterval,
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		types:   make(map[string]*typeState),
+		state:   StateIdle,
+		mode:    cfg.Mode,
+
+		sotwOnly: make([]bool, len(cfg.Servers)),
+	}
+	if c.backoff == nil {
+		c.backoff = DefaultBackoff
+	}
+	if c.retry <= 0 {
+		c.retry = DefaultPrimaryRetryInterval
+	}
+	if c.mode == ModeAuto {
+		c.mode = ModeDelta
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	go c.run()
+	return c
+}
+
+// Subscribe adds names (keying.Wildcard for a wildcard subscription) to the
+// subscription for typeURL. Names already subscribed are ignored.
+func (c *Client) Subscribe(typeURL string, names ...string) {
+	c.mu.Lock()
+	st := c.typeLocked(typeURL)
+	changed := false
+	for _, n := range names {
+		if _, ok := st.names[n]; !ok {
+			st.names[n] = struct{}{}
+			changed = true
+		}
+	}
+	if changed {
+		c.markDirtyLocked(typeURL, st)
+	}
+	c.mu.Unlock()
+	if changed {
+		c.notify()
+	}
+}
+
+// Unsubscribe removes names (keying.Wildcard for the wildcard subscription)
+// from the subscription for typeURL. Names not subscribed are ignored.
+func (c *Client) Unsubscribe(typeURL string, names ...string) {
+	c.mu.Lock()
+	st, ok := c.types[typeURL]
+	changed := false
+	if ok {
+		for _, n := range names {
+			if _, ok := st.names[n]; !ok {
+				continue
+			}
+			delete(st.names, n)
+			changed = true
+			switch {
+			case n == keying.Wildcard:
+				// Only explicitly subscribed names stay of interest.
+				for k := range st.known {
+					if _, ok := st.names[k]; !ok {
+						delete(st.known, k)
+					}
+				}
+			case !st.wildcard():
+				delete(st.known, n)
+			}
+		}
+		if changed {
+			c.markDirtyLocked(typeURL, st)
+		}
+	}
+	c.mu.Unlock()
+	if changed {
+		c.notify()
+	}
+}
+
+// Close stops the client: it cancels the stream, closes the connection and
+// waits for every goroutine of the client. It must not be called from a
+// Handler method. Calling it again is a no-op.
+func (c *Client) Close() {
+	c.once.Do(func() {
+		c.cancel()
+		<-c.done
+	})
+}
+
+// Status is a snapshot of a Client's state, for debug pages and tests.
+type Status struct {
+	Authority string       `json:"authority"`
+	Server    string       `json:"server"` // current server, or the last one tried
+	State     string       `json:"state"`  // one of the State* constants
+	LastError string       `json:"last_error,omitempty"`
+	Mode      Mode         `json:"mode"` // ModeSotW or ModeDelta: the protocol in use or tried next
+	Types     []TypeStatus `json:"types"`
+}
+
+// TypeStatus is the state of one resource type in a Status.
+type TypeStatus struct {
+	TypeURL  string   `json:"type_url"`
+	Wildcard bool     `json:"wildcard"`
+	Names    []string `json:"names"` // explicit names, sorted; "*" is reported by Wildcard
+	Version  string   `json:"version"`
+	Nonce    string   `json:"nonce"`
+}
+
+// Status returns a snapshot of the client's state. Types are sorted by type
+// URL.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{
+		Authority: c.cfg.Authority,
+		Server:    c.server,
+		State:     c.state,
+		Mode:      c.mode,
+		Types:     make([]TypeStatus, 0, len(c.types)),
+	}
+	if c.lastErr != nil {
+		s.LastError = c.lastErr.Error()
+	}
+	for t, st := range c.types {
+		names := st.sortedNames()
+		if st.wildcard() {
+			names = names[1:]
+		}
+		s.Types = append(s.Types, TypeStatus{
+			TypeURL:  t,
+			Wildcard: st.wildcard(),
+			Names:    names,
+			Version:  st.version,
+			Nonce:    st.nonce,
+		})
+	}
+	sort.Slice(s.Types, func(i, j int) bool { return s.Types[i].TypeURL < s.Types[j].TypeURL })
+	return s
+}
+
+// notify wakes the sender (or the idle run goroutine).
+func (c *Client) notify() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) typeLocked(typeURL string) *typeState {
+	st, ok := c.types[typeURL]
+	if !ok {
+		st = &typeState{names: make(map[string]struct{})}
+		c.types[typeURL] = st
+	}
+	return st
+}
+
+func (c *Client) markDirtyLocked(typeURL string, st *typeState) {
+	if !st.dirty {
+		st.dirty = true
+		c.pending = append(c.pending, typeURL)
+	}
+}
+
+// hasInterestLocked reports whether anything is subscribed.
+func (c *Client) hasInterestLocked() bool {
+	for _, st := range c.types {
+		if len(st.names) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// resetForStreamLocked clears the per-stream state when a new stream starts
+// and queues a request for every subscribed type, in make-before-break order
+// (clusters, endpoints, listeners, routes, then the rest).
+//
+// SotW: the first request of each type carries an empty version and nonce,
+// so the server sends the full current state.
+func (c *Client) resetForStreamLocked() {
+	c.pending = c.pending[:0]
+	for _, st := range c.types {
+		st.version, st.nonce = "", ""
+		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks = false, false, false, nil, nil, nil
+	}
+	order := make([]string, 0, len(c.types))
+	for t, st := range c.types {
+		if len(st.names) > 0 {
+			order = append(order, t)
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		ri, rj := typeRank(order[i]), typeRank(order[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return order[i] < order[j]
+	})
+	for _, t := range order {
+		c.markDirtyLocked(t, c.types[t])
+	}
+}
+
+// typeRank orders types for (re)subscription: xDS "eventual consistency
+// considerations" — CDS, EDS, LDS, RDS, then the rest.
+func typeRank(typeURL string) int {
+	switch typeURL {
+	case keying.ClusterType:
+		return 0
+	case keying.EndpointType:
+		return 1
+	case keying.ListenerType:
+		return 2
+	case keying.RouteType, keying.ScopedRouteType:
+		return 3
+	case keying.VirtualHostType:
+		return 4
+	}
+	return 5
+}
+
+// setState records the connection state for Status.
+func (c *Client) setState(server, state string, err error) {
+	c.mu.Lock()
+	c.server, c.state = server, state
+	if err != nil {
+		c.lastErr = err
+	}
+	c.mu.Unlock()
+}
+
+// errSwitch reports that the stream was closed to return to an earlier server.
+var errSwitch = errors.New("upstream: an earlier server is reachable again")

@@ -1,0 +1,239 @@
+package upstream
+
+import (
+	"fmt"
+	"sort"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// deltaStream is an incremental (Delta) ADS stream.
+type deltaStream struct {
+	c      *Client
+	server string
+	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+
+	nodeSent bool // owned by the sender goroutine
+}
+
+// flush sends the pending subscription changes and ACKs. The versions the
+// relay already holds are fetched from Config.InitialVersions without the
+// client lock, for each type about to get its first request on this stream.
+func (s *deltaStream) flush() error {
+	for {
+		var initial map[string]map[string]string
+		if s.c.cfg.InitialVersions != nil {
+			for _, t := range s.c.deltaFirstTypes() {
+				if initial == nil {
+					initial = make(map[string]map[string]string)
+				}
+				initial[t] = s.c.cfg.InitialVersions(t)
+			}
+		}
+		reqs, again := s.c.takeDelta(initial)
+		for _, req := range reqs {
+			if !s.nodeSent {
+				req.Node = s.c.cfg.Node
+				s.nodeSent = true
+			}
+			if ce := s.c.log.Check(zap.DebugLevel, "sending delta request"); ce != nil {
+				ce.Write(zap.String("server", s.server), zap.String("type", req.GetTypeUrl()),
+					zap.Strings("subscribe", req.GetResourceNamesSubscribe()),
+					zap.Strings("unsubscribe", req.GetResourceNamesUnsubscribe()),
+					zap.Int("initial_versions", len(req.GetInitialResourceVersions())),
+					zap.String("nonce", req.GetResponseNonce()), zap.Bool("nack", req.GetErrorDetail() != nil))
+			}
+			if err := s.stream.Send(req); err != nil {
+				return fmt.Errorf("upstream: send to %s: %w", s.server, err)
+			}
+		}
+		if !again {
+			return nil
+		}
+	}
+}
+
+// deltaFirstTypes returns the pending types that have not been requested on
+// the current stream yet and have names to subscribe.
+func (c *Client) deltaFirstTypes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, t := range c.pending {
+		if st := c.types[t]; st.sent == nil && len(st.names) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// takeDelta builds the requests for every pending type: the difference
+// between the desired subscription and what the server has been told, and
+// one request per queued ACK/NACK (the first one combined with the
+// subscription change). A type whose first request needs initial versions
+// that are not in initial stays pending, and again is true.
+func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discoveryv3.DeltaDiscoveryRequest, again bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var keep []string
+	for _, t := range c.pending {
+		st := c.types[t]
+		first := st.sent == nil
+		if first && len(st.names) == 0 && (len(st.acks) == 0 || keying.WildcardCapable(t)) {
+			// Nothing to ask for. xDS: a first request subscribing nothing is
+			// a legacy wildcard subscription for LDS/CDS, so an unsolicited
+			// response of those types is not ACKed.
+			st.dirty, st.acks = false, nil
+			continue
+		}
+		var iv map[string]string
+		if first && len(st.names) > 0 && c.cfg.InitialVersions != nil {
+			v, ok := initial[t]
+			if !ok {
+				keep = append(keep, t)
+				continue
+			}
+			iv = initialVersions(st, v)
+		}
+		st.dirty = false
+
+		var sub, unsub []string
+		for n := range st.names {
+			if _, ok := st.sent[n]; !ok {
+				sub = append(sub, n)
+			}
+		}
+		for n := range st.sent {
+			if _, ok := st.names[n]; !ok {
+				unsub = append(unsub, n)
+			}
+		}
+		sort.Strings(sub)
+		sort.Strings(unsub)
+		st.sent = make(map[string]struct{}, len(st.names))
+		for n := range st.names {
+			st.sent[n] = struct{}{}
+		}
+
+		acks := st.acks
+		st.acks = nil
+		if len(sub) == 0 && len(unsub) == 0 && len(acks) == 0 {
+			continue
+		}
+		req := &discoveryv3.DeltaDiscoveryRequest{
+			TypeUrl:                  t,
+			ResourceNamesSubscribe:   sub,
+			ResourceNamesUnsubscribe: unsub,
+			InitialResourceVersions:  iv,
+		}
+		for i, a := range acks {
+			if i > 0 {
+				req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
+			}
+			req.ResponseNonce = a.nonce
+			if a.err != nil {
+				req.ErrorDetail = nackStatus(a.err)
+			}
+			out = append(out, req)
+		}
+		if len(acks) == 0 {
+			out = append(out, req)
+		}
+	}
+	c.pending = append(c.pending[:0], keep...)
+	return out, len(keep) > 0
+}
+
+// initialVersions keeps the versions of the names the first request
+// subscribes to (all of them for a wildcard subscription).
+func initialVersions(st *typeState, v map[string]string) map[string]string {
+	if len(v) == 0 {
+		return nil
+	}
+	if st.wildcard() {
+		return v
+	}
+	out := make(map[string]string, len(v))
+	for n, ver := range v {
+		if _, ok := st.names[n]; ok {
+			out[n] = ver
+		}
+	}
+	return out
+}
+
+func (s *deltaStream) recvLoop() (bool, error) {
+	received := false
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			return received, fmt.Errorf("upstream: receive from %s: %w", s.server, err)
+		}
+		received = true
+		s.c.onDeltaResponse(s.server, resp)
+	}
+}
+
+// onDeltaResponse validates a Delta response, hands it to the Handler and
+// queues its ACK or NACK.
+func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscoveryResponse) {
+	typeURL := resp.GetTypeUrl()
+	log := c.log.With(zap.String("server", server), zap.String("type", typeURL),
+		zap.String("version", resp.GetSystemVersionInfo()), zap.String("nonce", resp.GetNonce()))
+	if typeURL == "" {
+		log.Warn("ignoring delta response without type_url")
+		return
+	}
+	resources, verr := decodeDelta(resp)
+
+	c.mu.Lock()
+	st := c.typeLocked(typeURL)
+	if len(st.names) == 0 {
+		// Not subscribed: ACK and ignore.
+		st.nonce = resp.GetNonce()
+		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce()})
+		c.markDirtyLocked(typeURL, st)
+		c.mu.Unlock()
+		c.notify()
+		log.Debug("ignoring delta response for a type not subscribed")
+		return
+	}
+	if verr != nil {
+		st.nonce = resp.GetNonce()
+		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: verr})
+		c.markDirtyLocked(typeURL, st)
+		c.mu.Unlock()
+		c.notify()
+		log.Warn("rejecting invalid delta response", zap.Error(verr))
+		return
+	}
+	u := Update{
+		Server:    server,
+		TypeURL:   typeURL,
+		Resources: resources,
+		Removed:   resp.GetRemovedResources(),
+		Wildcard:  st.wildcard(),
+		Delta:     true,
+	}
+	c.mu.Unlock()
+
+	err := c.h.OnUpdate(u)
+
+	c.mu.Lock()
+	st.nonce = resp.GetNonce()
+	if err == nil {
+		st.version = resp.GetSystemVersionInfo()
+	}
+	st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: err})
+	c.markDirtyLocked(typeURL, st)
+	c.mu.Unlock()
+	c.notify()
+	if err != nil {
+		log.Warn("handler rejected delta response", zap.Error(err))
+	} else {
+		log.Debug("accepted delta response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
+	}
+}

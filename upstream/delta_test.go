@@ -1,0 +1,194 @@
+package upstream_test
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// Delta: subscriptions travel as subscribe/unsubscribe deltas, updates carry
+// per-resource versions and removals, each response is ACKed by nonce, and a
+// new stream resubscribes with the relay's initial_resource_versions.
+func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
+	rec := &recorder{}
+	var (
+		mu      sync.Mutex
+		initial map[string]string
+	)
+	c := newClientCfg(t, upstream.Config{
+		Mode: upstream.ModeDelta,
+		InitialVersions: func(typeURL string) map[string]string {
+			mu.Lock()
+			defer mu.Unlock()
+			if typeURL != keying.ClusterType {
+				return nil
+			}
+			return maps.Clone(initial)
+		},
+	}, rec, cp.addr)
+
+	c.Subscribe(keying.ClusterType, "b", "a")
+	cur, ucur, scur := 0, 0, 0
+	req := cp.nextDelta(t, &cur, keying.ClusterType)
+	if !proto.Equal(req.GetNode(), testNode()) {
+		t.Errorf("first request node = %v", req.GetNode())
+	}
+	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"a", "b"}) || len(req.GetInitialResourceVersions()) != 0 {
+		t.Errorf("first request = %v, want subscribe [a b] and no initial versions", req)
+	}
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !u.Delta || u.Wildcard || !slices.Equal(sorted(names(u)), []string{"a", "b"}) {
+		t.Errorf("update = delta %v wildcard %v names %q", u.Delta, u.Wildcard, names(u))
+	}
+	versions := map[string]string{}
+	for _, r := range u.Resources {
+		if r.Version == "" {
+			t.Errorf("resource %q has no version", r.Name)
+		}
+		versions[r.Name] = r.Version
+	}
+	ack := cp.nextDelta(t, &cur, keying.ClusterType)
+	if ack.GetResponseNonce() == "" || ack.GetErrorDetail() != nil || ack.GetNode() != nil ||
+		len(ack.GetResourceNamesSubscribe())+len(ack.GetResourceNamesUnsubscribe()) != 0 {
+		t.Errorf("ACK = %v", ack)
+	}
+
+	cp.del(t, keying.ClusterType, "b")
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if len(u.Resources) != 0 || !slices.Equal(u.Removed, []string{"b"}) {
+		t.Errorf("after delete: names %q removed %q, want none and [b]", names(u), u.Removed)
+	}
+	cp.nextDelta(t, &cur, keying.ClusterType) // ACK
+
+	c.Unsubscribe(keying.ClusterType, "a")
+	req = cp.nextDelta(t, &cur, keying.ClusterType)
+	if !slices.Equal(req.GetResourceNamesUnsubscribe(), []string{"a"}) || len(req.GetResourceNamesSubscribe()) != 0 {
+		t.Errorf("unsubscribe request = %v", req)
+	}
+	c.Subscribe(keying.ClusterType, "c")
+	req = cp.nextDelta(t, &cur, keying.ClusterType)
+	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"c"}) {
+		t.Errorf("subscribe request = %v", req)
+	}
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !slices.Equal(names(u), []string{"c"}) {
+		t.Errorf("names = %q, want [c]", names(u))
+	}
+	cVersion := u.Resources[0].Version
+
+	// Reconnect: the relay holds c (at its version) and something it no
+	// longer subscribes to; only c's version is sent. b, deleted upstream,
+	// is still subscribed.
+	mu.Lock()
+	initial = map[string]string{"c": cVersion, "gone": "v0"}
+	mu.Unlock()
+	rec.nextState(t, &scur, cp.addr, true)
+	cp.stop()
+	rec.nextState(t, &scur, cp.addr, false)
+	cp.restart()
+	r := cp.next(t, &cur, "delta request on the new stream", func(r request) bool { return r.stream > 1 && r.delta != nil })
+	req = r.delta
+	if !proto.Equal(req.GetNode(), testNode()) || !slices.Equal(req.GetResourceNamesSubscribe(), []string{"b", "c"}) ||
+		!maps.Equal(req.GetInitialResourceVersions(), map[string]string{"c": cVersion}) {
+		t.Errorf("resubscription = %v, want node, subscribe [b c], initial versions {c: %s}", req, cVersion)
+	}
+	if st := c.Status(); st.Mode != upstream.ModeDelta || !slices.Equal(st.Types[0].Names, []string{"b", "c"}) {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+// Delta wildcard subscriptions send "*", and a rejected update is NACKed by
+// nonce with the handler's reason.
+func TestDeltaWildcardAndNack(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ListenerType, listener("l1"), listener("l2"))
+	rec := &recorder{}
+	rec.setReject(func(u upstream.Update) error {
+		if slices.Contains(names(u), "bad") {
+			return errors.New("relay: listener bad rejected")
+		}
+		return nil
+	})
+	c := newClient(t, upstream.ModeDelta, rec, cp.addr)
+	c.Subscribe(keying.ListenerType, keying.Wildcard)
+	cur, ucur := 0, 0
+	req := cp.nextDelta(t, &cur, keying.ListenerType)
+	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"*"}) {
+		t.Errorf("subscribe = %q, want [*]", req.GetResourceNamesSubscribe())
+	}
+	u := rec.nextUpdate(t, &ucur, keying.ListenerType)
+	if !u.Wildcard || !slices.Equal(sorted(names(u)), []string{"l1", "l2"}) {
+		t.Errorf("update = wildcard %v names %q", u.Wildcard, names(u))
+	}
+	ack := cp.nextDelta(t, &cur, keying.ListenerType)
+	if ack.GetErrorDetail() != nil {
+		t.Errorf("want ACK, got %v", ack)
+	}
+
+	cp.set(t, keying.ListenerType, listener("bad"))
+	rec.nextUpdate(t, &ucur, keying.ListenerType)
+	nack := cp.nextDelta(t, &cur, keying.ListenerType)
+	if codes.Code(nack.GetErrorDetail().GetCode()) != codes.InvalidArgument ||
+		!strings.Contains(nack.GetErrorDetail().GetMessage(), "listener bad rejected") ||
+		nack.GetResponseNonce() == "" || nack.GetResponseNonce() == ack.GetResponseNonce() {
+		t.Errorf("NACK = %v", nack)
+	}
+}
+
+// ModeAuto falls back to SotW, without a reconnect event, when the server
+// answers Delta with Unimplemented (a gRPC server registering only the SotW
+// ADS method).
+func TestAutoFallsBackToSotW(t *testing.T) {
+	cp := startControlPlane(t, true)
+	cp.set(t, keying.ClusterType, cluster("a"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeAuto, rec, cp.addr)
+	c.Subscribe(keying.ClusterType, "a")
+	ucur, cur := 0, 0
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if u.Delta || !slices.Equal(names(u), []string{"a"}) {
+		t.Errorf("update = delta %v names %q, want SotW [a]", u.Delta, names(u))
+	}
+	cp.nextSotW(t, &cur, keying.ClusterType)
+	if st := c.Status(); st.Mode != upstream.ModeSotW {
+		t.Errorf("mode = %v, want sotw", st.Mode)
+	}
+	rec.mu.Lock()
+	states := slices.Clone(rec.states)
+	rec.mu.Unlock()
+	if len(states) != 1 || !states[0].connected {
+		t.Errorf("state events = %+v, want one connect", states)
+	}
+}
+
+// ModeAuto uses Delta when the server has it.
+func TestAutoUsesDelta(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("a"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeAuto, rec, cp.addr)
+	c.Subscribe(keying.ClusterType, "a")
+	ucur := 0
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); !u.Delta {
+		t.Errorf("update is not Delta")
+	}
+	if st := c.Status(); st.Mode != upstream.ModeDelta {
+		t.Errorf("mode = %v, want delta", st.Mode)
+	}
+	for _, r := range cp.requests() {
+		if r.sotw != nil {
+			t.Errorf("unexpected SotW request %v", r.sotw)
+		}
+	}
+}

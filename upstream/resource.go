@@ -1,0 +1,220 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/keying"
+
+	// Register the standard envoy resource types, so that their Anys are
+	// decoded in full before they are accepted.
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
+)
+
+// Resource is one resource as the server sent it.
+type Resource struct {
+	// Name is the resource's name: the wrapper's name when the server wrapped
+	// it in envoy.service.discovery.v3.Resource, else field 1 of the resource.
+	Name string
+	// Any is the resource itself, unwrapped from a Resource wrapper if there
+	// was one. Any.Value holds the server's bytes, never re-marshalled. nil
+	// only for a TTL heartbeat (Heartbeat is true).
+	Any *anypb.Any
+	// Version is the server's per-resource version in Delta; "" in SotW.
+	Version string
+	// TTL is the wrapper's ttl; 0 when none.
+	TTL time.Duration
+	// DoNotCache is the wrapper's cache_control.do_not_cache.
+	DoNotCache bool
+	// Heartbeat reports a TTL heartbeat: a wrapper without a resource, which
+	// says that the named resource is unchanged and refreshes its TTL.
+	Heartbeat bool
+}
+
+// Update is one accepted response for one type from one server.
+type Update struct {
+	// Server is the URI of the server that sent the response.
+	Server string
+	// TypeURL is the response's type URL.
+	TypeURL string
+	// Resources are the resources of the response, in the server's order.
+	Resources []Resource
+	// Removed lists deleted names. Delta: removed_resources. SotW LDS/CDS:
+	// the names received in an earlier response (and still subscribed, or
+	// covered by wildcard) that this full-state response omits. Sorted for
+	// SotW, in the server's order for Delta.
+	Removed []string
+	// Wildcard reports that the type was wildcard-subscribed when the response
+	// arrived (a full-state answer to "*").
+	Wildcard bool
+	// Delta reports an incremental response.
+	Delta bool
+}
+
+// Handler receives what the upstream sends. Its methods are called from the
+// Client's run goroutine, one call at a time.
+type Handler interface {
+	// OnUpdate is called for every valid response of a subscribed type, in
+	// the order the server sent them. A non-nil error NACKs the response with
+	// the error's text; the update must then be treated as not applied.
+	OnUpdate(u Update) error
+	// OnState reports connection changes: connected to server, or
+	// disconnected from it with the cause.
+	OnState(server string, connected bool, err error)
+}
+
+var errNoName = errors.New("resource has no name")
+
+// decodeSotW validates the resources of a SotW response and converts them.
+// Any error is a reason to NACK the response (xDS: the client rejects the
+// whole response).
+func decodeSotW(resp *discoveryv3.DiscoveryResponse) ([]Resource, error) {
+	typeURL := resp.GetTypeUrl()
+	out := make([]Resource, 0, len(resp.GetResources()))
+	seen := make(map[string]struct{}, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		var (
+			r   Resource
+			err error
+		)
+		if a.GetTypeUrl() == keying.ResourceWrapperType && typeURL != keying.ResourceWrapperType {
+			w := &discoveryv3.Resource{}
+			if err := proto.Unmarshal(a.GetValue(), w); err != nil {
+				return nil, fmt.Errorf("upstream: resource %d: decode %s: %w", i, keying.ResourceWrapperType, err)
+			}
+			r, err = fromWrapper(typeURL, w)
+			r.Version = "" // SotW: the response's version_info is the version.
+		} else {
+			r, err = fromAny(typeURL, a)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("upstream: resource %d: %w", i, err)
+		}
+		if _, dup := seen[r.Name]; dup {
+			return nil, fmt.Errorf("upstream: resource %d: duplicate name %q", i, r.Name)
+		}
+		seen[r.Name] = struct{}{}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// decodeDelta validates the resources of a Delta response and converts them.
+func decodeDelta(resp *discoveryv3.DeltaDiscoveryResponse) ([]Resource, error) {
+	typeURL := resp.GetTypeUrl()
+	out := make([]Resource, 0, len(resp.GetResources()))
+	seen := make(map[string]struct{}, len(resp.GetResources()))
+	for i, w := range resp.GetResources() {
+		r, err := fromWrapper(typeURL, w)
+		if err != nil {
+			return nil, fmt.Errorf("upstream: resource %d: %w", i, err)
+		}
+		if _, dup := seen[r.Name]; dup {
+			return nil, fmt.Errorf("upstream: resource %d: duplicate name %q", i, r.Name)
+		}
+		seen[r.Name] = struct{}{}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// fromWrapper unwraps an envoy.service.discovery.v3.Resource.
+func fromWrapper(typeURL string, w *discoveryv3.Resource) (Resource, error) {
+	if w == nil {
+		return Resource{}, errors.New("empty Resource wrapper")
+	}
+	r := Resource{
+		Name:       w.GetName(),
+		Version:    w.GetVersion(),
+		TTL:        w.GetTtl().AsDuration(),
+		DoNotCache: w.GetCacheControl().GetDoNotCache(),
+	}
+	if r.Name == "" {
+		r.Name = w.GetResourceName().GetName()
+	}
+	if w.GetResource() == nil {
+		// xDS TTL: a wrapper without a resource is a heartbeat.
+		if r.Name == "" {
+			return Resource{}, errNoName
+		}
+		r.Heartbeat = true
+		return r, nil
+	}
+	inner, err := fromAny(typeURL, w.GetResource())
+	if err != nil {
+		return Resource{}, err
+	}
+	r.Any = inner.Any
+	if r.Name == "" {
+		r.Name = inner.Name
+	}
+	return r, nil
+}
+
+// fromAny checks one (unwrapped) resource: its type URL must be the
+// response's, it must decode, and it must have a name.
+func fromAny(typeURL string, a *anypb.Any) (Resource, error) {
+	if a == nil {
+		return Resource{}, errors.New("empty resource")
+	}
+	if a.GetTypeUrl() != typeURL {
+		return Resource{}, fmt.Errorf("type_url %q does not match the response type_url %q", a.GetTypeUrl(), typeURL)
+	}
+	name, err := resourceName(a.GetValue())
+	if err != nil {
+		return Resource{}, fmt.Errorf("decode %s: %w", typeURL, err)
+	}
+	if mt, err := protoregistry.GlobalTypes.FindMessageByURL(typeURL); err == nil {
+		if err := proto.Unmarshal(a.GetValue(), mt.New().Interface()); err != nil {
+			return Resource{}, fmt.Errorf("decode %s: %w", typeURL, err)
+		}
+	}
+	if name == "" {
+		return Resource{}, errNoName
+	}
+	return Resource{Name: name, Any: a}, nil
+}
+
+// resourceName returns field 1 (a string) of an encoded resource, checking
+// on the way that the bytes are well-formed protobuf wire format. Field 1 is
+// the name of every standard envoy resource (ClusterLoadAssignment's
+// cluster_name included), and reading it from the wire works for types this
+// binary does not know.
+func resourceName(b []byte) (string, error) {
+	var name string
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", protowire.ParseError(n)
+			}
+			name = string(v) // proto: the last occurrence wins
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return "", protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return name, nil
+}

@@ -1,0 +1,184 @@
+package upstream
+
+import (
+	"fmt"
+	"sort"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// sotwStream is a state-of-the-world ADS stream.
+type sotwStream struct {
+	c      *Client
+	server string
+	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+
+	nodeSent bool // owned by the sender goroutine
+}
+
+// flush sends one request per pending type. xDS: only the first request of a
+// stream is guaranteed to carry the node, so only that one does.
+func (s *sotwStream) flush() error {
+	for _, req := range s.c.takeSotW() {
+		if !s.nodeSent {
+			req.Node = s.c.cfg.Node
+			s.nodeSent = true
+		}
+		if ce := s.c.log.Check(zap.DebugLevel, "sending request"); ce != nil {
+			ce.Write(zap.String("server", s.server), zap.String("type", req.GetTypeUrl()),
+				zap.Strings("names", req.GetResourceNames()), zap.String("version", req.GetVersionInfo()),
+				zap.String("nonce", req.GetResponseNonce()), zap.Bool("nack", req.GetErrorDetail() != nil))
+		}
+		if err := s.stream.Send(req); err != nil {
+			return fmt.Errorf("upstream: send to %s: %w", s.server, err)
+		}
+	}
+	return nil
+}
+
+// takeSotW builds the request for every pending type: the full name list,
+// the last accepted version, the last nonce, and the NACK if one is pending.
+// A request therefore ACKs (or NACKs) the latest response and carries the
+// latest subscription at once; the server only honours the latest nonce.
+func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*discoveryv3.DiscoveryRequest, 0, len(c.pending))
+	for _, t := range c.pending {
+		st := c.types[t]
+		st.dirty = false
+		nack := st.nack
+		st.nack = nil
+		if !st.requested && len(st.names) == 0 && (st.nonce == "" || keying.WildcardCapable(t)) {
+			// Nothing to ask for. xDS: a first request with no names is a
+			// legacy wildcard subscription for LDS/CDS, so an unsolicited
+			// response of those types is not ACKed.
+			continue
+		}
+		st.requested = true
+		names := st.sortedNames()
+		if st.wildcard() && len(names) == 1 && !st.named {
+			// A wildcard alone goes out as the legacy empty list, which every
+			// server understands (go-control-plane's SnapshotCache answers an
+			// explicit "*" with nothing); "*" is explicit once names were sent.
+			names = nil
+		} else if len(names) > 0 {
+			st.named = true
+		}
+		req := &discoveryv3.DiscoveryRequest{
+			TypeUrl:       t,
+			ResourceNames: names,
+			VersionInfo:   st.version,
+			ResponseNonce: st.nonce,
+		}
+		if nack != nil {
+			req.ErrorDetail = nackStatus(nack)
+		}
+		out = append(out, req)
+	}
+	c.pending = c.pending[:0]
+	return out
+}
+
+func (s *sotwStream) recvLoop() (bool, error) {
+	received := false
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			return received, fmt.Errorf("upstream: receive from %s: %w", s.server, err)
+		}
+		received = true
+		s.c.onSotWResponse(s.server, resp)
+	}
+}
+
+// onSotWResponse validates a response, hands it to the Handler and queues
+// the ACK or NACK.
+func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryResponse) {
+	typeURL := resp.GetTypeUrl()
+	log := c.log.With(zap.String("server", server), zap.String("type", typeURL),
+		zap.String("version", resp.GetVersionInfo()), zap.String("nonce", resp.GetNonce()))
+	if typeURL == "" {
+		log.Warn("ignoring response without type_url")
+		return
+	}
+	resources, verr := decodeSotW(resp)
+
+	c.mu.Lock()
+	st := c.typeLocked(typeURL)
+	if len(st.names) == 0 {
+		// Not subscribed: ACK and ignore.
+		st.version, st.nonce, st.nack = resp.GetVersionInfo(), resp.GetNonce(), nil
+		c.markDirtyLocked(typeURL, st)
+		c.mu.Unlock()
+		c.notify()
+		log.Debug("ignoring response for a type not subscribed")
+		return
+	}
+	if verr != nil {
+		st.nonce, st.nack = resp.GetNonce(), verr
+		c.markDirtyLocked(typeURL, st)
+		c.mu.Unlock()
+		c.notify()
+		log.Warn("rejecting invalid response", zap.Error(verr))
+		return
+	}
+	u := Update{
+		Server:    server,
+		TypeURL:   typeURL,
+		Resources: resources,
+		Wildcard:  st.wildcard(),
+	}
+	full := keying.FullState(typeURL)
+	if full {
+		// xDS: a resource missing from a full-state response is deleted.
+		in := make(map[string]struct{}, len(resources))
+		for _, r := range resources {
+			in[r.Name] = struct{}{}
+		}
+		for n := range st.known {
+			if _, ok := in[n]; !ok {
+				u.Removed = append(u.Removed, n)
+			}
+		}
+		sort.Strings(u.Removed)
+	}
+	c.mu.Unlock()
+
+	err := c.h.OnUpdate(u)
+
+	c.mu.Lock()
+	st.nonce = resp.GetNonce()
+	if err != nil {
+		st.nack = err
+	} else {
+		st.version, st.nack = resp.GetVersionInfo(), nil
+		if full {
+			wildcard := st.wildcard()
+			st.known = make(map[string]struct{}, len(resources))
+			for _, r := range resources {
+				if _, ok := st.names[r.Name]; ok || wildcard {
+					st.known[r.Name] = struct{}{}
+				}
+			}
+		}
+	}
+	c.markDirtyLocked(typeURL, st)
+	c.mu.Unlock()
+	c.notify()
+	if err != nil {
+		log.Warn("handler rejected response", zap.Error(err))
+	} else {
+		log.Debug("accepted response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
+	}
+}
+
+// nackStatus is the error_detail of a NACK.
+func nackStatus(err error) *statuspb.Status {
+	return &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+}

@@ -1,0 +1,187 @@
+package upstream_test
+
+import (
+	"slices"
+	"testing"
+
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// Subscribe and Unsubscribe reach a real go-control-plane server as the
+// right SotW request sequence, each response is ACKed, and only the first
+// request of the stream carries the configured node.
+func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+
+	c.Subscribe(keying.ClusterType, "b", "a")
+	cur, ucur := 0, 0
+
+	req := cp.nextSotW(t, &cur, keying.ClusterType)
+	if !proto.Equal(req.GetNode(), testNode()) {
+		t.Errorf("first request node = %v, want %v", req.GetNode(), testNode())
+	}
+	if got := req.GetResourceNames(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("first request names = %q, want [a b]", got)
+	}
+	if req.GetVersionInfo() != "" || req.GetResponseNonce() != "" {
+		t.Errorf("first request version/nonce = %q/%q, want empty", req.GetVersionInfo(), req.GetResponseNonce())
+	}
+
+	u := cp.nextUpdateOf(t, rec, &ucur, keying.ClusterType)
+	if got := sorted(names(u)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("update names = %q, want [a b]", got)
+	}
+	if u.Delta || u.Wildcard || len(u.Removed) != 0 || u.Server != cp.addr {
+		t.Errorf("update = %+v, want SotW, not wildcard, nothing removed, from %s", u, cp.addr)
+	}
+	for _, r := range u.Resources {
+		if r.Any.GetTypeUrl() != keying.ClusterType || r.Version != "" {
+			t.Errorf("resource %q: type %q version %q", r.Name, r.Any.GetTypeUrl(), r.Version)
+		}
+	}
+
+	ack := cp.nextSotW(t, &cur, keying.ClusterType)
+	if ack.GetVersionInfo() == "" || ack.GetResponseNonce() == "" || ack.GetErrorDetail() != nil {
+		t.Errorf("ACK = %v, want version and nonce, no error", ack)
+	}
+	if ack.GetNode() != nil {
+		t.Errorf("ACK carries node %v; only the first request of a stream should", ack.GetNode())
+	}
+	if got := ack.GetResourceNames(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("ACK names = %q, want [a b]", got)
+	}
+
+	st := c.Status()
+	if st.State != upstream.StateConnected || st.Server != cp.addr || st.Mode != upstream.ModeSotW {
+		t.Errorf("status = %+v", st)
+	}
+	if len(st.Types) != 1 || !slices.Equal(st.Types[0].Names, []string{"a", "b"}) ||
+		st.Types[0].Version != ack.GetVersionInfo() || st.Types[0].Nonce != ack.GetResponseNonce() {
+		t.Errorf("status types = %+v", st.Types)
+	}
+
+	c.Unsubscribe(keying.ClusterType, "b")
+	req = cp.nextSotW(t, &cur, keying.ClusterType)
+	if got := req.GetResourceNames(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("after Unsubscribe names = %q, want [a]", got)
+	}
+	if req.GetVersionInfo() != ack.GetVersionInfo() || req.GetResponseNonce() != ack.GetResponseNonce() {
+		t.Errorf("after Unsubscribe version/nonce = %q/%q, want %q/%q",
+			req.GetVersionInfo(), req.GetResponseNonce(), ack.GetVersionInfo(), ack.GetResponseNonce())
+	}
+
+	// A full-state response omitting a subscribed name removes it.
+	cp.waitWatches(t, keying.ClusterType, "a watch on a only", func(lc *cachev3.LinearCache) bool {
+		return lc.NumWatches("a") == 1 && lc.NumWatches("b") == 0
+	})
+	cp.del(t, keying.ClusterType, "a")
+	u = cp.nextUpdateOf(t, rec, &ucur, keying.ClusterType)
+	if len(u.Resources) != 0 || !slices.Equal(u.Removed, []string{"a"}) {
+		t.Errorf("after delete: resources %q removed %q, want none and [a]", names(u), u.Removed)
+	}
+	ack2 := cp.nextSotW(t, &cur, keying.ClusterType)
+	if ack2.GetVersionInfo() == ack.GetVersionInfo() || ack2.GetErrorDetail() != nil {
+		t.Errorf("second ACK = %v, want a new version", ack2)
+	}
+
+	// Unsubscribing the last name sends an empty list (not a legacy
+	// wildcard: the stream has named resources before).
+	c.Unsubscribe(keying.ClusterType, "a")
+	req = cp.nextSotW(t, &cur, keying.ClusterType)
+	if len(req.GetResourceNames()) != 0 {
+		t.Errorf("after last Unsubscribe names = %q, want none", req.GetResourceNames())
+	}
+}
+
+// nextUpdateOf is a shorthand for rec.nextUpdate.
+func (cp *controlPlane) nextUpdateOf(t *testing.T, rec *recorder, cur *int, typeURL string) upstream.Update {
+	t.Helper()
+	return rec.nextUpdate(t, cur, typeURL)
+}
+
+// A wildcard subscription is sent as an explicit "*" merged with the
+// explicit names, the updates say Wildcard, and removals cover every name
+// the wildcard brought.
+func TestSotWWildcardMergedWithNames(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+
+	c.Subscribe(keying.ClusterType, "b", keying.Wildcard)
+	cur, ucur := 0, 0
+	req := cp.nextSotW(t, &cur, keying.ClusterType)
+	if got := req.GetResourceNames(); !slices.Equal(got, []string{"*", "b"}) {
+		t.Errorf("names = %q, want [* b]", got)
+	}
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !u.Wildcard || !slices.Equal(sorted(names(u)), []string{"a", "b", "c"}) {
+		t.Errorf("update wildcard=%v names=%q, want true [a b c]", u.Wildcard, names(u))
+	}
+	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
+
+	cp.del(t, keying.ClusterType, "c")
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !slices.Equal(u.Removed, []string{"c"}) {
+		t.Errorf("removed = %q, want [c]", u.Removed)
+	}
+	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
+
+	// Dropping the wildcard keeps only the explicit name of interest: a
+	// response without "a" does not report it removed.
+	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
+	req = cp.nextSotW(t, &cur, keying.ClusterType)
+	if got := req.GetResourceNames(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("names after dropping wildcard = %q, want [b]", got)
+	}
+	cp.waitWatches(t, keying.ClusterType, "a watch on b only", func(lc *cachev3.LinearCache) bool {
+		return lc.NumWatches("b") == 1 && lc.NumWildcardWatches() == 0
+	})
+	cp.set(t, keying.ClusterType, cluster("b"), cluster("d"))
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if u.Wildcard || !slices.Equal(names(u), []string{"b"}) || len(u.Removed) != 0 {
+		t.Errorf("update = wildcard %v names %q removed %q, want false [b] []", u.Wildcard, names(u), u.Removed)
+	}
+	if st := c.Status(); len(st.Types) != 1 || st.Types[0].Wildcard || !slices.Equal(st.Types[0].Names, []string{"b"}) {
+		t.Errorf("status types = %+v", st.Types)
+	}
+}
+
+// Several types share the one ADS stream; the node is sent once.
+func TestSotWSeveralTypesOneStream(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("c1"))
+	cp.set(t, keying.EndpointType, endpoints("c1"))
+	cp.set(t, keying.ListenerType, listener("l1"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	c.Subscribe(keying.EndpointType, "c1")
+	c.Subscribe(keying.ListenerType, "l1")
+	for _, typ := range []string{keying.ClusterType, keying.EndpointType, keying.ListenerType} {
+		ucur := 0
+		u := rec.nextUpdate(t, &ucur, typ)
+		want := map[string]string{keying.ClusterType: "c1", keying.EndpointType: "c1", keying.ListenerType: "l1"}[typ]
+		if !slices.Equal(names(u), []string{want}) {
+			t.Errorf("%s: names %q, want [%s]", typ, names(u), want)
+		}
+	}
+	streams, nodes := map[int]bool{}, 0
+	for _, r := range cp.requests() {
+		streams[r.stream] = true
+		if r.sotw.GetNode() != nil {
+			nodes++
+		}
+	}
+	if len(streams) != 1 || nodes != 1 {
+		t.Errorf("requests on %d streams with %d nodes, want 1 and 1", len(streams), nodes)
+	}
+}

@@ -1,0 +1,305 @@
+package upstream_test
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// fakeADS is a SotW ADS server that sends whatever the test pushes, for the
+// malformed responses go-control-plane cannot produce.
+type fakeADS struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	resp chan *discoveryv3.DiscoveryResponse
+}
+
+func (f *fakeADS) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := st.Recv(); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case r := <-f.resp:
+			if err := st.Send(r); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		}
+	}
+}
+
+func startFake(t *testing.T) (*testServer, chan<- *discoveryv3.DiscoveryResponse) {
+	t.Helper()
+	f := &fakeADS{resp: make(chan *discoveryv3.DiscoveryResponse, 10)}
+	s := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, f) })
+	return s, f.resp
+}
+
+func mustAny(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func rawAny(typeURL string, b []byte) *anypb.Any { return &anypb.Any{TypeUrl: typeURL, Value: b} }
+
+func wrapped(t *testing.T, w *discoveryv3.Resource) *anypb.Any {
+	t.Helper()
+	return mustAny(t, w)
+}
+
+const unknownType = "type.googleapis.com/test.Unknown"
+
+// stringField encodes field num as a length-delimited string.
+func stringField(num protowire.Number, s string) []byte {
+	b := protowire.AppendTag(nil, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+// Invalid responses are NACKed with codes.InvalidArgument, a clear reason,
+// the last accepted version and the response's nonce; the Handler never sees
+// them.
+func TestSotWNackInvalidResponses(t *testing.T) {
+	tests := []struct {
+		name      string
+		typeURL   string
+		resources func(t *testing.T) []*anypb.Any
+		reject    error // returned by the handler
+		reason    string
+	}{
+		{
+			name:    "type mismatch",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{mustAny(t, cluster("a")), mustAny(t, listener("l"))}
+			},
+			reason: "does not match the response type_url",
+		},
+		{
+			name:    "wrapped type mismatch",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{wrapped(t, &discoveryv3.Resource{Name: "l", Resource: mustAny(t, listener("l"))})}
+			},
+			reason: "does not match the response type_url",
+		},
+		{
+			name:    "duplicate names",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{mustAny(t, cluster("a")), mustAny(t, cluster("b")), mustAny(t, cluster("a"))}
+			},
+			reason: `duplicate name "a"`,
+		},
+		{
+			name:    "truncated registered type",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{rawAny(keying.ClusterType, []byte{0x0a, 0x05, 'a'})}
+			},
+			reason: "decode",
+		},
+		{
+			name:    "registered type that does not decode",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				// Well-formed wire format, but name is not valid UTF-8.
+				return []*anypb.Any{rawAny(keying.ClusterType, stringField(1, "\xff\xfe"))}
+			},
+			reason: "decode",
+		},
+		{
+			name:    "unknown type with bad wire format",
+			typeURL: unknownType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{rawAny(unknownType, []byte{0x0a, 0x09, 'x'})}
+			},
+			reason: "decode",
+		},
+		{
+			name:    "no name",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{mustAny(t, cluster(""))}
+			},
+			reason: "no name",
+		},
+		{
+			name:    "undecodable wrapper",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{rawAny(keying.ResourceWrapperType, []byte{0x1a, 0x7f})}
+			},
+			reason: "decode " + keying.ResourceWrapperType,
+		},
+		{
+			name:    "handler rejects",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{mustAny(t, cluster("a"))}
+			},
+			reject: errors.New("relay: cluster a is not acceptable"),
+			reason: "relay: cluster a is not acceptable",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, resp := startFake(t)
+			rec := &recorder{}
+			c := newClient(t, upstream.ModeSotW, rec, s.addr)
+			c.Subscribe(tc.typeURL, "a")
+			cur := 0
+			s.nextSotW(t, &cur, tc.typeURL)
+
+			// A valid first response, accepted.
+			good := rawAny(tc.typeURL, stringField(1, "a"))
+			if tc.typeURL == keying.ClusterType {
+				good = mustAny(t, cluster("a"))
+			}
+			resp <- &discoveryv3.DiscoveryResponse{TypeUrl: tc.typeURL, VersionInfo: "v1", Nonce: "n1", Resources: []*anypb.Any{good}}
+			if ack := s.nextSotW(t, &cur, tc.typeURL); ack.GetVersionInfo() != "v1" || ack.GetErrorDetail() != nil {
+				t.Fatalf("first response not ACKed: %v", ack)
+			}
+			accepted := rec.numUpdates()
+
+			rec.setReject(func(upstream.Update) error { return tc.reject })
+			resp <- &discoveryv3.DiscoveryResponse{TypeUrl: tc.typeURL, VersionInfo: "v2", Nonce: "n2", Resources: tc.resources(t)}
+			nack := s.nextSotW(t, &cur, tc.typeURL)
+			if nack.GetErrorDetail() == nil {
+				t.Fatalf("want a NACK, got %v", nack)
+			}
+			if codes.Code(nack.GetErrorDetail().GetCode()) != codes.InvalidArgument {
+				t.Errorf("NACK code = %v, want InvalidArgument", codes.Code(nack.GetErrorDetail().GetCode()))
+			}
+			if !strings.Contains(nack.GetErrorDetail().GetMessage(), tc.reason) {
+				t.Errorf("NACK message = %q, want it to contain %q", nack.GetErrorDetail().GetMessage(), tc.reason)
+			}
+			if nack.GetVersionInfo() != "v1" || nack.GetResponseNonce() != "n2" {
+				t.Errorf("NACK version/nonce = %q/%q, want v1/n2", nack.GetVersionInfo(), nack.GetResponseNonce())
+			}
+			if !slices.Equal(nack.GetResourceNames(), []string{"a"}) {
+				t.Errorf("NACK names = %q, want [a]", nack.GetResourceNames())
+			}
+			// The NACK is queued after OnUpdate would have run, so the count
+			// is final here.
+			wantUpdates := accepted
+			if tc.reject != nil {
+				wantUpdates++ // the handler saw it and rejected it
+			}
+			if got := rec.numUpdates(); got != wantUpdates {
+				t.Errorf("handler saw %d updates, want %d", got, wantUpdates)
+			}
+			if st := c.Status(); st.Types[0].Version != "v1" || st.Types[0].Nonce != "n2" {
+				t.Errorf("status after NACK = %+v, want version v1 nonce n2", st.Types[0])
+			}
+
+			// The next valid response is ACKed normally.
+			rec.setReject(nil)
+			resp <- &discoveryv3.DiscoveryResponse{TypeUrl: tc.typeURL, VersionInfo: "v3", Nonce: "n3", Resources: []*anypb.Any{good}}
+			if ack := s.nextSotW(t, &cur, tc.typeURL); ack.GetVersionInfo() != "v3" || ack.GetResponseNonce() != "n3" || ack.GetErrorDetail() != nil {
+				t.Errorf("after NACK, want ACK v3/n3, got %v", ack)
+			}
+		})
+	}
+}
+
+// Resources wrapped in envoy.service.discovery.v3.Resource are unwrapped (name
+// from the wrapper, TTL and cache control kept), heartbeats are reported as
+// such and not as removals, unknown types are accepted when well-formed, and
+// the server's bytes are handed over untouched.
+func TestSotWAcceptedShapes(t *testing.T) {
+	s, resp := startFake(t)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, s.addr)
+	c.Subscribe(keying.ClusterType, "a", "w")
+	c.Subscribe(unknownType, "u")
+	cur, ucur := 0, 0
+	s.nextSotW(t, &cur, keying.ClusterType)
+	s.nextSotW(t, &cur, unknownType)
+
+	// Field order reversed on purpose: the bytes must survive as sent.
+	odd := append(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1), stringField(1, "a")...)
+	inner := mustAny(t, cluster("inner-name"))
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v1", Nonce: "n1", Resources: []*anypb.Any{
+		rawAny(keying.ClusterType, odd),
+		wrapped(t, &discoveryv3.Resource{Name: "w", Resource: inner, Ttl: durationpb.New(5 * time.Second),
+			CacheControl: &discoveryv3.Resource_CacheControl{DoNotCache: true}}),
+	}}
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !slices.Equal(names(u), []string{"a", "w"}) {
+		t.Fatalf("names = %q, want [a w]", names(u))
+	}
+	if !bytes.Equal(u.Resources[0].Any.GetValue(), odd) {
+		t.Errorf("bytes of a were changed")
+	}
+	w := u.Resources[1]
+	if w.Any.GetTypeUrl() != keying.ClusterType || !bytes.Equal(w.Any.GetValue(), inner.GetValue()) ||
+		w.TTL != 5*time.Second || !w.DoNotCache || w.Heartbeat {
+		t.Errorf("wrapped resource = %+v", w)
+	}
+	s.nextSotW(t, &cur, keying.ClusterType) // ACK
+
+	// A heartbeat for w and a (full-state) omission of a.
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v1", Nonce: "n2", Resources: []*anypb.Any{
+		wrapped(t, &discoveryv3.Resource{Name: "w", Version: "v1", Ttl: durationpb.New(5 * time.Second)}),
+	}}
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if len(u.Resources) != 1 || !u.Resources[0].Heartbeat || u.Resources[0].Any != nil || !slices.Equal(u.Removed, []string{"a"}) {
+		t.Errorf("heartbeat update = %+v", u)
+	}
+
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: unknownType, VersionInfo: "x1", Nonce: "n3", Resources: []*anypb.Any{
+		rawAny(unknownType, append(stringField(7, "other"), stringField(1, "u")...)),
+	}}
+	u = rec.nextUpdate(t, &ucur, unknownType)
+	if !slices.Equal(names(u), []string{"u"}) {
+		t.Errorf("unknown type names = %q, want [u]", names(u))
+	}
+	if ack := s.nextSotW(t, &cur, unknownType); ack.GetVersionInfo() != "x1" || ack.GetErrorDetail() != nil {
+		t.Errorf("unknown type not ACKed: %v", ack)
+	}
+}
+
+// A response for a type nobody subscribed is ACKed and ignored.
+func TestSotWUnsolicitedTypeAckedAndIgnored(t *testing.T) {
+	s, resp := startFake(t)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, s.addr)
+	c.Subscribe(keying.ClusterType, "a")
+	cur := 0
+	s.nextSotW(t, &cur, keying.ClusterType)
+
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.EndpointType, VersionInfo: "e1", Nonce: "n1",
+		Resources: []*anypb.Any{mustAny(t, endpoints("a"))}}
+	ack := s.nextSotW(t, &cur, keying.EndpointType)
+	if ack.GetVersionInfo() != "e1" || ack.GetResponseNonce() != "n1" || ack.GetErrorDetail() != nil || len(ack.GetResourceNames()) != 0 {
+		t.Errorf("ACK = %v, want e1/n1, no names", ack)
+	}
+	if n := rec.numUpdates(); n != 0 {
+		t.Errorf("handler saw %d updates, want 0", n)
+	}
+}
