@@ -2,6 +2,24 @@
 // name or an xdstp:// URN) and, later, its TP2 dynamic-parameter constraints.
 // A Key is the identity of one cached resource variant.
 //
+// # TP1 names
+//
+// A name starting with "xdstp:" follows xRFC TP1:
+//
+//	xdstp://{authority}/{resource type}/{id}?{context params}#{directives}
+//
+// Every other name is a legacy name: opaque, compared byte for byte, never
+// rewritten. ParseURN reads a resource name (a URN: no directives, no glob)
+// into a URN; ParseURL also accepts glob collections (".../foo/*") and the
+// "#alt=" / "#entry=" directives, which locate resources but are not cache
+// keys. URN.String writes the canonical form, and Canonical maps any
+// subscribed name to it: context params sorted by key, redundant
+// percent-escapes decoded, necessary ones in upper-case hex. Two URNs are the
+// same resource exactly when their canonical forms are equal (TP1
+// "Normalization"). A glob URN's Matches tells which resource names it covers.
+// The parsing rules (empty authority and id, duplicate keys, '+' and so on)
+// are written on ParseURN.
+//
 // The package holds pure functions only: no I/O, no locks, no goroutines.
 // Everything in it is safe for concurrent use.
 package keying

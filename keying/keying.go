@@ -71,15 +71,21 @@ func ValidTypeURL(s string) bool {
 	return true
 }
 
-// Authority returns the authority of an xdstp:// name and true, or "" and
-// false for a legacy name.
+// Authority returns the decoded authority of an xdstp:// name and true, or ""
+// and false for a name without the "xdstp://" prefix. It reads only the
+// authority, as ParseURN does (up to the first '/', '?' or '#'), without
+// validating the rest; a malformed percent-escape there is returned as written
+// (Canonical reports the error).
 func Authority(name string) (string, bool) {
-	rest, ok := strings.CutPrefix(name, "xdstp://")
+	rest, ok := strings.CutPrefix(name, urnPrefix)
 	if !ok {
 		return "", false
 	}
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		rest = rest[:i]
+	}
+	if a, err := unescape(rest); err == nil {
+		return a, true
 	}
 	return rest, true
 }
