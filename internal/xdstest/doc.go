@@ -1,0 +1,19 @@
+// Package xdstest holds the shared helpers of xds-relay's tests: a real
+// go-control-plane xDS server that records every request it receives
+// (Upstream), a gRPC backend that answers any method and says who it is
+// (Backend), the minimal proxyless-gRPC resource set (GRPCResources), a gRPC
+// xDS bootstrap builder (Bootstrap) and a raw ADS SotW client for protocol
+// tests (ADSClient).
+//
+// Only tests import this package. Every helper binds to 127.0.0.1:0, takes the
+// test's testing.TB, fails the test on setup errors and registers its own
+// cleanup, so tests need no teardown code. Waits use contexts of at most
+// WaitTimeout; nothing here sleeps to synchronise.
+//
+// All methods are safe for concurrent use unless their comment says otherwise.
+package xdstest
+
+import "time"
+
+// WaitTimeout bounds every Must*/Wait* helper that takes no context.
+const WaitTimeout = 10 * time.Second
