@@ -71,6 +71,10 @@ type Server struct {
 	// ChannelCreds are tried in order; the first supported one is used.
 	// Supported now: insecure. Default insecure.
 	ChannelCreds []ChannelCreds `yaml:"channel_creds,omitempty"`
+	// Protocol is the xDS variant spoken to this server: "auto" (Delta, and
+	// SotW when the server answers Delta with UNIMPLEMENTED), "sotw" or
+	// "delta". Default auto.
+	Protocol string `yaml:"protocol,omitempty"`
 	// ServerFeatures as in the gRPC bootstrap; accepted and ignored.
 	ServerFeatures []string `yaml:"server_features,omitempty"`
 }

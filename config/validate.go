@@ -79,6 +79,11 @@ func checkServers(path string, servers []Server) error {
 		if err := checkHostPort(p+".server_uri", s.ServerURI, true); err != nil {
 			return err
 		}
+		switch s.Protocol {
+		case "", "auto", "sotw", "delta":
+		default:
+			return &FieldError{Field: p + ".protocol", Msg: fmt.Sprintf("unknown protocol %q (want auto, sotw or delta)", s.Protocol)}
+		}
 		for j, cc := range s.ChannelCreds {
 			f := fmt.Sprintf("%s.channel_creds[%d].type", p, j)
 			switch cc.Type {

@@ -163,6 +163,8 @@ func (st *stream) buildDelta(it item) *encoded {
 			} else if _, held := ts.has[n]; held {
 				delete(ts.has, n)
 				removed = append(removed, n)
+			} else if _, gone := v.Absent[n]; gone && named {
+				removed = append(removed, n) // the upstream says it does not exist
 			}
 		case forced && ts.wildcard:
 			// xDS: unsubscribing a name the wildcard may cover is answered

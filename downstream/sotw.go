@@ -172,7 +172,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if ts.wildcard && !v.Complete && len(extra) == 0 {
 		return nil // the upstream has not answered the wildcard yet
 	}
-	if !ts.wildcard && len(extra) == 0 && !ts.sentOnce {
+	if !ts.wildcard && len(extra) == 0 && !ts.sentOnce && !anyAbsent(v, ts.names) {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
 	var b *body
@@ -223,6 +223,16 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	}
 	slices.SortFunc(sel, byName)
 	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel })
+}
+
+// anyAbsent reports whether the upstream said one of names does not exist.
+func anyAbsent(v *View, names map[string]struct{}) bool {
+	for n := range v.Absent {
+		if _, ok := names[n]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func byName(a, b *Resource) int { return strings.Compare(a.Name, b.Name) }

@@ -25,6 +25,9 @@ type Resource struct {
 	// default servers. Wildcard subscriptions select the default authority's
 	// resources.
 	Authority string
+	// UpstreamVersion is the version the upstream gave the resource (Delta),
+	// sent back upstream as initial_resource_versions after a reconnect.
+	UpstreamVersion string
 
 	deltaOnce sync.Once
 	delta     []byte // the Resource wrapper, encoded on first use
@@ -44,6 +47,9 @@ type View struct {
 	// Changed holds the names whose version changed since the previous View,
 	// removals included.
 	Changed map[string]struct{}
+	// Absent holds names the upstream said do not exist (never modified once
+	// published; may be shared between Views).
+	Absent map[string]struct{}
 	// Complete reports that the upstream answered the wildcard subscription,
 	// so the default authority's resources are the full set.
 	Complete bool

@@ -85,6 +85,7 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 		}
 		fresh = append(fresh, &downstream.Resource{
 			Name: res.Name, Version: downstream.ResourceVersion(b), Any: b, Authority: authority,
+			UpstreamVersion: res.Version,
 		})
 	}
 	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
@@ -99,9 +100,27 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 	res := maps.Clone(old.Resources)
 	changed := make(map[string]struct{})
 	seen := make(map[string]struct{}, len(fresh))
+	touched := false
+	absent, copied := old.Absent, false
+	ownAbsent := func() {
+		if !copied {
+			absent, copied = maps.Clone(old.Absent), true
+			if absent == nil {
+				absent = make(map[string]struct{})
+			}
+		}
+	}
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
+		if _, ok := absent[e.Name]; ok {
+			ownAbsent()
+			delete(absent, e.Name)
+		}
 		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority {
+			if cur.UpstreamVersion != e.UpstreamVersion {
+				res[e.Name] = e // same bytes, new upstream version: nothing to tell clients
+				touched = true
+			}
 			continue
 		}
 		res[e.Name] = e
@@ -124,15 +143,26 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 		}
 	} else {
 		for _, name := range u.Removed {
-			remove(name)
+			if _, ok := res[name]; ok {
+				remove(name)
+			} else if _, known := absent[name]; !known && tc.up[name] {
+				// The upstream says a subscribed name does not exist: tell
+				// clients at once instead of leaving them to time out.
+				ownAbsent()
+				absent[name] = struct{}{}
+				changed[name] = struct{}{}
+			}
 		}
 	}
 	complete := old.Complete || (u.Wildcard && authority == "")
 	if len(changed) == 0 && complete == old.Complete {
+		if touched {
+			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Complete: complete, Received: old.Received})
+		}
 		return nil
 	}
 	v := &downstream.View{
-		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Complete: complete, Received: now,
+		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: absent, Complete: complete, Received: now,
 	}
 	r.publish(tc, v)
 	for w := range tc.wild {
@@ -144,6 +174,24 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 		}
 	}
 	return nil
+}
+
+// upstreamVersions returns the upstream's versions of the resources of
+// typeURL the cache holds from authority: the Delta initial_resource_versions.
+func (r *Relay) upstreamVersions(authority, typeURL string) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tc := r.types[typeURL]
+	if tc == nil {
+		return nil
+	}
+	out := make(map[string]string)
+	for name, res := range tc.view.Resources {
+		if res.Authority == authority && res.UpstreamVersion != "" {
+			out[name] = res.UpstreamVersion
+		}
+	}
+	return out
 }
 
 // publish makes v the type's current View and updates the cache gauges.

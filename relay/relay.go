@@ -141,16 +141,29 @@ func relayNode(cfg *config.Config) *corev3.Node {
 func (r *Relay) newClient(auth string, servers []config.Server, node *corev3.Node) *upstream.Client {
 	sc := make([]upstream.ServerConfig, len(servers))
 	for i, s := range servers {
-		sc[i] = upstream.ServerConfig{URI: s.ServerURI}
+		sc[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol)}
 	}
 	log := r.log.Named("upstream").With(zap.String("authority", auth))
 	return upstream.New(upstream.Config{
 		Authority: auth,
 		Servers:   sc,
 		Node:      node,
-		Mode:      upstream.ModeSotW,
+		Mode:      upstream.ModeAuto,
 		Logger:    log,
+		// Delta: tell the server which versions the cache already holds, so
+		// that a reconnect does not resend them.
+		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(auth, typeURL) },
 	}, &upstreamHandler{r: r, authority: auth})
+}
+
+func protocolMode(p string) upstream.Mode {
+	switch p {
+	case "sotw":
+		return upstream.ModeSotW
+	case "delta":
+		return upstream.ModeDelta
+	}
+	return upstream.ModeAuto
 }
 
 // Serve serves downstream xDS on lis until Shutdown or Close.

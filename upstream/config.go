@@ -15,6 +15,9 @@ import (
 type ServerConfig struct {
 	// URI is the gRPC target, e.g. "127.0.0.1:18000" or "dns:///cp.example:18000".
 	URI string
+	// Mode, when not ModeAuto, forces the protocol spoken to this server,
+	// overriding Config.Mode.
+	Mode Mode
 	// Later: channel credentials (TLS).
 }
 

@@ -149,10 +149,14 @@ func (c *Client) attempt(idx int) (bool, error) {
 		return false, fmt.Errorf("upstream: dial %s: %w", uri, err)
 	}
 	defer conn.Close()
+	mode := c.cfg.Mode
+	if m := c.cfg.Servers[idx].Mode; m != ModeAuto {
+		mode = m
+	}
 	for {
-		delta := c.cfg.Mode == ModeDelta || (c.cfg.Mode == ModeAuto && !c.sotwOnly[idx])
+		delta := mode == ModeDelta || (mode == ModeAuto && !c.sotwOnly[idx])
 		received, err := c.runStream(conn, idx, delta)
-		if delta && c.cfg.Mode == ModeAuto && !received && status.Code(err) == codes.Unimplemented {
+		if delta && mode == ModeAuto && !received && status.Code(err) == codes.Unimplemented {
 			c.sotwOnly[idx] = true
 			c.log.Info("upstream has no Delta xDS, using SotW", zap.String("server", uri))
 			continue
