@@ -120,6 +120,7 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     xds_servers:                default servers, tried in order; at least one
       - server_uri: "127.0.0.1:18000"     host:port
         channel_creds: [{type: insecure}] insecure (tls: not supported yet)
+        protocol: auto                    auto (Delta; SotW if the server has none), sotw, delta
     authorities:                xdstp://AUTHORITY/... names go to its servers
       "auth.example": {xds_servers: [...]}   (none: the default servers)
     linger: 5s                  upstream subscription kept after the last watcher left
