@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/xds-relay/xds-relay/internal/fleet"
+)
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startDemoCP serves a churning fleet on 127.0.0.1:0 until the test ends and returns its address.
+func startDemoCP(t *testing.T, style fleet.Style) string {
+	t.Helper()
+	srv, err := fleet.NewServer(fleet.ServerConfig{
+		Spec:       fleet.Spec{Listeners: 2, Routes: 2, Clusters: 20, EndpointsPerCluster: 2, Style: style},
+		Churn:      50,
+		ChurnKinds: []fleet.Kind{fleet.Clusters, fleet.Endpoints, fleet.Routes, fleet.Listeners},
+		ChurnCount: 2,
+		Logger:     zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+func TestEndToEnd(t *testing.T) {
+	const clients = 50
+	for _, style := range []fleet.Style{fleet.StyleEnvoy, fleet.StyleGRPC} {
+		addr := startDemoCP(t, style)
+		mode := Mode(style)
+		for _, proto := range []Protocol{ProtocolSotW, ProtocolDelta} {
+			t.Run(fmt.Sprintf("%s/%s", mode, proto), func(t *testing.T) {
+				e, err := NewEngine(Config{
+					Target:         addr,
+					Clients:        clients,
+					StreamsPerConn: 5,
+					Mode:           mode,
+					Protocol:       proto,
+					LDSName:        fleet.ListenerName(1),
+					Duration:       10 * time.Second, // upper bound; Updates ends the run
+					Updates:        3,
+					SyncTimeout:    10 * time.Second,
+					NACKRatio:      0.1,
+					SlowRatio:      0.1,
+					SlowDelay:      5 * time.Millisecond,
+					Logger:         zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)),
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := e.Run(testContext(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Synced != clients || s.Failed != 0 || s.TimeToSyncAllMS == nil {
+					t.Errorf("synced %d failed %d of %d", s.Synced, s.Failed, clients)
+				}
+				if s.Connections != clients/5 {
+					t.Errorf("connections %d, want %d", s.Connections, clients/5)
+				}
+				if s.Updates < 3*clients || s.Propagation.Samples == 0 || s.Propagation.Max <= 0 {
+					t.Errorf("updates %d, propagation %+v: want ≥ %d updates with samples", s.Updates, s.Propagation, 3*clients)
+				}
+				if s.NACKs == 0 || s.BytesReceived == 0 || s.Responses == 0 {
+					t.Errorf("nacks %d bytes %d responses %d", s.NACKs, s.BytesReceived, s.Responses)
+				}
+				if p := e.Progress(); p.Synced != clients || p.Connected != 0 || p.Launched != clients {
+					t.Errorf("final progress %+v", p)
+				}
+			})
+		}
+	}
+}
+
+func TestRunCLI(t *testing.T) {
+	addr := startDemoCP(t, fleet.StyleEnvoy)
+	var out, errOut bytes.Buffer
+	code := run(testContext(t), []string{"--target", addr, "--clients", "10", "--ramp", "1000/s", "--duration", "10s",
+		"--updates", "1", "--json", "--log-level", "warn"}, &out, &errOut, false)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut.String())
+	}
+	var s Summary
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, out.String())
+	}
+	if s.Synced != 10 || s.Clients != 10 || s.Updates < 10 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestRunSyncFailure(t *testing.T) {
+	// Nothing listens on this port once the listener is closed.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	var out, errOut bytes.Buffer
+	code := run(testContext(t), []string{"--target", addr, "--clients", "3", "--sync-timeout", "200ms", "--log-level", "error"},
+		&out, &errOut, false)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "failed               3") || !strings.Contains(errOut.String(), "did not sync") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
+
+func TestReportProgress(t *testing.T) {
+	// The reporter writes only on ticks; cancelling before the first tick writes nothing on a pipe
+	// and nothing but the final newline guard on a terminal.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var b bytes.Buffer
+	reportProgress(ctx, &b, true, func() Progress { return Progress{} })
+	if b.Len() != 0 {
+		t.Errorf("wrote %q", b.String())
+	}
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
+
+	"github.com/xds-relay/xds-relay/internal/fleet"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Target is the xDS server address, host:port (or any gRPC target).
+	Target string
+	// Clients is the number of simulated clients (at least 1).
+	Clients int
+	// StreamsPerConn is the number of clients sharing one gRPC connection; 0 means 1.
+	StreamsPerConn int
+	// Ramp is the rate at which clients start; 0 means all at once.
+	Ramp fleet.Rate
+	// Mode is envoy or grpc; empty means envoy.
+	Mode Mode
+	// Protocol is sotw or delta; empty means sotw.
+	Protocol Protocol
+	// LDSName is the listener a grpc-mode client asks for; empty means fleet.ListenerName(0).
+	LDSName string
+	// Duration is how long to run once every client synced (or the sync timeout passed).
+	Duration time.Duration
+	// Updates, when positive, ends the run early once every synced client has seen this many updates.
+	Updates int64
+	// SyncTimeout is how long each client has, from its start, to sync; 0 means 30s.
+	SyncTimeout time.Duration
+	// NACKRatio is the fraction of clients that NACK every response.
+	NACKRatio float64
+	// SlowRatio is the fraction of clients that pause SlowDelay before each read.
+	SlowRatio float64
+	// SlowDelay is the pause of slow clients; 0 means 250ms.
+	SlowDelay time.Duration
+	// NodePrefix prefixes node ids: PREFIX-0, PREFIX-1, ...; empty means "xds-loadgen".
+	NodePrefix string
+	// Logger receives per-stream events at Debug; nil means zap.NewNop().
+	Logger *zap.Logger
+}
+
+// withDefaults fills zero fields and validates the result.
+func (c Config) withDefaults() (Config, error) {
+	if c.StreamsPerConn == 0 {
+		c.StreamsPerConn = 1
+	}
+	if c.Mode == "" {
+		c.Mode = ModeEnvoy
+	}
+	if c.Protocol == "" {
+		c.Protocol = ProtocolSotW
+	}
+	if c.LDSName == "" {
+		c.LDSName = fleet.ListenerName(0)
+	}
+	if c.SyncTimeout == 0 {
+		c.SyncTimeout = 30 * time.Second
+	}
+	if c.SlowDelay == 0 {
+		c.SlowDelay = 250 * time.Millisecond
+	}
+	if c.NodePrefix == "" {
+		c.NodePrefix = "xds-loadgen"
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	switch {
+	case c.Target == "":
+		return c, errors.New("loadgen: target is required")
+	case c.Clients < 1:
+		return c, fmt.Errorf("loadgen: clients %d: want at least 1", c.Clients)
+	case c.StreamsPerConn < 1:
+		return c, fmt.Errorf("loadgen: streams-per-conn %d: want at least 1", c.StreamsPerConn)
+	case c.Ramp < 0:
+		return c, fmt.Errorf("loadgen: ramp %v: want a non-negative rate", c.Ramp)
+	case c.Mode != ModeEnvoy && c.Mode != ModeGRPC:
+		return c, fmt.Errorf("loadgen: mode %q: want envoy or grpc", c.Mode)
+	case c.Protocol != ProtocolSotW && c.Protocol != ProtocolDelta:
+		return c, fmt.Errorf("loadgen: protocol %q: want sotw or delta", c.Protocol)
+	case c.Duration < 0:
+		return c, fmt.Errorf("loadgen: duration %v: want non-negative", c.Duration)
+	case c.Updates < 0:
+		return c, fmt.Errorf("loadgen: updates %d: want non-negative", c.Updates)
+	case c.SyncTimeout < 0:
+		return c, fmt.Errorf("loadgen: sync-timeout %v: want positive", c.SyncTimeout)
+	case !(c.NACKRatio >= 0 && c.NACKRatio <= 1):
+		return c, fmt.Errorf("loadgen: nack-ratio %v: want a fraction in [0, 1]", c.NACKRatio)
+	case !(c.SlowRatio >= 0 && c.SlowRatio <= 1):
+		return c, fmt.Errorf("loadgen: slow %v: want a fraction in [0, 1]", c.SlowRatio)
+	case c.SlowDelay < 0:
+		return c, fmt.Errorf("loadgen: slow-delay %v: want non-negative", c.SlowDelay)
+	}
+	return c, nil
+}
+
+// picked reports whether client i belongs to a fraction ratio of all clients,
+// spreading the picked clients evenly (ratio 0.25 picks clients 3, 7, 11, ...).
+func picked(i int, ratio float64) bool {
+	return math.Floor(float64(i+1)*ratio+1e-9) > math.Floor(float64(i)*ratio+1e-9)
+}
+
+// Engine runs one load test: it starts the clients, waits for them to sync,
+// keeps them running for the configured duration and summarizes. Progress is
+// safe to call concurrently with Run.
+type Engine struct {
+	// Set at creation, read-only.
+	cfg     Config
+	log     *zap.Logger
+	seed    maphash.Seed
+	decoded *decodeCache // safe for concurrent use
+
+	// Updated by every client (atomics).
+	ctr         counters
+	prop        histogram
+	clientsDone atomic.Int64 // clients that have seen cfg.Updates updates
+
+	// One-slot wake-ups for Run.
+	syncCh chan struct{}
+	doneCh chan struct{}
+}
+
+// NewEngine validates cfg and returns an Engine.
+func NewEngine(cfg Config) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{
+		cfg:  cfg,
+		log:  cfg.Logger,
+		seed: maphash.MakeSeed(),
+		// Two generations of 64k resources: a fleet's working set, plus churn.
+		decoded: newDecodeCache(1 << 16),
+		syncCh:  make(chan struct{}, 1),
+		doneCh:  make(chan struct{}, 1),
+	}, nil
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Progress returns a live snapshot.
+func (e *Engine) Progress() Progress {
+	return Progress{
+		Clients:   e.cfg.Clients,
+		Launched:  e.ctr.launched.Load(),
+		Connected: e.ctr.connected.Load(),
+		Synced:    e.ctr.synced.Load(),
+		Updates:   e.ctr.updates.Load(),
+		Errors:    e.ctr.connectErrors.Load() + e.ctr.streamErrors.Load(),
+		P50:       e.prop.Quantile(0.50),
+		P99:       e.prop.Quantile(0.99),
+	}
+}
+
+// bytesCounter is a gRPC stats handler counting received payload bytes.
+type bytesCounter struct{ n *atomic.Int64 }
+
+func (b bytesCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (b bytesCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if p, ok := s.(*stats.InPayload); ok {
+		b.n.Add(int64(p.WireLength))
+	}
+}
+func (b bytesCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (b bytesCounter) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// Run runs the load test until it ends or ctx is done, and returns the summary.
+// It returns an error only when the clients could not be set up. Run may be called once.
+func (e *Engine) Run(ctx context.Context) (*Summary, error) {
+	cfg := e.cfg
+	start := time.Now()
+	nconns := (cfg.Clients + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
+	conns := make([]*grpc.ClientConn, 0, nconns)
+	defer func() {
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	}()
+	for range nconns {
+		cc, err := grpc.NewClient(cfg.Target,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStatsHandler(bytesCounter{n: &e.ctr.bytes}),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+			// Many connections: keep per-connection buffers small.
+			grpc.WithSharedWriteBuffer(true),
+			grpc.WithReadBufferSize(16<<10),
+			grpc.WithWriteBufferSize(16<<10),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: dial %s: %w", cfg.Target, err)
+		}
+		conns = append(conns, cc)
+	}
+
+	clientCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	var wg sync.WaitGroup
+	clients := make([]*client, 0, cfg.Clients)
+	launch := func(i int) {
+		c := &client{
+			e:    e,
+			id:   i,
+			conn: conns[i/cfg.StreamsPerConn],
+			nack: picked(i, cfg.NACKRatio),
+			slow: picked(i, cfg.SlowRatio),
+			st:   newClientState(cfg.Mode, cfg.LDSName),
+		}
+		c.node = newNode(cfg, cfg.NodePrefix+"-"+strconv.Itoa(i))
+		c.startedAt = time.Now()
+		clients = append(clients, c)
+		e.ctr.launched.Add(1)
+		wg.Go(func() { c.run(clientCtx) })
+	}
+	e.log.Info("starting clients", zap.String("target", cfg.Target), zap.Int("clients", cfg.Clients),
+		zap.Int("connections", nconns), zap.String("mode", string(cfg.Mode)), zap.String("protocol", string(cfg.Protocol)))
+	if iv := cfg.Ramp.Interval(); iv > 0 {
+		t := time.NewTimer(0)
+		next := start
+	ramp:
+		for i := range cfg.Clients {
+			t.Reset(time.Until(next))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				break ramp
+			case <-t.C:
+			}
+			launch(i)
+			next = next.Add(iv)
+		}
+	} else {
+		for i := range cfg.Clients {
+			launch(i)
+		}
+	}
+
+	// Sync phase: until every client synced or the last one's sync timeout passed.
+	syncTimer := time.NewTimer(cfg.SyncTimeout)
+	defer syncTimer.Stop()
+syncing:
+	for e.ctr.synced.Load() < int64(cfg.Clients) {
+		select {
+		case <-ctx.Done():
+			break syncing
+		case <-syncTimer.C:
+			break syncing
+		case <-e.syncCh:
+		}
+	}
+
+	// Run phase.
+	if ctx.Err() == nil && e.ctr.synced.Load() > 0 {
+		runTimer := time.NewTimer(cfg.Duration)
+		defer runTimer.Stop()
+	running:
+		for {
+			if cfg.Updates > 0 && e.clientsDone.Load() >= e.ctr.synced.Load() {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				break running
+			case <-runTimer.C:
+				break running
+			case <-e.doneCh:
+			}
+		}
+	}
+	stopClients()
+	wg.Wait()
+	end := time.Now()
+
+	s := &Summary{
+		Target:        cfg.Target,
+		Mode:          cfg.Mode,
+		Protocol:      cfg.Protocol,
+		Clients:       cfg.Clients,
+		Connections:   nconns,
+		ConnectErrors: e.ctr.connectErrors.Load(),
+		StreamErrors:  e.ctr.streamErrors.Load(),
+		Responses:     e.ctr.responses.Load(),
+		Updates:       e.ctr.updates.Load(),
+		NACKs:         e.ctr.nacks.Load(),
+		BytesReceived: e.ctr.bytes.Load(),
+		Propagation:   latencies(&e.prop),
+		RunMS:         ms(end.Sub(start)),
+	}
+	var lastSync time.Time
+	for _, c := range clients { // safe: every client goroutine has returned
+		if !c.syncedAt.IsZero() && c.syncedAt.Sub(c.startedAt) <= cfg.SyncTimeout {
+			s.Synced++
+			if c.syncedAt.After(lastSync) {
+				lastSync = c.syncedAt
+			}
+		}
+	}
+	s.Failed = s.Clients - s.Synced
+	if s.Failed == 0 {
+		t := ms(lastSync.Sub(start))
+		s.TimeToSyncAllMS = &t
+	}
+	return s, nil
+}

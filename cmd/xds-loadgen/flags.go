@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/xds-relay/xds-relay/internal/fleet"
+)
+
+// options are the parsed command line.
+type options struct {
+	cfg      Config
+	json     bool
+	logLevel string
+	version  bool
+}
+
+const usageHeader = `xds-loadgen simulates many xDS clients against an xDS server and reports how
+fast they sync and how fast changes reach them.
+
+Usage: xds-loadgen --target HOST:PORT [flags]
+
+Envoy mode subscribes to listeners and clusters by wildcard, then to the route
+configurations and endpoints they name; grpc mode asks for one listener by name
+(--lds-name) and follows it to routes, clusters and endpoints. Propagation is
+measured from the creation stamp xds-democp writes into every changed resource.
+The exit status is 1 when a client did not sync within --sync-timeout.
+
+Flags:
+`
+
+// parseFlags parses args (without the program name). It returns flag.ErrHelp
+// after printing usage for --help.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("xds-loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHeader)
+		printDefaults(fs)
+	}
+	var ramp, mode, protocol string
+	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
+	fs.IntVar(&o.cfg.Clients, "clients", 100, "number of simulated clients")
+	fs.IntVar(&o.cfg.StreamsPerConn, "streams-per-conn", 1, "clients sharing one gRPC connection (1: a connection per client)")
+	fs.StringVar(&ramp, "ramp", "0", "client start rate like 50/s (0: all at once)")
+	fs.StringVar(&mode, "mode", string(ModeEnvoy), "client behaviour: envoy or grpc")
+	fs.StringVar(&protocol, "protocol", string(ProtocolSotW), "xDS protocol: sotw or delta")
+	fs.StringVar(&o.cfg.LDSName, "lds-name", fleet.ListenerName(0), "listener a grpc-mode client asks for")
+	fs.DurationVar(&o.cfg.Duration, "duration", 20*time.Second, "run time after all clients synced")
+	fs.Int64Var(&o.cfg.Updates, "updates", 0, "end early once every synced client has seen this many updates (0: run for --duration)")
+	fs.DurationVar(&o.cfg.SyncTimeout, "sync-timeout", 30*time.Second, "time each client has to sync after it starts")
+	fs.Float64Var(&o.cfg.NACKRatio, "nack-ratio", 0, "fraction of clients that NACK every response")
+	fs.Float64Var(&o.cfg.SlowRatio, "slow", 0, "fraction of clients that read slowly")
+	fs.DurationVar(&o.cfg.SlowDelay, "slow-delay", 250*time.Millisecond, "pause of a slow client before each read")
+	fs.BoolVar(&o.json, "json", false, "print the final summary as JSON")
+	fs.StringVar(&o.cfg.NodePrefix, "node-prefix", "xds-loadgen", "node id prefix (ids are PREFIX-0, PREFIX-1, ...)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("loadgen: unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil
+	}
+	var err error
+	if o.cfg.Ramp, err = fleet.ParseRate(ramp); err != nil {
+		return o, fmt.Errorf("loadgen: --ramp: %w", err)
+	}
+	o.cfg.Mode, o.cfg.Protocol = Mode(mode), Protocol(protocol)
+	if o.cfg.StreamsPerConn < 1 {
+		return o, fmt.Errorf("loadgen: --streams-per-conn %d: want at least 1", o.cfg.StreamsPerConn)
+	}
+	if o.cfg.SyncTimeout <= 0 {
+		return o, errors.New("loadgen: --sync-timeout must be positive")
+	}
+	if _, err := o.cfg.withDefaults(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// printDefaults is flag.PrintDefaults with the double-dash spelling used in the docs.
+func printDefaults(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			line += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(fs.Output(), line)
+	})
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestBucketLayout(t *testing.T) {
+	prevHi := uint64(0)
+	for i := range histBuckets {
+		lo, hi := bucketRange(i)
+		if i > 0 && lo != prevHi+1 {
+			t.Fatalf("bucket %d starts at %d, previous ended at %d", i, lo, prevHi)
+		}
+		if bucketOf(lo) != i || bucketOf(hi) != i {
+			t.Fatalf("bucket %d [%d, %d]: bucketOf gives %d, %d", i, lo, hi, bucketOf(lo), bucketOf(hi))
+		}
+		if lo >= histSubCount && float64(hi-lo+1)/float64(lo) > 1.0/histSubCount {
+			t.Fatalf("bucket %d [%d, %d] wider than 1/%d of its start", i, lo, hi, histSubCount)
+		}
+		prevHi = hi
+	}
+	if prevHi != ^uint64(0) {
+		t.Fatalf("buckets end at %d", prevHi)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	s := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for q, want := range map[float64]time.Duration{0.5: 5, 0.9: 9, 0.99: 10, 1: 10, 0.01: 1, 0: 1} {
+		if got := percentile(s, q); got != want {
+			t.Errorf("percentile(%v) = %v, want %v", q, got, want)
+		}
+	}
+	if percentile(nil, 0.5) != 0 {
+		t.Error("percentile of nothing")
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	if h.Quantile(0.5) != 0 || h.Max() != 0 || h.Count() != 0 {
+		t.Fatal("empty histogram not zero")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	var samples []time.Duration
+	for range 20000 {
+		// Log-uniform from 1µs to ~10s.
+		d := time.Duration(float64(time.Microsecond) * math.Pow(10, r.Float64()*7))
+		samples = append(samples, d)
+		h.Record(d)
+	}
+	h.Record(-time.Second) // clock skew counts as 0
+	samples = append(samples, 0)
+	slices.Sort(samples)
+	for _, q := range []float64{0.01, 0.5, 0.9, 0.99, 0.999, 1} {
+		want, got := percentile(samples, q), h.Quantile(q)
+		if diff := float64(got-want) / float64(want); diff > 1.0/histSubCount || diff < -1.0/histSubCount {
+			t.Errorf("q%v = %v, exact %v (%.1f%% off)", q, got, want, 100*diff)
+		}
+	}
+	if h.Max() != samples[len(samples)-1] || h.Count() != uint64(len(samples)) {
+		t.Errorf("max %v count %d, want %v %d", h.Max(), h.Count(), samples[len(samples)-1], len(samples))
+	}
+	// Small exact values.
+	var e histogram
+	for _, d := range []time.Duration{3, 3, 7} {
+		e.Record(d)
+	}
+	if e.Quantile(0.5) != 3 || e.Quantile(1) != 7 {
+		t.Errorf("exact small values: p50 %v p100 %v", e.Quantile(0.5), e.Quantile(1))
+	}
+}
+
+func TestPicked(t *testing.T) {
+	for _, tc := range []struct {
+		n     int
+		ratio float64
+		want  int
+	}{{100, 0, 0}, {100, 1, 100}, {100, 0.1, 10}, {50, 0.25, 12}, {7, 0.5, 3}, {3, 0.1, 0}} {
+		got := 0
+		for i := range tc.n {
+			if picked(i, tc.ratio) {
+				got++
+			}
+		}
+		if got != tc.want {
+			t.Errorf("picked(%d clients, %v) = %d, want %d", tc.n, tc.ratio, got, tc.want)
+		}
+	}
+	// Spread out: a quarter picks every fourth client.
+	for i := range 8 {
+		if picked(i, 0.25) != (i%4 == 3) {
+			t.Errorf("picked(%d, 0.25) = %v", i, picked(i, 0.25))
+		}
+	}
+}
