@@ -32,7 +32,15 @@ func (p *pool) schedule(s *stream) {
 		return
 	}
 	p.q = append(p.q, s)
+	p.wakeLocked()
+}
+
+// wakeLocked gets a worker to the queue: an idle one, else a new one. The
+// idle count drops at the signal, so two signals never target one waiter.
+// Called with mu held.
+func (p *pool) wakeLocked() {
 	if p.idle > 0 {
+		p.idle--
 		p.cond.Signal()
 		return
 	}
@@ -54,8 +62,7 @@ func (p *pool) work() {
 				return
 			}
 			p.idle++
-			p.cond.Wait()
-			p.idle--
+			p.cond.Wait() // the waker took us off the idle count
 		}
 		if p.closed {
 			p.workers--
@@ -67,6 +74,10 @@ func (p *pool) work() {
 		p.q = p.q[1:]
 		if len(p.q) == 0 {
 			p.q = p.q[:0:0]
+		} else {
+			// This flush may block on a client that stopped reading: make sure
+			// someone else serves the rest of the queue meanwhile.
+			p.wakeLocked()
 		}
 		p.mu.Unlock()
 		s.flush()
@@ -80,6 +91,7 @@ func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.q = nil
+	p.idle = 0
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
