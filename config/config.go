@@ -105,4 +105,21 @@ type Limits struct {
 	MaxNamesPerRequest int `yaml:"max_names_per_request"`
 	// MaxRecvMessageBytes is the largest request accepted. Default 4 MiB.
 	MaxRecvMessageBytes int `yaml:"max_recv_message_bytes"`
+	// MaxSubscriptionsPerStream bounds the names one stream subscribes to,
+	// all types together. Default 100000.
+	MaxSubscriptionsPerStream int `yaml:"max_subscriptions_per_stream"`
+	// MaxStreamsPerConnection bounds concurrent streams on one client
+	// connection (HTTP/2 MAX_CONCURRENT_STREAMS). Default 100.
+	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
+	// NewStreamsPerSecond is the admission rate of new streams; streams
+	// beyond it (after a burst of the same size) are refused with
+	// RESOURCE_EXHAUSTED and the client retries. 0 disables it. Default 5000.
+	NewStreamsPerSecond float64 `yaml:"new_streams_per_second"`
+	// MaxConnectionAge closes client connections (GOAWAY, grpc adds ±10%
+	// jitter) so that clients rebalance across replicas. 0 disables it.
+	// Default 30m.
+	MaxConnectionAge time.Duration `yaml:"max_connection_age"`
+	// KeepaliveMinTime is the shortest client keepalive ping interval
+	// accepted; faster pingers are disconnected. Default 10s.
+	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
 }

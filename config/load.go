@@ -24,6 +24,12 @@ const (
 	DefaultMaxUnreferenced     = 10000
 	DefaultMaxNamesPerRequest  = 10000
 	DefaultMaxRecvMessageBytes = 4 << 20
+
+	DefaultMaxSubscriptionsPerStream = 100000
+	DefaultMaxStreamsPerConnection   = 100
+	DefaultNewStreamsPerSecond       = 5000
+	DefaultMaxConnectionAge          = 30 * time.Minute
+	DefaultKeepaliveMinTime          = 10 * time.Second
 )
 
 // Default returns a new Config holding every default. It has no upstream
@@ -38,8 +44,13 @@ func Default() *Config {
 		},
 		Cache: Cache{MaxUnreferenced: DefaultMaxUnreferenced},
 		Limits: Limits{
-			MaxNamesPerRequest:  DefaultMaxNamesPerRequest,
-			MaxRecvMessageBytes: DefaultMaxRecvMessageBytes,
+			MaxNamesPerRequest:        DefaultMaxNamesPerRequest,
+			MaxRecvMessageBytes:       DefaultMaxRecvMessageBytes,
+			MaxSubscriptionsPerStream: DefaultMaxSubscriptionsPerStream,
+			MaxStreamsPerConnection:   DefaultMaxStreamsPerConnection,
+			NewStreamsPerSecond:       DefaultNewStreamsPerSecond,
+			MaxConnectionAge:          DefaultMaxConnectionAge,
+			KeepaliveMinTime:          DefaultKeepaliveMinTime,
 		},
 	}
 }

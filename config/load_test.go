@@ -21,8 +21,9 @@ func TestDefault(t *testing.T) {
 		Upstream: config.Upstream{
 			Linger: 5 * time.Second,
 		},
-		Cache:  config.Cache{MaxUnreferenced: 10000},
-		Limits: config.Limits{MaxNamesPerRequest: 10000, MaxRecvMessageBytes: 4 << 20},
+		Cache: config.Cache{MaxUnreferenced: 10000},
+		Limits: config.Limits{MaxNamesPerRequest: 10000, MaxRecvMessageBytes: 4 << 20, MaxSubscriptionsPerStream: 100000,
+			MaxStreamsPerConnection: 100, NewStreamsPerSecond: 5000, MaxConnectionAge: 30 * time.Minute, KeepaliveMinTime: 10 * time.Second},
 	}
 	if diff := cmp.Diff(want, config.Default()); diff != "" {
 		t.Errorf("Default() mismatch (-want +got):\n%s", diff)
@@ -93,8 +94,9 @@ limits:
 					},
 					Linger: 90 * time.Second,
 				},
-				Cache:  config.Cache{MaxUnreferenced: 0},
-				Limits: config.Limits{MaxNamesPerRequest: 100, MaxRecvMessageBytes: 1 << 20},
+				Cache: config.Cache{MaxUnreferenced: 0},
+				Limits: config.Limits{MaxNamesPerRequest: 100, MaxRecvMessageBytes: 1 << 20, MaxSubscriptionsPerStream: 100000,
+					MaxStreamsPerConnection: 100, NewStreamsPerSecond: 5000, MaxConnectionAge: 30 * time.Minute, KeepaliveMinTime: 10 * time.Second},
 			},
 		},
 		{name: "admin empty disables", yaml: "admin: ''\n",

@@ -47,6 +47,16 @@ func (c *Config) Validate() error {
 		return &FieldError{Field: "limits.max_names_per_request", Msg: "must be positive"}
 	case c.Limits.MaxRecvMessageBytes <= 0:
 		return &FieldError{Field: "limits.max_recv_message_bytes", Msg: "must be positive"}
+	case c.Limits.MaxSubscriptionsPerStream <= 0:
+		return &FieldError{Field: "limits.max_subscriptions_per_stream", Msg: "must be positive"}
+	case c.Limits.MaxStreamsPerConnection <= 0:
+		return &FieldError{Field: "limits.max_streams_per_connection", Msg: "must be positive"}
+	case c.Limits.NewStreamsPerSecond < 0:
+		return &FieldError{Field: "limits.new_streams_per_second", Msg: "must not be negative (0 disables it)"}
+	case c.Limits.MaxConnectionAge < 0:
+		return &FieldError{Field: "limits.max_connection_age", Msg: "must not be negative (0 disables it)"}
+	case c.Limits.KeepaliveMinTime < 0:
+		return &FieldError{Field: "limits.keepalive_min_time", Msg: "must not be negative"}
 	}
 
 	// The default servers serve legacy names and authorities without servers

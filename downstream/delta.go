@@ -65,7 +65,11 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := ts.subscribeDelta(typeURL, req)
+	err = st.checkSubscriptions()
 	st.mu.Unlock()
+	if err != nil {
+		return err // the stream ends: its watches are dropped by close
+	}
 
 	if len(add) > 0 || len(remove) > 0 || wildcard != nil {
 		st.srv.src.Watch(st, typeURL, add, remove, wildcard)

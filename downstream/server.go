@@ -52,6 +52,12 @@ type Watcher interface {
 type Options struct {
 	// MaxNamesPerRequest bounds the names of one request. Default 10000.
 	MaxNamesPerRequest int
+	// MaxSubscriptions bounds the names one stream subscribes to, all types
+	// together. Default 100000.
+	MaxSubscriptions int
+	// NewStreamsPerSecond is the admission rate of new streams (burst of
+	// the same size); 0 admits every stream.
+	NewStreamsPerSecond float64
 	// MaxSenders bounds the sender goroutines. Default 4096.
 	MaxSenders int
 	Logger     *zap.Logger
@@ -68,6 +74,7 @@ type Server struct {
 	log  *zap.Logger
 	m    *metrics.Metrics
 	pool *pool
+	adm  *admission
 
 	nextID atomic.Uint64
 
@@ -79,6 +86,9 @@ type Server struct {
 func NewServer(src Source, opts Options) *Server {
 	if opts.MaxNamesPerRequest <= 0 {
 		opts.MaxNamesPerRequest = 10000
+	}
+	if opts.MaxSubscriptions <= 0 {
+		opts.MaxSubscriptions = 100000
 	}
 	if opts.MaxSenders <= 0 {
 		opts.MaxSenders = 4096
@@ -95,6 +105,7 @@ func NewServer(src Source, opts Options) *Server {
 		log:     opts.Logger,
 		m:       opts.Metrics,
 		pool:    newPool(2*runtime.GOMAXPROCS(0), opts.MaxSenders),
+		adm:     newAdmission(opts.NewStreamsPerSecond),
 		streams: make(map[uint64]*stream),
 	}
 }

@@ -70,7 +70,11 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, req.GetResourceNames())
+	err = st.checkSubscriptions()
 	st.mu.Unlock()
+	if err != nil {
+		return err // the stream ends: its watches are dropped by close
+	}
 
 	if len(add) > 0 || len(remove) > 0 || wildcard != nil {
 		st.srv.src.Watch(st, typeURL, add, remove, wildcard)

@@ -92,6 +92,10 @@ type typeState struct {
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
+	if !s.adm.admit(time.Now()) {
+		s.m.AdmissionRejections.Inc()
+		return status.Error(codes.ResourceExhausted, "xds-relay: too many new streams, retry with backoff")
+	}
 	st := &stream{
 		srv:     s,
 		id:      s.nextID.Add(1),
@@ -112,8 +116,6 @@ func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
 	s.mu.Lock()
 	s.streams[st.id] = st
 	s.mu.Unlock()
-	s.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(typeURL), st.proto).Inc()
-	defer s.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(typeURL), st.proto).Dec()
 	defer st.close()
 
 	if delta {
@@ -195,6 +197,8 @@ func (st *stream) state(typeURL string) *typeState {
 	if ts == nil {
 		ts = &typeState{names: make(map[string]struct{}), legacyWildcard: true}
 		st.types[typeURL] = ts
+		// An ADS stream counts once per type it requested.
+		st.srv.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(typeURL), st.proto).Inc()
 	}
 	return ts
 }
@@ -239,6 +243,20 @@ func (st *stream) checkType(typeURL string) (string, error) {
 	return typeURL, nil
 }
 
+// checkSubscriptions refuses a subscription growing past the stream's limit.
+// Called with mu held.
+func (st *stream) checkSubscriptions() error {
+	n := 0
+	for _, ts := range st.types {
+		n += len(ts.names)
+	}
+	if n > st.srv.opts.MaxSubscriptions {
+		return st.reject("too_many_subscriptions", codes.ResourceExhausted,
+			"%d subscribed names on one stream, the limit is %d", n, st.srv.opts.MaxSubscriptions)
+	}
+	return nil
+}
+
 func (st *stream) tooMany(n int) error {
 	return st.reject("too_many_names", codes.ResourceExhausted,
 		"%d resource names in one request, the limit is %d", n, st.srv.opts.MaxNamesPerRequest)
@@ -278,6 +296,7 @@ func (st *stream) close() {
 	subs := make([]sub, 0, len(st.types))
 	for t, ts := range st.types {
 		subs = append(subs, sub{t, keys(ts.names), ts.wildcard})
+		st.srv.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(t), st.proto).Dec()
 	}
 	st.mu.Unlock()
 	off := false

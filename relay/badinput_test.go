@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -31,7 +32,10 @@ type badInputEnv struct {
 func newBadInputEnv(t *testing.T) *badInputEnv {
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters("c0"))
-	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 100 }))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Limits.MaxNamesPerRequest = 100
+		c.Limits.MaxSubscriptionsPerStream = 150
+	}))
 	good := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "good"})
 	good.Subscribe(resource.ClusterType, "c0")
 	good.Ack(good.RecvType(resource.ClusterType))
@@ -88,6 +92,18 @@ func TestBadInput(t *testing.T) {
 		wantCode(t, c, codes.ResourceExhausted, "limit is 100")
 		e.stillServed(t)
 	})
+	t.Run("too many subscriptions on one stream", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		for _, typ := range []string{resource.EndpointType, resource.RouteType} {
+			names := make([]string, 80)
+			for i := range names {
+				names[i] = fmt.Sprintf("%s-%d", typ, i)
+			}
+			c.Subscribe(typ, names...)
+		}
+		wantCode(t, c, codes.ResourceExhausted, "limit is 150")
+		e.stillServed(t)
+	})
 	t.Run("nonce never sent", func(t *testing.T) {
 		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
 		c.Subscribe(resource.ClusterType, "c0")
@@ -140,4 +156,29 @@ func TestBadInput(t *testing.T) {
 		}
 		e.stillServed(t)
 	})
+}
+
+// Streams beyond the new-stream rate are refused with RESOURCE_EXHAUSTED;
+// admitted streams are served.
+func TestAdmissionControl(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c0"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Limits.NewStreamsPerSecond = 3 }))
+	refused, served := 0, 0
+	for i := range 10 {
+		c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("n%d", i)})
+		c.Subscribe(resource.ClusterType, "c0")
+		resp, err := c.Recv(context.Background())
+		switch {
+		case err == nil && resp != nil:
+			served++
+		case grpcstatus.Code(errors.Unwrap(err)) == codes.ResourceExhausted || strings.Contains(err.Error(), "ResourceExhausted"):
+			refused++
+		default:
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	if served == 0 || refused == 0 {
+		t.Fatalf("served %d, refused %d: want both", served, refused)
+	}
 }

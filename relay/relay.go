@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -98,15 +99,27 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		r.upstreams[auth] = r.newClient(auth, servers, node)
 	}
 
+	lim := cfg.Limits
 	r.ds = downstream.NewServer(r, downstream.Options{
-		MaxNamesPerRequest: cfg.Limits.MaxNamesPerRequest,
-		Logger:             log.Named("downstream"),
-		Metrics:            r.m,
+		MaxNamesPerRequest:  lim.MaxNamesPerRequest,
+		MaxSubscriptions:    lim.MaxSubscriptionsPerStream,
+		NewStreamsPerSecond: lim.NewStreamsPerSecond,
+		Logger:              log.Named("downstream"),
+		Metrics:             r.m,
 	})
+	ka := keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}
+	if lim.MaxConnectionAge > 0 {
+		// grpc adds ±10% jitter, so clients of a fleet do not reconnect at once.
+		ka.MaxConnectionAge, ka.MaxConnectionAgeGrace = lim.MaxConnectionAge, 30*time.Second
+	}
 	opts := append(downstream.ServerOptions(),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(ka),
+		grpc.StatsHandler(connCounter{r.m.DownstreamConnections}),
 	)
+	if n := lim.MaxStreamsPerConnection; n > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(n)))
+	}
 	if n := cfg.Limits.MaxRecvMessageBytes; n > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(n))
 	}
@@ -154,6 +167,21 @@ func (r *Relay) newClient(auth string, servers []config.Server, node *corev3.Nod
 		// that a reconnect does not resend them.
 		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(auth, typeURL) },
 	}, &upstreamHandler{r: r, authority: auth})
+}
+
+// connCounter keeps the downstream connection gauge.
+type connCounter struct{ g prometheus.Gauge }
+
+func (c connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
+	switch s.(type) {
+	case *stats.ConnBegin:
+		c.g.Inc()
+	case *stats.ConnEnd:
+		c.g.Dec()
+	}
 }
 
 func protocolMode(p string) upstream.Mode {

@@ -130,6 +130,11 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
   limits:
     max_names_per_request: 10000
     max_recv_message_bytes: 4194304
+    max_subscriptions_per_stream: 100000
+    max_streams_per_connection: 100
+    new_streams_per_second: 5000   beyond it new streams get RESOURCE_EXHAUSTED (0: off)
+    max_connection_age: 30m        GOAWAY (±10% jitter) so clients rebalance (0: off)
+    keepalive_min_time: 10s        faster client pings are refused
   keying: ...                   node groups, TP2 parameters (not supported yet)
   rollout: ...                  guarded rollout (not supported yet)
   tls: ...                      downstream TLS / mTLS (not supported yet)

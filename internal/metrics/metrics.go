@@ -50,6 +50,8 @@ type Metrics struct {
 	StaleNonces *prometheus.CounterVec
 	// RejectedRequests is xds_relay_rejected_requests_total{reason}.
 	RejectedRequests *prometheus.CounterVec
+	// AdmissionRejections is xds_relay_admission_rejections_total.
+	AdmissionRejections prometheus.Counter
 
 	// Upstream (authoritative control planes).
 
@@ -104,6 +106,8 @@ func New() *Metrics {
 		RejectedRequests: f.counterVec("rejected_requests_total",
 			"Downstream requests or streams refused by the relay, by reason.",
 			"reason"),
+		AdmissionRejections: f.counter("admission_rejections_total",
+			"New downstream streams refused by the new-stream rate limit (RESOURCE_EXHAUSTED; clients retry)."),
 
 		UpstreamConnected: f.gaugeVec("upstream_connected",
 			"1 while the ADS stream to an upstream server is established, else 0.",
