@@ -13,6 +13,7 @@ import (
 
 // AdminHandler returns the admin HTTP API (CONTRACT.md, "Admin HTTP"):
 //
+//	GET /                                        status page (HTML for browsers, ?format=json), else a text index
 //	GET /healthz                                 200 "ok" while the process runs
 //	GET /readyz                                  200 when Ready, else 503
 //	GET /metrics                                 Prometheus text format of Registry
@@ -20,15 +21,17 @@ import (
 //	GET /debug/clients?node=                     JSON of DebugClients
 //	GET /debug/upstreams                         JSON of DebugUpstreams
 //	GET /debug/rollouts                          JSON list; empty until rollouts exist
+//	GET /debug/config                            JSON of EffectiveConfig (secrets redacted)
+//	GET|PUT|POST /debug/loglevel[?level=debug]   show or change the log level (see WithLogLevel)
 //	GET /debug/pprof/...                         net/http/pprof
 //
 // Every other method gets 405, every other path 404. The handler has its own
 // mux (pprof is not served from http.DefaultServeMux) and is safe for
 // concurrent use; each call returns a new handler.
-func (r *Relay) AdminHandler() http.Handler {
+func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 	mux := http.NewServeMux()
 	// Method patterns make the mux answer 405 (with Allow) to other methods.
-	mux.HandleFunc("GET /{$}", adminIndex)
+	r.statusRoutes(mux, opts) // /, /debug/config, /debug/loglevel (status.go)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 	})
@@ -71,6 +74,7 @@ func (r *Relay) AdminHandler() http.Handler {
 }
 
 const adminIndexText = `xds-relay admin
+/                  status page (open in a browser, or ?format=json)
 /healthz
 /readyz
 /metrics
@@ -78,12 +82,10 @@ const adminIndexText = `xds-relay admin
 /debug/clients?node=
 /debug/upstreams
 /debug/rollouts
+/debug/config
+/debug/loglevel    PUT ?level=debug|info|warn|error to change
 /debug/pprof/
 `
-
-func adminIndex(w http.ResponseWriter, _ *http.Request) {
-	writeText(w, http.StatusOK, adminIndexText)
-}
 
 func writeText(w http.ResponseWriter, code int, body string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -167,7 +167,9 @@ func TestAdmissionControl(t *testing.T) {
 	refused, served := 0, 0
 	for i := range 10 {
 		c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("n%d", i)})
-		c.Subscribe(resource.ClusterType, "c0")
+		req := xdstest.SotWRequest(resource.ClusterType, "", "", "c0")
+		req.Node = &core.Node{Id: "n"}
+		_ = c.Send(req) // a refused stream may be gone before the request
 		resp, err := c.Recv(context.Background())
 		switch {
 		case err == nil && resp != nil:

@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 
-	log := newLogger(o.logLevel, o.logFormat, stderr)
+	log, level := newLogger(o.logLevel, o.logFormat, stderr)
 	defer func() { _ = log.Sync() }()
 
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if adminLis != nil {
 		adminAddr = adminLis.Addr().String()
 		admin = &http.Server{
-			Handler:           r.AdminHandler(),
+			Handler:           r.AdminHandler(relay.WithLogLevel(level)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("admin")),
 		}
@@ -162,8 +162,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // newLogger builds the process logger writing to w at level (debug, info,
-// warn, error) in format (json or console).
-func newLogger(level, format string, w io.Writer) *zap.Logger {
+// warn, error) in format (json or console). The returned AtomicLevel changes
+// the level at runtime (the admin /debug/loglevel).
+func newLogger(level, format string, w io.Writer) (*zap.Logger, zap.AtomicLevel) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		lvl = zapcore.InfoLevel // parseArgs accepts only valid levels
@@ -177,6 +178,7 @@ func newLogger(level, format string, w io.Writer) *zap.Logger {
 		ec.EncodeTime = zapcore.ISO8601TimeEncoder
 		enc = zapcore.NewConsoleEncoder(ec)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
-	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w))))
+	atom := zap.NewAtomicLevelAt(lvl)
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), atom)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), atom
 }

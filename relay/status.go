@@ -1,0 +1,698 @@
+package relay
+
+import (
+	"cmp"
+	_ "embed" // the status page template
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"gopkg.in/yaml.v3"
+
+	"github.com/xds-relay/xds-relay/config"
+)
+
+// This file is the operator's view of a Relay: the status page served at the
+// admin "/" (Overview and its HTML rendering), the effective configuration at
+// /debug/config (EffectiveConfig, secrets redacted) and the runtime log level
+// at /debug/loglevel.
+// Everything here only reads the relay, through DebugCache, DebugClients,
+// DebugUpstreams and the Prometheus registry; it takes no lock of its own.
+
+// AdminOption configures AdminHandler.
+type AdminOption func(*adminOptions)
+
+type adminOptions struct {
+	level    zap.AtomicLevel
+	hasLevel bool
+}
+
+// WithLogLevel lets /debug/loglevel change the process log level at runtime:
+// level must be the AtomicLevel the relay's logger was built with. Without it
+// /debug/loglevel only reports the level and answers 501 to a change.
+func WithLogLevel(level zap.AtomicLevel) AdminOption {
+	return func(o *adminOptions) {
+		o.level = level
+		o.hasLevel = true
+	}
+}
+
+// MaxOverviewNACKs bounds Overview.NACKs.
+const MaxOverviewNACKs = 50
+
+// Overview is the relay's state at a glance: what the status page shows.
+type Overview struct {
+	Version string `json:"version"`
+	Ready   bool   `json:"ready"`
+
+	Fleet     FleetOverview      `json:"fleet"`
+	Upstreams []UpstreamOverview `json:"upstreams"`
+	Cache     []CacheTypeSummary `json:"cache"`
+	// NACKs are the streams whose last response of a type was rejected, newest
+	// streams first, at most MaxOverviewNACKs of them; NACKsTotal counts all.
+	NACKs      []NACKOverview `json:"nacks"`
+	NACKsTotal int            `json:"nacks_total"`
+	// Counters are the relay's counters since start, by metric name (labels
+	// summed), e.g. "xds_relay_responses_total".
+	Counters    map[string]float64  `json:"counters"`
+	Propagation PropagationOverview `json:"propagation"`
+}
+
+// FleetOverview counts the downstream streams.
+type FleetOverview struct {
+	Streams int `json:"streams"`
+	// Connections is xds_relay_downstream_connections: client transports,
+	// each carrying one or more streams.
+	Connections int `json:"connections"`
+	// Nodes counts distinct node ids.
+	Nodes int `json:"nodes"`
+	// ByProtocol counts streams by "sotw" / "delta".
+	ByProtocol map[string]int `json:"by_protocol"`
+	// ByService counts streams by "ads" or the per-type service's type URL.
+	ByService map[string]int `json:"by_service"`
+	// ByType counts, per type URL, the streams that subscribed to it.
+	ByType []TypeStreams `json:"by_type"`
+}
+
+// TypeStreams is how many streams of each protocol subscribe to one type.
+type TypeStreams struct {
+	Type  string `json:"type"`
+	SotW  int    `json:"sotw"`
+	Delta int    `json:"delta"`
+}
+
+// UpstreamOverview is the health of one configured upstream server of one
+// authority ("" is the default servers).
+type UpstreamOverview struct {
+	Authority string `json:"authority"`
+	Server    string `json:"server"`
+	// Current is true for the server the authority's client uses or tries.
+	Current bool `json:"current"`
+	// State is the client's state (upstream.State*) on the current server,
+	// "standby" on the others.
+	State string `json:"state"`
+	// Connected is xds_relay_upstream_connected for the server.
+	Connected bool `json:"connected"`
+	// Reconnects is xds_relay_upstream_reconnects_total for the server.
+	Reconnects float64 `json:"reconnects"`
+	// LastError is the client's last error, on the current server only.
+	LastError string `json:"last_error,omitempty"`
+	// Subscribed counts the names the client subscribes to (all types; a
+	// wildcard counts as one).
+	Subscribed int `json:"subscribed"`
+}
+
+// CacheTypeSummary sums the cache's variants of one type.
+type CacheTypeSummary struct {
+	Type      string `json:"type"`
+	Resources int    `json:"resources"`
+	// Watched counts the variants with at least one subscriber; the others
+	// are kept by the max_unreferenced LRU.
+	Watched int `json:"watched"`
+	Bytes   int `json:"bytes"`
+}
+
+// NACKOverview is one stream's last NACK of one type.
+type NACKOverview struct {
+	StreamID     uint64 `json:"stream_id"`
+	NodeID       string `json:"node_id"`
+	Protocol     string `json:"protocol"`
+	Type         string `json:"type"`
+	SentVersion  string `json:"sent_version,omitempty"`
+	AckedVersion string `json:"acked_version,omitempty"`
+	Message      string `json:"message"`
+}
+
+// PropagationOverview is the xds_relay_propagation_seconds histogram.
+type PropagationOverview struct {
+	Count uint64  `json:"count"`
+	Sum   float64 `json:"sum"`
+	// Buckets are the finite buckets, with the count of each (not
+	// cumulative); Overflow counts the observations above the last bound.
+	Buckets  []HistogramBucket `json:"buckets"`
+	Overflow uint64            `json:"overflow"`
+	// P50, P90 and P99 are estimated from the buckets as Prometheus'
+	// histogram_quantile does (linear within a bucket); 0 without samples.
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+// HistogramBucket is one bucket: observations in (previous bound, UpperBound].
+type HistogramBucket struct {
+	UpperBound float64 `json:"le"`
+	Count      uint64  `json:"count"`
+}
+
+// Metric family names the overview reads from the registry.
+const (
+	propagationFamily = "xds_relay_propagation_seconds"
+	connectedFamily   = "xds_relay_upstream_connected"
+	reconnectsFamily  = "xds_relay_upstream_reconnects_total"
+	connectionsFamily = "xds_relay_downstream_connections"
+)
+
+// overviewCounters are the counter families summed into Overview.Counters.
+var overviewCounters = []string{
+	"xds_relay_responses_total",
+	"xds_relay_response_bytes_total",
+	"xds_relay_acks_total",
+	"xds_relay_nacks_total",
+	"xds_relay_stale_nonces_total",
+	"xds_relay_rejected_requests_total",
+	"xds_relay_admission_rejections_total",
+	"xds_relay_upstream_responses_total",
+	reconnectsFamily,
+	"xds_relay_cache_evictions_total",
+}
+
+// Overview collects the status page's figures from DebugClients,
+// DebugUpstreams, DebugCache and the registry. Safe for concurrent use.
+func (r *Relay) Overview() Overview {
+	got, err := r.Registry().Gather()
+	if err != nil {
+		r.log.Warn("status: gather metrics", zap.Error(err)) // what was gathered is still shown
+	}
+	fams := make(map[string]*dto.MetricFamily, len(got))
+	for _, f := range got {
+		fams[f.GetName()] = f
+	}
+	o := Overview{
+		Version:     Version,
+		Ready:       r.Ready(),
+		Counters:    make(map[string]float64, len(overviewCounters)),
+		Propagation: propagation(fams[propagationFamily]),
+	}
+	for _, name := range overviewCounters {
+		o.Counters[name] = sumFamily(fams[name])
+	}
+	clients := r.DebugClients("")
+	o.Fleet = fleet(clients)
+	o.Fleet.Connections = int(sumFamily(fams[connectionsFamily]))
+	o.NACKs, o.NACKsTotal = nacks(clients)
+	o.Upstreams = r.upstreamOverview(r.DebugUpstreams(), fams)
+	o.Cache = cacheSummary(r.DebugCache(CacheFilter{}))
+	// Lists are [] in JSON, never null.
+	o.Fleet.ByType = nonNil(o.Fleet.ByType)
+	o.Upstreams, o.Cache, o.NACKs = nonNil(o.Upstreams), nonNil(o.Cache), nonNil(o.NACKs)
+	o.Propagation.Buckets = nonNil(o.Propagation.Buckets)
+	return o
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func fleet(clients []ClientInfo) FleetOverview {
+	f := FleetOverview{
+		Streams:    len(clients),
+		ByProtocol: map[string]int{},
+		ByService:  map[string]int{},
+	}
+	nodes := map[string]bool{}
+	byType := map[string]*TypeStreams{}
+	for _, c := range clients {
+		nodes[c.NodeID] = true
+		f.ByProtocol[c.Protocol]++
+		f.ByService[c.Service]++
+		for t := range c.Types {
+			ts := byType[t]
+			if ts == nil {
+				ts = &TypeStreams{Type: t}
+				byType[t] = ts
+			}
+			if c.Protocol == "delta" {
+				ts.Delta++
+			} else {
+				ts.SotW++
+			}
+		}
+	}
+	f.Nodes = len(nodes)
+	for _, ts := range byType {
+		f.ByType = append(f.ByType, *ts)
+	}
+	slices.SortFunc(f.ByType, func(a, b TypeStreams) int { return strings.Compare(a.Type, b.Type) })
+	return f
+}
+
+func nacks(clients []ClientInfo) ([]NACKOverview, int) {
+	var out []NACKOverview
+	for _, c := range clients {
+		for t, ti := range c.Types {
+			if ti.LastNACK == "" {
+				continue
+			}
+			out = append(out, NACKOverview{StreamID: c.ID, NodeID: c.NodeID, Protocol: c.Protocol, Type: t,
+				SentVersion: ti.SentVersion, AckedVersion: ti.AckedVersion, Message: ti.LastNACK})
+		}
+	}
+	// Stream ids grow: the newest streams first, then by type.
+	slices.SortFunc(out, func(a, b NACKOverview) int {
+		return cmp.Or(cmp.Compare(b.StreamID, a.StreamID), strings.Compare(a.Type, b.Type))
+	})
+	total := len(out)
+	if len(out) > MaxOverviewNACKs {
+		out = out[:MaxOverviewNACKs]
+	}
+	return out, total
+}
+
+// upstreamOverview lists every configured server of every authority client,
+// with the client's state on the current one and the per-server metrics.
+func (r *Relay) upstreamOverview(ups []UpstreamInfo, fams map[string]*dto.MetricFamily) []UpstreamOverview {
+	connected := byAuthorityServer(fams[connectedFamily])
+	reconnects := byAuthorityServer(fams[reconnectsFamily])
+	var out []UpstreamOverview
+	for _, u := range ups {
+		subscribed := 0
+		for _, t := range u.Types {
+			subscribed += len(t.Names)
+			if t.Wildcard {
+				subscribed++
+			}
+		}
+		for i, server := range r.configuredServers(u.Authority, u.Server) {
+			k := [2]string{u.Authority, server}
+			row := UpstreamOverview{Authority: u.Authority, Server: server, State: "standby",
+				Connected: connected[k] == 1, Reconnects: reconnects[k]}
+			// Before its first attempt a client names no server: the first one is next.
+			if server == u.Server || (u.Server == "" && i == 0) {
+				row.Current, row.State, row.LastError, row.Subscribed = true, u.State, u.LastError, subscribed
+			}
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+// configuredServers is the server list of authority in the config, in order;
+// current is added when the config does not list it.
+func (r *Relay) configuredServers(authority, current string) []string {
+	servers := r.cfg.Upstream.XDSServers
+	if a, ok := r.cfg.Upstream.Authorities[authority]; ok && authority != "" && len(a.XDSServers) > 0 {
+		servers = a.XDSServers
+	}
+	out := make([]string, 0, len(servers)+1)
+	for _, s := range servers {
+		out = append(out, s.ServerURI)
+	}
+	if current != "" && !slices.Contains(out, current) {
+		out = append(out, current)
+	}
+	return out
+}
+
+func cacheSummary(entries []CacheEntryInfo) []CacheTypeSummary {
+	var out []CacheTypeSummary
+	for _, e := range entries { // sorted by type
+		if len(out) == 0 || out[len(out)-1].Type != e.Type {
+			out = append(out, CacheTypeSummary{Type: e.Type})
+		}
+		s := &out[len(out)-1]
+		s.Resources++
+		s.Bytes += e.Bytes
+		if e.Subscribers > 0 {
+			s.Watched++
+		}
+	}
+	return out
+}
+
+// sumFamily sums the values of a counter or gauge family over its labels.
+func sumFamily(f *dto.MetricFamily) float64 {
+	var sum float64
+	for _, m := range f.GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+	}
+	return sum
+}
+
+// byAuthorityServer indexes a family labelled {authority, server} by them.
+func byAuthorityServer(f *dto.MetricFamily) map[[2]string]float64 {
+	out := map[[2]string]float64{}
+	for _, m := range f.GetMetric() {
+		var k [2]string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "authority":
+				k[0] = l.GetValue()
+			case "server":
+				k[1] = l.GetValue()
+			}
+		}
+		out[k] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return out
+}
+
+// propagation turns the histogram family into per-bucket counts and quantiles.
+func propagation(f *dto.MetricFamily) PropagationOverview {
+	var p PropagationOverview
+	if len(f.GetMetric()) == 0 {
+		return p
+	}
+	h := f.GetMetric()[0].GetHistogram()
+	p.Count, p.Sum = h.GetSampleCount(), h.GetSampleSum()
+	var prev uint64
+	for _, b := range h.GetBucket() {
+		if math.IsInf(b.GetUpperBound(), +1) {
+			continue
+		}
+		p.Buckets = append(p.Buckets, HistogramBucket{UpperBound: b.GetUpperBound(), Count: b.GetCumulativeCount() - prev})
+		prev = b.GetCumulativeCount()
+	}
+	p.Overflow = p.Count - prev
+	p.P50, p.P90, p.P99 = p.Quantile(0.5), p.Quantile(0.9), p.Quantile(0.99)
+	return p
+}
+
+// Quantile estimates the q-quantile (0 < q < 1) as Prometheus'
+// histogram_quantile does: linear interpolation inside the bucket that holds
+// it, the first bucket starting at 0, and the highest finite bound when the
+// quantile lies above it. It returns 0 without observations.
+func (p PropagationOverview) Quantile(q float64) float64 {
+	if p.Count == 0 || len(p.Buckets) == 0 {
+		return 0
+	}
+	rank := q * float64(p.Count)
+	var cum uint64
+	lower := 0.0
+	for _, b := range p.Buckets {
+		if float64(cum+b.Count) >= rank && b.Count > 0 {
+			return lower + (b.UpperBound-lower)*(rank-float64(cum))/float64(b.Count)
+		}
+		cum += b.Count
+		lower = b.UpperBound
+	}
+	return p.Buckets[len(p.Buckets)-1].UpperBound
+}
+
+//go:embed status.html
+var statusHTML string
+
+var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
+	"short":   shortType,
+	"bytes":   humanBytes,
+	"seconds": humanSeconds,
+	"authority": func(a string) string {
+		if a == "" {
+			return "(default)"
+		}
+		return a
+	},
+	// pct is a bucket's share of max as a CSS width, at least 1% when non-empty.
+	"pct": func(n, max uint64) float64 {
+		if max == 0 || n == 0 {
+			return 0
+		}
+		return math.Max(1, math.Round(1000*float64(n)/float64(max))/10)
+	},
+	"maxBucket": func(p PropagationOverview) uint64 {
+		m := p.Overflow
+		for _, b := range p.Buckets {
+			m = max(m, b.Count)
+		}
+		return m
+	},
+	"counter": func(c map[string]float64, name string) string {
+		return formatFloat(c[name])
+	},
+}).Parse(statusHTML))
+
+// serveStatus answers the admin "/": the HTML status page for browsers (an
+// Accept header with text/html, or ?format=html), the Overview as JSON with
+// ?format=json, else the plain-text index of the admin endpoints.
+func (r *Relay) serveStatus(w http.ResponseWriter, req *http.Request) {
+	format := req.URL.Query().Get("format")
+	switch {
+	case format == "json":
+		r.writeJSON(w, r.Overview())
+	case format == "html" || (format == "" && strings.Contains(req.Header.Get("Accept"), "text/html")):
+		var b strings.Builder
+		if err := statusTemplate.Execute(&b, r.Overview()); err != nil {
+			r.log.Error("status: render page", zap.Error(err))
+			http.Error(w, "relay: status page: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		// Self-contained: inline styles only, nothing fetched, no scripts.
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+		_, _ = w.Write([]byte(b.String()))
+	default:
+		writeText(w, http.StatusOK, adminIndexText)
+	}
+}
+
+// shortType is the last segment of a type URL ("Cluster").
+func shortType(t string) string {
+	if i := strings.LastIndexAny(t, "./"); i >= 0 {
+		return t[i+1:]
+	}
+	return t
+}
+
+// humanBytes formats n bytes as "512 B", "9.5 KiB", "1.2 MiB".
+func humanBytes(n int) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.Itoa(n) + " B"
+	}
+	f, i := float64(n)/unit, 0
+	for f >= unit && i < 3 {
+		f /= unit
+		i++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + [...]string{"KiB", "MiB", "GiB", "TiB"}[i]
+}
+
+// humanSeconds formats a duration in seconds with three significant digits:
+// "250 µs", "12.3 ms", "1.5 s".
+func humanSeconds(s float64) string {
+	switch {
+	case s == 0:
+		return "0"
+	case s < 1e-3:
+		return strconv.FormatFloat(s*1e6, 'g', 3, 64) + " µs"
+	case s < 1:
+		return strconv.FormatFloat(s*1e3, 'g', 3, 64) + " ms"
+	default:
+		return strconv.FormatFloat(s, 'g', 3, 64) + " s"
+	}
+}
+
+// formatFloat formats a metric value: integers without a fraction.
+func formatFloat(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+// Redacted replaces every secret value in EffectiveConfig.
+const Redacted = "[redacted]"
+
+// EffectiveConfig is the configuration the relay runs with (RedactConfig of
+// its config), served at /debug/config.
+func (r *Relay) EffectiveConfig() (map[string]any, error) { return RedactConfig(r.cfg) }
+
+// RedactConfig returns cfg keyed as the YAML file, with secrets replaced by
+// Redacted: every channel_creds config value except file paths (keys ending
+// in _file), every value whose key names a secret (key, secret, password,
+// token, private, cert, pem, ...) unless it is a file path (_file, _path,
+// _dir), and every inline PEM block anywhere. File paths are kept: they tell
+// an operator where to look, not what is there.
+func RedactConfig(cfg *config.Config) (map[string]any, error) {
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("relay: effective config: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("relay: effective config: %w", err)
+	}
+	out, _ := redact("", m, false).(map[string]any)
+	if out == nil {
+		out = map[string]any{}
+	}
+	return out, nil
+}
+
+// redact returns v with secrets replaced; key is v's key in its parent map
+// ("" in a list) and inCreds is true under a channel_creds entry's config.
+func redact(key string, v any, inCreds bool) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			switch {
+			case inCreds && !(isPathKey(k) && isString(x)):
+				out[k] = Redacted
+			case isSecretKey(k) && !(isPathKey(k) && isString(x)):
+				out[k] = Redacted
+			default:
+				out[k] = redact(k, x, inCreds || (key == "" && k == "config" && v["type"] != nil))
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = redact("", x, inCreds)
+		}
+		return out
+	case string:
+		if strings.Contains(v, "-----BEGIN") || strings.Contains(v, "PRIVATE KEY") {
+			return Redacted
+		}
+		return v
+	default:
+		return v
+	}
+}
+
+func isString(v any) bool { _, ok := v.(string); return ok }
+
+// keyWords splits a config key into its lower-case words: "caCertificate_file"
+// → ["cacertificate", "file"] (underscores, dashes and dots separate words).
+func keyWords(k string) []string {
+	return strings.FieldsFunc(strings.ToLower(k), func(c rune) bool { return c == '_' || c == '-' || c == '.' })
+}
+
+// isPathKey reports whether k names a file or directory path.
+func isPathKey(k string) bool {
+	w := keyWords(k)
+	if len(w) == 0 {
+		return false
+	}
+	switch w[len(w)-1] {
+	case "file", "files", "path", "dir", "filename":
+		return true
+	}
+	return false
+}
+
+// isSecretKey reports whether one of k's words names secret material.
+func isSecretKey(k string) bool {
+	for _, w := range keyWords(k) {
+		switch w {
+		case "key", "secret", "secrets", "password", "passwd", "passphrase", "token", "private", "privatekey",
+			"cert", "certificate", "pem", "bearer", "credential", "credentials", "apikey":
+			return true
+		}
+	}
+	return false
+}
+
+// logLevels are the levels /debug/loglevel accepts (the --log-level values).
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// logLevelAnswer is the JSON answer of /debug/loglevel.
+type logLevelAnswer struct {
+	Level    string `json:"level"`
+	Previous string `json:"previous,omitempty"`
+	Settable bool   `json:"settable"`
+}
+
+// serveLogLevel answers GET /debug/loglevel with the current level, and PUT
+// or POST with a level (query or form "level=debug", or a JSON body
+// {"level":"debug"} as zap's AtomicLevel handler takes) by changing it.
+func (r *Relay) serveLogLevel(w http.ResponseWriter, req *http.Request, o adminOptions) {
+	current := r.log.Level()
+	if o.hasLevel {
+		current = o.level.Level()
+	}
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		name := current.String()
+		if current == zapcore.InvalidLevel {
+			name = "off" // a logger with no level enabled, e.g. zap.NewNop()
+		}
+		r.writeJSON(w, logLevelAnswer{Level: name, Settable: o.hasLevel})
+		return
+	}
+	if !o.hasLevel {
+		writeText(w, http.StatusNotImplemented,
+			"relay: the log level is fixed: the relay was built without relay.WithLogLevel\n")
+		return
+	}
+	name, err := requestedLevel(w, req)
+	if err != nil {
+		writeText(w, http.StatusBadRequest, err.Error()+"\n")
+		return
+	}
+	lvl, err := zapcore.ParseLevel(name)
+	if err != nil || !slices.Contains(logLevels, lvl.String()) {
+		writeText(w, http.StatusBadRequest, fmt.Sprintf("relay: log level %q: want one of %s\n",
+			name, strings.Join(logLevels, ", ")))
+		return
+	}
+	o.level.SetLevel(lvl)
+	r.log.Info("log level changed", zap.Stringer("from", current), zap.Stringer("to", lvl),
+		zap.String("remote", req.RemoteAddr))
+	r.writeJSON(w, logLevelAnswer{Level: lvl.String(), Previous: current.String(), Settable: true})
+}
+
+// requestedLevel reads the level of a PUT or POST /debug/loglevel.
+func requestedLevel(w http.ResponseWriter, req *http.Request) (string, error) {
+	if l := req.URL.Query().Get("level"); l != "" {
+		return l, nil
+	}
+	req.Body = http.MaxBytesReader(w, req.Body, 4096)
+	if strings.HasPrefix(req.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		if err := req.ParseForm(); err != nil {
+			return "", fmt.Errorf("relay: log level: %w", err)
+		}
+		if l := req.PostForm.Get("level"); l != "" {
+			return l, nil
+		}
+		return "", errors.New("relay: log level: no level given (?level=debug)")
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return "", fmt.Errorf("relay: log level: %w", err)
+	}
+	var j struct {
+		Level string `json:"level"`
+	}
+	if err := json.Unmarshal(body, &j); err != nil || j.Level == "" {
+		return "", errors.New("relay: log level: no level given (?level=debug)")
+	}
+	return j.Level, nil
+}
+
+// statusRoutes adds the routes of this file to the admin mux.
+func (r *Relay) statusRoutes(mux *http.ServeMux, opts []AdminOption) {
+	var o adminOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	mux.HandleFunc("GET /{$}", r.serveStatus)
+	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) {
+		cfg, err := r.EffectiveConfig()
+		if err != nil {
+			r.log.Error("admin: effective config", zap.Error(err))
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		r.writeJSON(w, cfg)
+	})
+	level := func(w http.ResponseWriter, req *http.Request) { r.serveLogLevel(w, req, o) }
+	mux.HandleFunc("GET /debug/loglevel", level)
+	mux.HandleFunc("PUT /debug/loglevel", level)
+	mux.HandleFunc("POST /debug/loglevel", level)
+}
