@@ -28,12 +28,26 @@ type Config struct {
 	Cache Cache `yaml:"cache"`
 	// Limits protect the relay from clients.
 	Limits Limits `yaml:"limits"`
+	// TLS, when set, makes the downstream listener serve TLS (mTLS with a
+	// client CA). nil: plaintext.
+	TLS *TLS `yaml:"tls,omitempty"`
 
 	// Sections that arrive with later issues; the loader rejects them with a
 	// "not supported yet" error naming the field.
 	Keying  map[string]any `yaml:"keying,omitempty"`
 	Rollout map[string]any `yaml:"rollout,omitempty"`
-	TLS     map[string]any `yaml:"tls,omitempty"`
+}
+
+// TLS is the downstream listener's TLS. Every file is PEM and is re-read when
+// it changes: new handshakes use the new files, open connections go on.
+type TLS struct {
+	// CertFile is the server's certificate chain, leaf first. Required.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the certificate's private key. Required.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile, when set, holds the CAs that sign client certificates:
+	// every client must present one (mTLS). Empty: clients are not asked.
+	ClientCAFile string `yaml:"client_ca_file,omitempty"`
 }
 
 // Node is the xDS node the relay presents upstream.
@@ -69,7 +83,8 @@ type Server struct {
 	// ServerURI is host:port of the server.
 	ServerURI string `yaml:"server_uri"`
 	// ChannelCreds are tried in order; the first supported one is used.
-	// Supported now: insecure. Default insecure.
+	// Supported: insecure and tls, so the first entry is used. Default
+	// insecure.
 	ChannelCreds []ChannelCreds `yaml:"channel_creds,omitempty"`
 	// Protocol is the xDS variant spoken to this server: "auto" (Delta, and
 	// SotW when the server answers Delta with UNIMPLEMENTED), "sotw" or
@@ -82,11 +97,25 @@ type Server struct {
 // ChannelCreds selects the transport credentials of an upstream connection,
 // as in the gRPC xDS bootstrap.
 type ChannelCreds struct {
-	// Type is "insecure" (plaintext); "tls" is not supported yet.
+	// Type is "insecure" (plaintext) or "tls" (TLS, or mTLS with a client
+	// certificate; see TLSChannelCreds).
 	Type string `yaml:"type"`
-	// Config holds the type's settings (for tls: ca_certificate_file,
-	// certificate_file, private_key_file).
+	// Config holds the type's settings, as in the gRPC bootstrap: for tls the
+	// keys of TLSChannelCreds (decoded by ChannelCreds.TLS); insecure has
+	// none and ignores it.
 	Config map[string]any `yaml:"config,omitempty"`
+}
+
+// TLSChannelCreds is the config of channel_creds of type tls (gRPC's
+// tls_creds config). Every file is PEM and re-read when it changes.
+type TLSChannelCreds struct {
+	// CACertificateFile holds the CAs that verify the server, whose
+	// certificate must name the server_uri's host. Required.
+	CACertificateFile string
+	// CertificateFile and PrivateKeyFile are the relay's client certificate
+	// and key, presented when the server asks (mTLS). Both or neither.
+	CertificateFile string
+	PrivateKeyFile  string
 }
 
 // Cache bounds the cache of resources.
@@ -94,7 +123,10 @@ type Cache struct {
 	// MaxUnreferenced is how many resources no client watches are kept (LRU)
 	// for reuse. Default 10000; 0 keeps none.
 	MaxUnreferenced int `yaml:"max_unreferenced"`
-	// PersistPath is the warm-restart file (not supported yet).
+	// PersistPath, when set, is the warm-restart file: the cache is written
+	// there (atomically, checksummed) within a second of every change and on
+	// shutdown, and loaded at start so clients are served at once even when
+	// no upstream is reachable.
 	PersistPath string `yaml:"persist_path,omitempty"`
 }
 

@@ -132,7 +132,8 @@ func Parse(data []byte) (*Config, error) {
 }
 
 // markSections makes the sections that are present in the file but empty
-// ("keying:") non-nil, so that Validate rejects them as it does a full one.
+// ("keying:", "tls:") non-nil, so that Validate checks them as it does a
+// full one.
 func markSections(root *yaml.Node, cfg *Config) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		var m *map[string]any
@@ -142,7 +143,10 @@ func markSections(root *yaml.Node, cfg *Config) {
 		case "rollout":
 			m = &cfg.Rollout
 		case "tls":
-			m = &cfg.TLS
+			if cfg.TLS == nil {
+				cfg.TLS = &TLS{}
+			}
+			continue
 		default:
 			continue
 		}
@@ -211,6 +215,9 @@ func (w *walker) check(n *yaml.Node, t reflect.Type, path string) error {
 	}
 	if isNull(n) {
 		return nil // yaml.v3 leaves scalars and structs alone on null
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem() // an optional section: checked as its struct
 	}
 	switch {
 	case isStruct(t):

@@ -118,7 +118,7 @@ limits:
 			want: func() *config.Config {
 				c := config.Default()
 				c.Rollout = map[string]any{"hold": "2s"}
-				c.TLS = map[string]any{"cert_file": "a.pem"}
+				c.TLS = &config.TLS{CertFile: "a.pem"}
 				return c
 			}()},
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,10 +24,11 @@ func (c *Config) Validate() error {
 		return notYet("keying")
 	case c.Rollout != nil:
 		return notYet("rollout")
-	case c.TLS != nil:
-		return notYet("tls")
-	case c.Cache.PersistPath != "":
-		return notYet("cache.persist_path")
+	}
+	if p := c.Cache.PersistPath; p != "" {
+		if st, err := os.Stat(filepath.Dir(p)); err != nil || !st.IsDir() {
+			return &FieldError{Field: "cache.persist_path", Msg: fmt.Sprintf("directory of %q does not exist", p)}
+		}
 	}
 
 	if err := checkHostPort("listen", c.Listen, false); err != nil {
@@ -79,6 +82,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if c.TLS != nil {
+		return checkTLS(c.TLS)
+	}
 	return nil
 }
 
@@ -95,15 +101,17 @@ func checkServers(path string, servers []Server) error {
 			return &FieldError{Field: p + ".protocol", Msg: fmt.Sprintf("unknown protocol %q (want auto, sotw or delta)", s.Protocol)}
 		}
 		for j, cc := range s.ChannelCreds {
-			f := fmt.Sprintf("%s.channel_creds[%d].type", p, j)
+			e := fmt.Sprintf("%s.channel_creds[%d]", p, j)
 			switch cc.Type {
 			case "insecure":
 			case "tls":
-				return &FieldError{Field: f, Msg: "tls is not supported yet"}
+				if err := checkTLSCreds(e, cc); err != nil {
+					return err
+				}
 			case "":
-				return &FieldError{Field: f, Msg: "must be set (insecure)"}
+				return &FieldError{Field: e + ".type", Msg: "must be set (insecure or tls)"}
 			default:
-				return &FieldError{Field: f, Msg: fmt.Sprintf("unknown type %q (want insecure)", cc.Type)}
+				return &FieldError{Field: e + ".type", Msg: fmt.Sprintf("unknown type %q (want insecure or tls)", cc.Type)}
 			}
 		}
 	}

@@ -75,18 +75,14 @@ func TestValidateErrors(t *testing.T) {
 			c.Upstream.XDSServers = append(c.Upstream.XDSServers, config.Server{ServerURI: "cp:http"})
 		}), "upstream.xds_servers[1].server_uri",
 			`config: upstream.xds_servers[1].server_uri: must be host:port with a port number, got "cp:http"`},
-		{"tls creds", withServer(func(c *config.Config) {
-			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "tls", Config: map[string]any{"ca_certificate_file": "ca.pem"}}}
-		}), "upstream.xds_servers[0].channel_creds[0].type",
-			"config: upstream.xds_servers[0].channel_creds[0].type: tls is not supported yet"},
 		{"unknown creds", withServer(func(c *config.Config) {
 			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "insecure"}, {Type: "google_default"}}
 		}), "upstream.xds_servers[0].channel_creds[1].type",
-			`config: upstream.xds_servers[0].channel_creds[1].type: unknown type "google_default" (want insecure)`},
+			`config: upstream.xds_servers[0].channel_creds[1].type: unknown type "google_default" (want insecure or tls)`},
 		{"empty creds type", withServer(func(c *config.Config) {
 			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{}}
 		}), "upstream.xds_servers[0].channel_creds[0].type",
-			"config: upstream.xds_servers[0].channel_creds[0].type: must be set (insecure)"},
+			"config: upstream.xds_servers[0].channel_creds[0].type: must be set (insecure or tls)"},
 		{"empty authority name", withServer(func(c *config.Config) {
 			c.Upstream.Authorities = map[string]config.Authority{"": {}}
 		}), `upstream.authorities[""]`, `config: upstream.authorities[""]: authority name must not be empty`},
@@ -105,14 +101,14 @@ func TestValidateErrors(t *testing.T) {
 			c.Upstream.Authorities = map[string]config.Authority{
 				"a.example": {XDSServers: []config.Server{{ServerURI: "a:1", ChannelCreds: []config.ChannelCreds{{Type: "tls"}}}}},
 			}
-		}), `upstream.authorities["a.example"].xds_servers[0].channel_creds[0].type`,
-			`config: upstream.authorities["a.example"].xds_servers[0].channel_creds[0].type: tls is not supported yet`},
+		}), `upstream.authorities["a.example"].xds_servers[0].channel_creds[0].config.ca_certificate_file`,
+			`config: upstream.authorities["a.example"].xds_servers[0].channel_creds[0].config.ca_certificate_file: required for type tls`},
 		{"negative linger", withServer(func(c *config.Config) { c.Upstream.Linger = -1 }),
 			"upstream.linger", "config: upstream.linger: must not be negative"},
 		{"negative cache", withServer(func(c *config.Config) { c.Cache.MaxUnreferenced = -1 }),
 			"cache.max_unreferenced", "config: cache.max_unreferenced: must not be negative"},
-		{"persist path", withServer(func(c *config.Config) { c.Cache.PersistPath = "/var/lib/xds-relay/cache" }),
-			"cache.persist_path", "config: cache.persist_path: not supported yet"},
+		{"persist path", withServer(func(c *config.Config) { c.Cache.PersistPath = "/nonexistent-dir/cache" }),
+			"cache.persist_path", `config: cache.persist_path: directory of "/nonexistent-dir/cache" does not exist`},
 		{"names limit", withServer(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 0 }),
 			"limits.max_names_per_request", "config: limits.max_names_per_request: must be positive"},
 		{"subscription limit", withServer(func(c *config.Config) { c.Limits.MaxSubscriptionsPerStream = 0 }),
@@ -127,8 +123,6 @@ func TestValidateErrors(t *testing.T) {
 			"keying", "config: keying: not supported yet"},
 		{"rollout", withServer(func(c *config.Config) { c.Rollout = map[string]any{} }),
 			"rollout", "config: rollout: not supported yet"},
-		{"tls", withServer(func(c *config.Config) { c.TLS = map[string]any{"cert_file": "a"} }),
-			"tls", "config: tls: not supported yet"},
 		{"listen", withServer(func(c *config.Config) { c.Listen = "18001" }),
 			"listen", `config: listen: must be host:port, got "18001"`},
 		{"listen empty", withServer(func(c *config.Config) { c.Listen = "" }),
@@ -166,14 +160,6 @@ func TestParseThenValidate(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"valid", "upstream: {xds_servers: [{server_uri: 'cp:18000', channel_creds: [{type: insecure}]}]}\n", ""},
-		{"tls from yaml", `
-upstream:
-  xds_servers:
-    - server_uri: "127.0.0.1:18000"
-      channel_creds:
-        - type: tls
-          config: {ca_certificate_file: ca.pem}
-`, "config: upstream.xds_servers[0].channel_creds[0].type: tls is not supported yet"},
 		{"keying section", "upstream: {xds_servers: [{server_uri: 'cp:1'}]}\nkeying:\n  group_by: [cluster]\n",
 			"config: keying: not supported yet"},
 		{"null servers", "upstream: {xds_servers: }\n", "config: upstream.xds_servers: at least one server is required"},

@@ -21,7 +21,7 @@ import (
 type fakeSource struct{ views map[string]*View }
 
 func (f *fakeSource) Bind(Watcher, *corev3.Node) error { return nil }
-func (f *fakeSource) Cancel(Watcher)                  {}
+func (f *fakeSource) Cancel(Watcher)                   {}
 func (f *fakeSource) Watch(w Watcher, typeURL string, add, remove []string, wildcard *bool) {
 	force := add
 	if wildcard != nil && *wildcard {
@@ -34,7 +34,9 @@ func (f *fakeSource) Watch(w Watcher, typeURL string, add, remove []string, wild
 }
 
 // recordingStream is a grpc.ServerStream that keeps what is sent.
-type recordingStream struct{ sent []*discoverypb.DiscoveryResponse }
+type recordingStream struct {
+	sent []*discoverypb.DiscoveryResponse
+}
 
 func (r *recordingStream) SetHeader(metadata.MD) error  { return nil }
 func (r *recordingStream) SendHeader(metadata.MD) error { return nil }
@@ -129,4 +131,3 @@ func FuzzSotWRequests(f *testing.F) {
 		}
 	})
 }
-

@@ -89,6 +89,7 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 		})
 	}
 	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
+	r.m.UpstreamLastUpdate.WithLabelValues(authority).SetToCurrentTime()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -206,6 +207,9 @@ func (r *Relay) publish(tc *typeCache, v *downstream.View) {
 		}
 	}
 	tc.view = v
+	if r.persist != nil {
+		r.persist.touch()
+	}
 	tl := metrics.TypeLabel(tc.typeURL)
 	r.m.CacheResources.WithLabelValues(tl).Set(float64(len(v.Resources)))
 	r.m.CacheBytes.WithLabelValues(tl).Set(float64(tc.bytes))

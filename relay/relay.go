@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -21,6 +22,7 @@ import (
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -42,6 +44,8 @@ type Relay struct {
 	ds     *downstream.Server
 	grpc   *grpc.Server
 	linger time.Duration
+	// persist writes the warm-restart file; nil without cache.persist_path.
+	persist *persister
 
 	serving  atomic.Bool
 	draining atomic.Bool
@@ -62,6 +66,11 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	if len(cfg.Upstream.XDSServers) == 0 {
 		return nil, errors.New("relay: no upstream xds_servers configured")
+	}
+	// TLS files are read before anything starts, so that a bad one fails New.
+	srvCreds, upCreds, err := transportCreds(cfg, log)
+	if err != nil {
+		return nil, err
 	}
 	r := &Relay{
 		cfg:       cfg,
@@ -89,14 +98,19 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		r.unref.Resize(1)
 	}
 
+	if p := cfg.Cache.PersistPath; p != "" {
+		r.loadPersisted(p)
+		r.persist = newPersister(p, log.Named("persist"), r.currentViews)
+	}
+
 	node := relayNode(cfg)
-	r.upstreams[""] = r.newClient("", cfg.Upstream.XDSServers, node)
+	r.upstreams[""] = r.newClient("", cfg.Upstream.XDSServers, upCreds[""], node)
 	for auth, a := range cfg.Upstream.Authorities {
 		servers := a.XDSServers
 		if len(servers) == 0 {
 			servers = cfg.Upstream.XDSServers
 		}
-		r.upstreams[auth] = r.newClient(auth, servers, node)
+		r.upstreams[auth] = r.newClient(auth, servers, upCreds[auth], node)
 	}
 
 	lim := cfg.Limits
@@ -122,6 +136,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	if n := cfg.Limits.MaxRecvMessageBytes; n > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(n))
+	}
+	if srvCreds != nil {
+		opts = append(opts, grpc.Creds(srvCreds))
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
@@ -151,10 +168,12 @@ func relayNode(cfg *config.Config) *corev3.Node {
 	return n
 }
 
-func (r *Relay) newClient(auth string, servers []config.Server, node *corev3.Node) *upstream.Client {
+// newClient creates the upstream client of auth; creds[i] are the transport
+// credentials of servers[i] (nil: plaintext).
+func (r *Relay) newClient(auth string, servers []config.Server, creds []credentials.TransportCredentials, node *corev3.Node) *upstream.Client {
 	sc := make([]upstream.ServerConfig, len(servers))
 	for i, s := range servers {
-		sc[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol)}
+		sc[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol), Creds: creds[i]}
 	}
 	log := r.log.Named("upstream").With(zap.String("authority", auth))
 	return upstream.New(upstream.Config{
@@ -167,6 +186,66 @@ func (r *Relay) newClient(auth string, servers []config.Server, node *corev3.Nod
 		// that a reconnect does not resend them.
 		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(auth, typeURL) },
 	}, &upstreamHandler{r: r, authority: auth})
+}
+
+// transportCreds reads the TLS files of the config: the downstream server's
+// credentials (nil: plaintext) and, by authority ("" for the default
+// servers), the credentials of each upstream server in the order newClient
+// gets them.
+func transportCreds(cfg *config.Config, log *zap.Logger) (credentials.TransportCredentials, map[string][]credentials.TransportCredentials, error) {
+	var srv credentials.TransportCredentials
+	if t := cfg.TLS; t != nil {
+		var err error
+		srv, err = tlsconfig.ServerCredentials(tlsconfig.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.ClientCAFile},
+			log.Named("tls"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("relay: tls: %w", err)
+		}
+	}
+	up := map[string][]credentials.TransportCredentials{}
+	add := func(auth string, servers []config.Server) error {
+		if len(servers) == 0 {
+			servers = cfg.Upstream.XDSServers
+		}
+		ulog := log.Named("upstream").With(zap.String("authority", auth))
+		for _, s := range servers {
+			c, err := channelCreds(s, ulog.With(zap.String("server", s.ServerURI)))
+			if err != nil {
+				return err
+			}
+			up[auth] = append(up[auth], c)
+		}
+		return nil
+	}
+	if err := add("", cfg.Upstream.XDSServers); err != nil {
+		return nil, nil, err
+	}
+	for auth, a := range cfg.Upstream.Authorities {
+		if err := add(auth, a.XDSServers); err != nil {
+			return nil, nil, err
+		}
+	}
+	return srv, up, nil
+}
+
+// channelCreds returns the transport credentials of s's first channel_creds
+// entry (gRPC bootstrap: the first supported type; both are): nil for
+// insecure or none.
+func channelCreds(s config.Server, log *zap.Logger) (credentials.TransportCredentials, error) {
+	if len(s.ChannelCreds) == 0 || s.ChannelCreds[0].Type != "tls" {
+		return nil, nil
+	}
+	t, err := s.ChannelCreds[0].TLS()
+	if err != nil {
+		return nil, fmt.Errorf("relay: upstream %s: channel_creds: %w", s.ServerURI, err)
+	}
+	creds, err := tlsconfig.ClientCredentials(tlsconfig.Files{
+		CertFile: t.CertificateFile, KeyFile: t.PrivateKeyFile, CAFile: t.CACertificateFile,
+	}, log.Named("tls"))
+	if err != nil {
+		return nil, fmt.Errorf("relay: upstream %s: %w", s.ServerURI, err)
+	}
+	return creds, nil
 }
 
 // connCounter keeps the downstream connection gauge.
@@ -249,6 +328,9 @@ func (r *Relay) Close() {
 	r.mu.Unlock()
 	for _, c := range clients {
 		c.Close()
+	}
+	if r.persist != nil {
+		r.persist.close()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // ServerConfig is one upstream xDS server.
@@ -18,7 +19,9 @@ type ServerConfig struct {
 	// Mode, when not ModeAuto, forces the protocol spoken to this server,
 	// overriding Config.Mode.
 	Mode Mode
-	// Later: channel credentials (TLS).
+	// Creds are the transport credentials of connections to this server
+	// (TLS, mTLS). nil: plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // Mode selects the xDS protocol variant spoken to the servers.
@@ -98,9 +101,9 @@ type Config struct {
 	// goroutine without any Client lock held, possibly while a Handler method
 	// runs on the run goroutine: it must be safe for concurrent use.
 	InitialVersions func(typeURL string) map[string]string
-	// DialOptions are appended to the defaults (insecure credentials,
-	// keepalive ping after 5 min idle with a 20 s timeout, 64 MiB receive
-	// limit), so they can override them.
+	// DialOptions are appended to the defaults (the server's Creds or
+	// insecure credentials, keepalive ping after 5 min idle with a 20 s
+	// timeout, 64 MiB receive limit), so they can override them.
 	DialOptions []grpc.DialOption
 	// Logger receives lifecycle logs at Info and per-message logs at Debug.
 	// nil: zap.NewNop().

@@ -129,10 +129,15 @@ func (c *Client) disconnected(uri string, err error) {
 	c.h.OnState(prev, false, err)
 }
 
-// dialOptions returns the defaults followed by Config.DialOptions.
-func (c *Client) dialOptions() []grpc.DialOption {
+// dialOptions returns the defaults for server idx followed by
+// Config.DialOptions.
+func (c *Client) dialOptions(idx int) []grpc.DialOption {
+	creds := c.cfg.Servers[idx].Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	return append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
 	}, c.cfg.DialOptions...)
@@ -144,7 +149,7 @@ func (c *Client) dialOptions() []grpc.DialOption {
 func (c *Client) attempt(idx int) (bool, error) {
 	uri := c.cfg.Servers[idx].URI
 	c.setState(uri, StateConnecting, nil)
-	conn, err := grpc.NewClient(uri, c.dialOptions()...)
+	conn, err := grpc.NewClient(uri, c.dialOptions(idx)...)
 	if err != nil {
 		return false, fmt.Errorf("upstream: dial %s: %w", uri, err)
 	}
@@ -255,7 +260,7 @@ func (c *Client) probe(ctx context.Context, cancel context.CancelCauseFunc, idx 
 		case <-t.C:
 		}
 		for j := range idx {
-			if c.reachable(ctx, c.cfg.Servers[j].URI) {
+			if c.reachable(ctx, j) {
 				c.log.Info("earlier upstream reachable again", zap.String("server", c.cfg.Servers[j].URI))
 				cancel(switchError{to: j})
 				return
@@ -264,9 +269,10 @@ func (c *Client) probe(ctx context.Context, cancel context.CancelCauseFunc, idx 
 	}
 }
 
-// reachable reports whether a connection to uri becomes ready.
-func (c *Client) reachable(ctx context.Context, uri string) bool {
-	conn, err := grpc.NewClient(uri, c.dialOptions()...)
+// reachable reports whether a connection to server idx becomes ready.
+func (c *Client) reachable(ctx context.Context, idx int) bool {
+	uri := c.cfg.Servers[idx].URI
+	conn, err := grpc.NewClient(uri, c.dialOptions(idx)...)
 	if err != nil {
 		return false
 	}

@@ -119,14 +119,17 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
   upstream:                     the shape of a gRPC xDS bootstrap (gRFC A27/A47)
     xds_servers:                default servers, tried in order; at least one
       - server_uri: "127.0.0.1:18000"     host:port
-        channel_creds: [{type: insecure}] insecure (tls: not supported yet)
+        channel_creds: [{type: insecure}] the first entry is used: insecure, or TLS:
+                                          {type: tls, config: {ca_certificate_file: ca.pem,
+                                          certificate_file: relay.pem, private_key_file:
+                                          relay-key.pem}}; the cert and key are optional (mTLS)
         protocol: auto                    auto (Delta; SotW if the server has none), sotw, delta
     authorities:                xdstp://AUTHORITY/... names go to its servers
       "auth.example": {xds_servers: [...]}   (none: the default servers)
     linger: 5s                  upstream subscription kept after the last watcher left
   cache:
     max_unreferenced: 10000     unwatched resources kept (LRU)
-    persist_path: ""            warm-restart file (not supported yet)
+    persist_path: ""            warm-restart file, rewritten within 1 s of a change
   limits:
     max_names_per_request: 10000
     max_recv_message_bytes: 4194304
@@ -137,7 +140,12 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     keepalive_min_time: 10s        faster client pings are refused
   keying: ...                   node groups, TP2 parameters (not supported yet)
   rollout: ...                  guarded rollout (not supported yet)
-  tls: ...                      downstream TLS / mTLS (not supported yet)
+  tls:                          downstream TLS (absent: plaintext)
+    cert_file: server.pem       certificate chain (PEM), leaf first
+    key_file: server-key.pem    its private key
+    client_ca_file: ca.pem      set: clients must present a certificate it signed (mTLS)
+                                TLS files (here and in channel_creds) are re-read when they
+                                change: new handshakes use them, open connections go on
 
 Exit status: 0 after a clean shutdown; 1 on a bad config, a port in use or a
 serving error; 2 on a bad flag.

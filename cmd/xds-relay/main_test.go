@@ -182,7 +182,8 @@ func TestHelp(t *testing.T) {
 			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
 			"--log-format FORMAT", "--version", "xds-relay validate",
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
-			"keying: ...", "rollout: ...", "tls: ...", "not supported yet",
+			"keying: ...", "rollout: ...", "not supported yet",
+			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
 		} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("%s: help does not mention %q", arg, want)
@@ -216,7 +217,7 @@ func TestValidate(t *testing.T) {
 			exitError, "", `upstream.xds_servers[0].server_uri: must be host:port, got "nope"`, true},
 		{"tls creds", []string{"validate", "--config", writeFile(t,
 			"upstream:\n  xds_servers:\n    - server_uri: 'a:1'\n      channel_creds: [{type: tls}]\n")},
-			exitError, "", "upstream.xds_servers[0].channel_creds[0].type: tls is not supported yet", true},
+			exitError, "", "upstream.xds_servers[0].channel_creds[0].config.ca_certificate_file: required for type tls", true},
 		{"unknown key", []string{"validate", "--config", writeFile(t, "upstream: {xds_server: []}\n")},
 			exitError, "", "upstream.xds_server: unknown field (line 1)", true},
 		{"later section", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "rollout: {hold: 2s}\n")},

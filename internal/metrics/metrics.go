@@ -59,6 +59,10 @@ type Metrics struct {
 	UpstreamConnected *prometheus.GaugeVec
 	// UpstreamResponses is xds_relay_upstream_responses_total{authority,type_url,result}.
 	UpstreamResponses *prometheus.CounterVec
+	// UpstreamLastUpdate is xds_relay_upstream_last_update_timestamp_seconds{authority}:
+	// when the authority last sent an accepted update (time() minus it is the
+	// age of the data served).
+	UpstreamLastUpdate *prometheus.GaugeVec
 	// UpstreamReconnects is xds_relay_upstream_reconnects_total{authority,server}.
 	UpstreamReconnects *prometheus.CounterVec
 
@@ -115,6 +119,9 @@ func New() *Metrics {
 		UpstreamResponses: f.counterVec("upstream_responses_total",
 			"Discovery responses received from upstream servers, by whether the relay accepted (ack) or rejected (nack) them.",
 			"authority", "type_url", "result"),
+		UpstreamLastUpdate: f.gaugeVec("upstream_last_update_timestamp_seconds",
+			"Unix time of the last update accepted from the authority's upstream; time() minus it is how stale the served data may be.",
+			"authority"),
 		UpstreamReconnects: f.counterVec("upstream_reconnects_total",
 			"Times the ADS stream to an upstream server was re-established after a failure.",
 			"authority", "server"),

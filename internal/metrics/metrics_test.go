@@ -28,6 +28,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	m.StaleNonces.WithLabelValues(metrics.ProtocolSotW).Inc()
 	m.RejectedRequests.WithLabelValues("too_many_names").Inc()
 	m.AdmissionRejections.Inc()
+	m.UpstreamLastUpdate.WithLabelValues("").SetToCurrentTime()
 	m.UpstreamConnected.WithLabelValues("", "127.0.0.1:18000").Set(1)
 	m.UpstreamResponses.WithLabelValues("", lds, metrics.ResultACK).Inc()
 	m.UpstreamReconnects.WithLabelValues("", "127.0.0.1:18000").Inc()
@@ -50,22 +51,23 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		}
 	}
 	want := map[string]dto.MetricType{
-		"xds_relay_downstream_streams":         dto.MetricType_GAUGE,
-		"xds_relay_downstream_connections":     dto.MetricType_GAUGE,
-		"xds_relay_responses_total":            dto.MetricType_COUNTER,
-		"xds_relay_response_bytes_total":       dto.MetricType_COUNTER,
-		"xds_relay_acks_total":                 dto.MetricType_COUNTER,
-		"xds_relay_nacks_total":                dto.MetricType_COUNTER,
-		"xds_relay_stale_nonces_total":         dto.MetricType_COUNTER,
-		"xds_relay_rejected_requests_total":    dto.MetricType_COUNTER,
-		"xds_relay_admission_rejections_total": dto.MetricType_COUNTER,
-		"xds_relay_upstream_connected":         dto.MetricType_GAUGE,
-		"xds_relay_upstream_responses_total":   dto.MetricType_COUNTER,
-		"xds_relay_upstream_reconnects_total":  dto.MetricType_COUNTER,
-		"xds_relay_cache_resources":            dto.MetricType_GAUGE,
-		"xds_relay_cache_bytes":                dto.MetricType_GAUGE,
-		"xds_relay_cache_evictions_total":      dto.MetricType_COUNTER,
-		"xds_relay_propagation_seconds":        dto.MetricType_HISTOGRAM,
+		"xds_relay_downstream_streams":                     dto.MetricType_GAUGE,
+		"xds_relay_downstream_connections":                 dto.MetricType_GAUGE,
+		"xds_relay_responses_total":                        dto.MetricType_COUNTER,
+		"xds_relay_response_bytes_total":                   dto.MetricType_COUNTER,
+		"xds_relay_acks_total":                             dto.MetricType_COUNTER,
+		"xds_relay_nacks_total":                            dto.MetricType_COUNTER,
+		"xds_relay_stale_nonces_total":                     dto.MetricType_COUNTER,
+		"xds_relay_rejected_requests_total":                dto.MetricType_COUNTER,
+		"xds_relay_admission_rejections_total":             dto.MetricType_COUNTER,
+		"xds_relay_upstream_last_update_timestamp_seconds": dto.MetricType_GAUGE,
+		"xds_relay_upstream_connected":                     dto.MetricType_GAUGE,
+		"xds_relay_upstream_responses_total":               dto.MetricType_COUNTER,
+		"xds_relay_upstream_reconnects_total":              dto.MetricType_COUNTER,
+		"xds_relay_cache_resources":                        dto.MetricType_GAUGE,
+		"xds_relay_cache_bytes":                            dto.MetricType_GAUGE,
+		"xds_relay_cache_evictions_total":                  dto.MetricType_COUNTER,
+		"xds_relay_propagation_seconds":                    dto.MetricType_HISTOGRAM,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("families mismatch (-want +got):\n%s", diff)

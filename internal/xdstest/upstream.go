@@ -30,6 +30,7 @@ import (
 	xdsserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 )
@@ -49,6 +50,7 @@ type upstreamOptions struct {
 	log     *zap.Logger
 	hash    func(*core.Node) string
 	ordered bool
+	creds   credentials.TransportCredentials // WithTLS; nil: plaintext
 }
 
 // WithLogger makes the Upstream and go-control-plane log to log (at Debug for
@@ -94,6 +96,7 @@ type Upstream struct {
 	cache   cache.SnapshotCache
 	addr    string
 	ordered bool
+	creds   credentials.TransportCredentials // nil: plaintext
 
 	// snapMu serialises snapshot updates (SetSnapshot*). Lock order: snapMu
 	// before mu.
@@ -141,6 +144,7 @@ func StartUpstream(tb testing.TB, opts ...UpstreamOption) *Upstream {
 		changed:    make(chan struct{}),
 	}
 	u.ordered = o.ordered
+	u.creds = o.creds
 	u.cache = cache.NewSnapshotCache(o.ordered, nodeHash(o.hash), gcpLogger(u.log))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -191,12 +195,16 @@ func (u *Upstream) serve(lis net.Listener) {
 		sotw.NewServer(ctx, c, cbs, sotwOpts...),
 		delta.NewServer(ctx, c, cbs, delta.WithLogger(gl)),
 	)
-	srv := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.StreamInterceptor(u.intercept),
 		grpc.WaitForHandlers(true),
 		// Be lenient with clients' keepalive pings: a relay may ping often.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if u.creds != nil {
+		opts = append(opts, grpc.Creds(u.creds))
+	}
+	srv := grpc.NewServer(opts...)
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(srv, xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(srv, xds)
 	routeservice.RegisterRouteDiscoveryServiceServer(srv, xds)

@@ -1,0 +1,36 @@
+package tlsconfig
+
+import (
+	"context"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+// PeerIdentity returns the identity of the client of a gRPC server call (ctx
+// is the call's or the stream's context) from the certificate it presented:
+// ok is true only when the connection is TLS and the client's certificate was
+// verified (a server with a client CA, i.e. mTLS). uriSANs are the leaf's URI
+// SANs as written; spiffeID is the SPIFFE ID, set when the leaf carries
+// exactly one URI SAN and it is a spiffe:// URI with a trust domain (an
+// X.509-SVID "MUST contain exactly one URI SAN").
+func PeerIdentity(ctx context.Context) (spiffeID string, uriSANs []string, ok bool) {
+	p, found := peer.FromContext(ctx)
+	if !found || p.AuthInfo == nil {
+		return "", nil, false
+	}
+	info, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS || len(info.State.VerifiedChains) == 0 || len(info.State.PeerCertificates) == 0 {
+		return "", nil, false
+	}
+	leaf := info.State.PeerCertificates[0]
+	for _, u := range leaf.URIs {
+		uriSANs = append(uriSANs, u.String())
+	}
+	if len(leaf.URIs) == 1 {
+		if u := leaf.URIs[0]; u.Scheme == "spiffe" && u.Host != "" {
+			spiffeID = u.String()
+		}
+	}
+	return spiffeID, uriSANs, true
+}

@@ -1,0 +1,282 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Warm restart: the cache is written to cache.persist_path and loaded at
+// start, so a restarted relay serves clients at once even when no upstream is
+// reachable. Loaded resources are replaced as soon as the upstream answers.
+//
+// File format: the magic line, then one protobuf-wire record per type
+// (field 1: type URL, 2: wildcard set complete, 3: resources, each with 1:
+// name, 2: authority, 3: upstream version, 4: the serialized Any), then the
+// SHA-256 of everything before it. Versions are not stored: they are derived
+// again from the bytes, so nothing in the file is trusted beyond its bytes.
+
+const persistMagic = "xds-relay cache v1\n"
+
+// persistDebounce is how long after a change the file is rewritten.
+const persistDebounce = time.Second
+
+// persister rewrites the file after changes, debounced, and once at Close.
+type persister struct {
+	path  string
+	log   *zap.Logger
+	views func() []*downstream.View // the current Views, taken under Relay.mu
+
+	wake chan struct{} // one slot: something changed
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newPersister(path string, log *zap.Logger, views func() []*downstream.View) *persister {
+	p := &persister{path: path, log: log, views: views,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+// touch notes a change; it never blocks.
+func (p *persister) touch() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *persister) run() {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.stop:
+			p.write()
+			return
+		case <-p.wake:
+		}
+		t := time.NewTimer(persistDebounce)
+		select {
+		case <-p.stop:
+			t.Stop()
+			p.write()
+			return
+		case <-t.C:
+		}
+		p.write()
+	}
+}
+
+// close writes the file one last time and stops.
+func (p *persister) close() {
+	close(p.stop)
+	<-p.done
+}
+
+func (p *persister) write() {
+	if err := writeAtomic(p.path, encodeCache(p.views())); err != nil {
+		p.log.Warn("cannot write the warm-restart file", zap.String("path", p.path), zap.Error(err))
+	}
+}
+
+// writeAtomic writes data to a temporary file beside path and renames it
+// over path, so that a crash leaves the old file or the new one.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("relay: persist: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("relay: persist: %w", err)
+	}
+	return nil
+}
+
+func encodeCache(views []*downstream.View) []byte {
+	b := []byte(persistMagic)
+	for _, v := range views {
+		var t []byte
+		t = protowire.AppendTag(t, 1, protowire.BytesType)
+		t = protowire.AppendString(t, v.TypeURL)
+		if v.Complete {
+			t = protowire.AppendTag(t, 2, protowire.VarintType)
+			t = protowire.AppendVarint(t, 1)
+		}
+		for _, r := range v.Resources {
+			var rb []byte
+			rb = protowire.AppendTag(rb, 1, protowire.BytesType)
+			rb = protowire.AppendString(rb, r.Name)
+			rb = protowire.AppendTag(rb, 2, protowire.BytesType)
+			rb = protowire.AppendString(rb, r.Authority)
+			rb = protowire.AppendTag(rb, 3, protowire.BytesType)
+			rb = protowire.AppendString(rb, r.UpstreamVersion)
+			rb = protowire.AppendTag(rb, 4, protowire.BytesType)
+			rb = protowire.AppendBytes(rb, r.Any)
+			t = protowire.AppendTag(t, 3, protowire.BytesType)
+			t = protowire.AppendBytes(t, rb)
+		}
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, t)
+	}
+	sum := sha256.Sum256(b)
+	return append(b, sum[:]...)
+}
+
+var errForeign = errors.New("not an xds-relay cache file")
+
+// decodeCache parses a file written by encodeCache. Any damage is an error.
+func decodeCache(data []byte) ([]*downstream.View, error) {
+	if !bytes.HasPrefix(data, []byte(persistMagic)) {
+		return nil, errForeign
+	}
+	if len(data) < len(persistMagic)+sha256.Size {
+		return nil, errors.New("truncated file")
+	}
+	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+		return nil, errors.New("checksum mismatch")
+	}
+	var views []*downstream.View
+	err := eachField(body[len(persistMagic):], func(num protowire.Number, val []byte, _ uint64) error {
+		if num != 1 {
+			return fmt.Errorf("unexpected field %d", num)
+		}
+		v := &downstream.View{Seq: 1, Resources: map[string]*downstream.Resource{}}
+		err := eachField(val, func(num protowire.Number, val []byte, n uint64) error {
+			switch num {
+			case 1:
+				v.TypeURL = string(val)
+			case 2:
+				v.Complete = n == 1
+			case 3:
+				r := &downstream.Resource{}
+				if err := eachField(val, func(num protowire.Number, val []byte, _ uint64) error {
+					switch num {
+					case 1:
+						r.Name = string(val)
+					case 2:
+						r.Authority = string(val)
+					case 3:
+						r.UpstreamVersion = string(val)
+					case 4:
+						r.Any = bytes.Clone(val)
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+				if r.Name == "" || len(r.Any) == 0 {
+					return errors.New("resource without name or body")
+				}
+				r.Version = downstream.ResourceVersion(r.Any)
+				v.Resources[r.Name] = r
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if !keying.ValidTypeURL(v.TypeURL) {
+			return fmt.Errorf("bad type URL %q", v.TypeURL)
+		}
+		views = append(views, v)
+		return nil
+	})
+	return views, err
+}
+
+// eachField calls f for every field of a protobuf-wire message: bytes fields
+// with val, varints with n.
+func eachField(b []byte, f func(num protowire.Number, val []byte, n uint64) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch typ {
+		case protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return protowire.ParseError(m)
+			}
+			if err := f(num, v, 0); err != nil {
+				return err
+			}
+			b = b[m:]
+		case protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return protowire.ParseError(m)
+			}
+			if err := f(num, nil, v); err != nil {
+				return err
+			}
+			b = b[m:]
+		default:
+			return fmt.Errorf("unexpected wire type %d", typ)
+		}
+	}
+	return nil
+}
+
+// loadPersisted fills the cache from the warm-restart file, if there is a
+// sound one. Called from New, before anything else can see the cache.
+func (r *Relay) loadPersisted(path string) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		var views []*downstream.View
+		if views, err = decodeCache(data); err == nil {
+			n := 0
+			for _, v := range views {
+				tc := r.typeCache(v.TypeURL)
+				r.publish(tc, v)
+				for name := range v.Resources {
+					r.unref.Add(keying.Key{TypeURL: v.TypeURL, Name: name}, struct{}{})
+					n++
+				}
+			}
+			r.evict()
+			r.log.Info("loaded the warm-restart file", zap.String("path", path), zap.Int("resources", n))
+			return
+		}
+	}
+	r.log.Error("ignoring the warm-restart file", zap.String("path", path), zap.Error(err))
+}
+
+// currentViews returns every type's current View.
+func (r *Relay) currentViews() []*downstream.View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*downstream.View, 0, len(r.types))
+	for _, tc := range r.types {
+		out = append(out, tc.view)
+	}
+	return out
+}
