@@ -132,6 +132,7 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 			for n := range ts.has {
 				if _, named := ts.names[n]; !named {
 					delete(ts.has, n)
+					ts.unwild = append(ts.unwild, n)
 				}
 			}
 		}
@@ -191,6 +192,10 @@ func (st *stream) buildDelta(it item) *encoded {
 		if _, dup := it.names[n]; !dup {
 			consider(n, true)
 		}
+	}
+	if len(ts.unwild) > 0 && hasKey(it.force, keying.Wildcard) {
+		removed = append(removed, ts.unwild...)
+		ts.unwild = nil
 	}
 	answerWildcard := false
 	if ts.wildcard && v.Complete && (ts.wildPending || hasKey(it.force, keying.Wildcard)) {

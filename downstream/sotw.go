@@ -46,8 +46,11 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	nonce := req.GetResponseNonce()
 	if ts.lastNonce != "" && nonce != ts.lastNonce {
 		// xDS: a SotW request whose nonce is not the latest sent for its type is
-		// stale; the client will send its current subscription with the ACK/NACK
-		// of the latest response.
+		// stale and not answered; the client will send its current subscription
+		// with the ACK/NACK of the latest response. Names it dropped meanwhile
+		// may have been dropped from its cache: if it names them again, they
+		// are sent again.
+		ts.noteStaleDrops(req.GetResourceNames())
 		st.mu.Unlock()
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
@@ -110,10 +113,13 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 	}
 	ts.requested = true
 	for n := range want {
-		if _, ok := ts.names[n]; !ok {
+		_, had := ts.names[n]
+		_, dropped := ts.staleDropped[n]
+		if !had || dropped {
 			add = append(add, n)
 		}
 	}
+	ts.staleDropped = nil
 	for n := range ts.names {
 		if _, ok := want[n]; !ok {
 			remove = append(remove, n)
@@ -125,6 +131,22 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 		wildcard = &wild
 	}
 	return add, remove, wildcard
+}
+
+// noteStaleDrops remembers the subscribed names a stale request left out.
+func (ts *typeState) noteStaleDrops(names []string) {
+	in := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		in[n] = struct{}{}
+	}
+	for n := range ts.names {
+		if _, ok := in[n]; !ok {
+			if ts.staleDropped == nil {
+				ts.staleDropped = make(map[string]struct{})
+			}
+			ts.staleDropped[n] = struct{}{}
+		}
+	}
 }
 
 // buildSotW turns a queued change into a response, or nil when the stream

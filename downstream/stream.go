@@ -89,6 +89,13 @@ type typeState struct {
 	// a wildcard subscription still waits for its first answer.
 	has         map[string]string
 	wildPending bool
+	// unwild are names the client held through a wildcard it dropped: they
+	// are reported removed with the next response.
+	unwild []string
+
+	// SotW: names that stale requests dropped; if the next current request
+	// names them again, they are sent again (the client dropped them).
+	staleDropped map[string]struct{}
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {

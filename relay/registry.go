@@ -37,6 +37,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string
 			tc.watchers[name] = ws
 		}
 		if _, dup := ws[w]; dup {
+			force = append(force, name) // asked again: send it again
 			continue
 		}
 		ws[w] = struct{}{}
@@ -75,6 +76,9 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string
 			if len(tc.wild) == 0 {
 				r.release(tc, keying.Wildcard)
 			}
+			// The stream answers the end of its wildcard (Delta: removals of
+			// what only the wildcard covered).
+			force = append(force, keying.Wildcard)
 		}
 	}
 	if len(force) > 0 {
