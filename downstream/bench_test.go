@@ -29,7 +29,7 @@ func BenchmarkEncodeSotW100(b *testing.B) {
 	rs := v.wildcard()
 	b.ReportAllocs()
 	for b.Loop() {
-		encodeSotW(v.TypeURL, rs)
+		encodeSotW(v.TypeURL, rs, nil)
 	}
 }
 
@@ -37,10 +37,10 @@ func BenchmarkEncodeSotW100(b *testing.B) {
 // nonce.
 func BenchmarkSharedResponsePerStream(b *testing.B) {
 	v := benchView(100)
-	v.sotw("*", v.wildcard)
+	v.sotw("*", v.wildcard, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		body := v.sotw("*", v.wildcard)
+		body := v.sotw("*", v.wildcard, nil)
 		_ = newEncoded(body.bytes, sotwNonce, "12345")
 	}
 }

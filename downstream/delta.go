@@ -89,7 +89,7 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 	ts.requested = true
 	if first {
 		for n, v := range req.GetInitialResourceVersions() {
-			ts.has[n] = v
+			ts.has[canonical(n)] = v
 		}
 	}
 	capable := keying.WildcardCapable(typeURL)
@@ -98,6 +98,7 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 		wild = true
 	}
 	for _, n := range req.GetResourceNamesSubscribe() {
+		n = canonical(n)
 		switch {
 		case n == keying.Wildcard:
 			wild = capable
@@ -110,6 +111,7 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
+		n = canonical(n)
 		switch {
 		case n == keying.Wildcard:
 			wild = false
@@ -151,6 +153,7 @@ func (st *stream) buildDelta(it item) *encoded {
 	}
 	var send []*Resource
 	var removed []string
+	var errs []*ResourceError
 	sendIfNew := func(r *Resource) {
 		if ts.has[r.Name] != r.Version {
 			ts.has[r.Name] = r.Version
@@ -163,7 +166,14 @@ func (st *stream) buildDelta(it item) *encoded {
 		covered := ts.wildcard && (!present || r.Authority == "")
 		switch {
 		case named || (covered && present):
-			if present {
+			if e, failed := v.Errors[n]; failed && named && !present {
+				// TP3: the error, and for NOT_FOUND also a removal.
+				errs = append(errs, e)
+				delete(ts.has, n)
+				if e.NotFound() {
+					removed = append(removed, n)
+				}
+			} else if present {
 				sendIfNew(r)
 			} else if _, held := ts.has[n]; held {
 				delete(ts.has, n)
@@ -213,13 +223,14 @@ func (st *stream) buildDelta(it item) *encoded {
 		answerWildcard = ts.wildPending
 		ts.wildPending = false
 	}
-	if len(send) == 0 && len(removed) == 0 && !answerWildcard {
+	if len(send) == 0 && len(removed) == 0 && len(errs) == 0 && !answerWildcard {
 		return nil
 	}
 	slices.SortFunc(send, byName)
 	slices.Sort(removed)
 	removed = slices.Compact(removed)
-	b := v.delta(send, removed)
+	sortErrors(errs)
+	b := v.delta(send, removed, errs)
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
@@ -250,7 +261,7 @@ const (
 
 // delta returns the encoded incremental response carrying send and removed,
 // memoized so that every stream sending the same change shares the bytes.
-func (v *View) delta(send []*Resource, removed []string) *body {
+func (v *View) delta(send []*Resource, removed []string, errs []*ResourceError) *body {
 	var sb strings.Builder
 	sb.WriteString("d\x00")
 	for _, r := range send {
@@ -262,7 +273,10 @@ func (v *View) delta(send []*Resource, removed []string) *body {
 		sb.WriteString(n)
 		sb.WriteByte(0)
 	}
-	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, removed) })
+	if len(errs) > 0 {
+		sb.WriteString(errorKey(errs))
+	}
+	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, removed, errs) })
 }
 
 // deltaBytes is the resource wrapped as envoy.service.discovery.v3.Resource
@@ -284,8 +298,8 @@ func (r *Resource) deltaBytes() []byte {
 	return r.delta
 }
 
-func encodeDelta(typeURL string, send []*Resource, removed []string) *body {
-	version := setVersion(send)
+func encodeDelta(typeURL string, send []*Resource, removed []string, errs []*ResourceError) *body {
+	version := setVersion(send, errs)
 	var b []byte
 	b = protowire.AppendTag(b, deltaSystemVersion, protowire.BytesType)
 	b = protowire.AppendString(b, version)
@@ -299,5 +313,6 @@ func encodeDelta(typeURL string, send []*Resource, removed []string) *body {
 		b = protowire.AppendTag(b, deltaRemoved, protowire.BytesType)
 		b = protowire.AppendString(b, n)
 	}
+	b = appendErrors(b, deltaResourceErrors, errs)
 	return &body{bytes: b, version: version, count: len(send)}
 }

@@ -99,7 +99,7 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 			continue
 		}
 		if n != "" {
-			want[n] = struct{}{}
+			want[canonical(n)] = struct{}{}
 		}
 	}
 	if keying.WildcardCapable(typeURL) {
@@ -133,11 +133,22 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 	return add, remove, wildcard
 }
 
+// canonical returns the cache's name for a requested name: xdstp URNs in
+// canonical form (context parameters sorted, escaping normalised), so that
+// one resource is one cache entry and one upstream subscription however
+// clients spell it; anything else untouched.
+func canonical(name string) string {
+	if c, err := keying.Canonical(name); err == nil {
+		return c
+	}
+	return name
+}
+
 // noteStaleDrops remembers the subscribed names a stale request left out.
 func (ts *typeState) noteStaleDrops(names []string) {
 	in := make(map[string]struct{}, len(names))
 	for _, n := range names {
-		in[n] = struct{}{}
+		in[canonical(n)] = struct{}{}
 	}
 	for n := range ts.names {
 		if _, ok := in[n]; !ok {
@@ -184,7 +195,8 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	for n := range it.force {
 		_, named := ts.names[n]
 		_, present := v.Resources[n]
-		if (named && present) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
+		_, failed := v.Errors[n]
+		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
 			forced = true
 			break
 		}
@@ -195,16 +207,18 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			extra = append(extra, r)
 		}
 	}
-	if ts.wildcard && !v.Complete && len(extra) == 0 {
+	// TP3: LDS/CDS responses with errors still carry every other resource.
+	errs := v.errorsFor(setNames(ts.names))
+	if ts.wildcard && !v.Complete && len(extra) == 0 && len(errs) == 0 {
 		return nil // the upstream has not answered the wildcard yet
 	}
-	if !ts.wildcard && len(extra) == 0 && !ts.sentOnce && !anyAbsent(v, ts.names) {
+	if !ts.wildcard && len(extra) == 0 && len(errs) == 0 && !ts.sentOnce && !anyAbsent(v, ts.names) {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
 	var b *body
 	switch {
 	case ts.wildcard && len(extra) == 0:
-		b = v.sotw("*", v.wildcard)
+		b = v.sotw("*", v.wildcard, errs)
 	default:
 		slices.SortFunc(extra, byName)
 		key := selectionKey(ts.wildcard, extra)
@@ -215,7 +229,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			all := append(slices.Clone(v.wildcard()), extra...)
 			slices.SortFunc(all, byName)
 			return all
-		})
+		}, errs)
 	}
 	if b.version == ts.sentVersion && !forced {
 		return nil
@@ -228,12 +242,15 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 func (st *stream) partial(ts *typeState, it item) *body {
 	v := it.view
 	var sel []*Resource
+	var errs []*ResourceError
 	pick := func(n string) {
 		if _, ok := ts.names[n]; !ok {
 			return
 		}
 		if r, ok := v.Resources[n]; ok {
 			sel = append(sel, r)
+		} else if e, ok := v.Errors[n]; ok {
+			errs = append(errs, e)
 		}
 	}
 	for n := range it.names {
@@ -244,11 +261,27 @@ func (st *stream) partial(ts *typeState, it item) *body {
 			pick(n)
 		}
 	}
-	if len(sel) == 0 {
+	if len(sel) == 0 && len(errs) == 0 {
 		return nil
 	}
 	slices.SortFunc(sel, byName)
-	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel })
+	sortErrors(errs)
+	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel }, errs)
+}
+
+// setNames iterates the names of a set.
+func setNames(m map[string]struct{}) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		for n := range m {
+			if !yield(n) {
+				return
+			}
+		}
+	}
+}
+
+func sortErrors(errs []*ResourceError) {
+	slices.SortFunc(errs, func(a, b *ResourceError) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // anyAbsent reports whether the upstream said one of names does not exist.

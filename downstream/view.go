@@ -50,6 +50,10 @@ type View struct {
 	// Absent holds names the upstream said do not exist (never modified once
 	// published; may be shared between Views).
 	Absent map[string]struct{}
+	// Errors holds TP3 per-resource errors by name (may be shared between
+	// Views; never modified once published). Streams that subscribe to such
+	// a name get the error, now and when they subscribe later.
+	Errors map[string]*ResourceError
 	// Complete reports that the upstream answered the wildcard subscription,
 	// so the default authority's resources are the full set.
 	Complete bool
@@ -86,8 +90,20 @@ type body struct {
 
 // sotw returns the SotW response body for the selection identified by key,
 // encoding it with pick the first time.
-func (v *View) sotw(key string, pick func() []*Resource) *body {
-	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick()) })
+func (v *View) sotw(key string, pick func() []*Resource, errs []*ResourceError) *body {
+	if len(errs) > 0 {
+		key += errorKey(errs)
+	}
+	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick(), errs) })
+}
+
+// errorKey extends a memo key with the errors a response carries.
+func errorKey(errs []*ResourceError) string {
+	k := "\x00!"
+	for _, e := range errs {
+		k += e.Name + "\x00"
+	}
+	return k
 }
 
 // memoized returns the body memoized under key, encoding it the first time.
@@ -105,14 +121,19 @@ func (v *View) memoized(key string, encode func() *body) *body {
 	return b
 }
 
-// setVersion derives a response version from the resources it carries.
-func setVersion(rs []*Resource) string {
+// setVersion derives a response version from the resources and errors it
+// carries.
+func setVersion(rs []*Resource, errs []*ResourceError) string {
 	h := sha256.New()
 	for _, r := range rs {
 		h.Write([]byte(r.Name))
 		h.Write([]byte{0})
 		h.Write([]byte(r.Version))
 		h.Write([]byte{0})
+	}
+	for _, e := range errs {
+		h.Write([]byte{1})
+		h.Write(e.bytes())
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
@@ -133,8 +154,8 @@ const (
 
 // encodeSotW encodes a DiscoveryResponse without its nonce; the nonce is
 // appended per stream (protobuf allows fields in any order).
-func encodeSotW(typeURL string, rs []*Resource) *body {
-	version := setVersion(rs)
+func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError) *body {
+	version := setVersion(rs, errs)
 	n := protowire.SizeTag(sotwVersionInfo) + protowire.SizeBytes(len(version)) +
 		protowire.SizeTag(sotwTypeURL) + protowire.SizeBytes(len(typeURL))
 	for _, r := range rs {
@@ -149,5 +170,6 @@ func encodeSotW(typeURL string, rs []*Resource) *body {
 	}
 	b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)
+	b = appendErrors(b, sotwResourceErrors, errs)
 	return &body{bytes: b, version: version, count: len(rs)}
 }

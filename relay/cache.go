@@ -158,12 +158,13 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 	complete := old.Complete || (u.Wildcard && authority == "")
 	if len(changed) == 0 && complete == old.Complete {
 		if touched {
-			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Complete: complete, Received: old.Received})
+			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Errors: old.Errors, Complete: complete, Received: old.Received})
 		}
 		return nil
 	}
 	v := &downstream.View{
-		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: absent, Complete: complete, Received: now,
+		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: absent, Errors: old.Errors,
+		Complete: complete, Received: now,
 	}
 	r.publish(tc, v)
 	for w := range tc.wild {

@@ -1,11 +1,12 @@
 package relay
 
 import (
+	"fmt"
 	"maps"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
@@ -106,11 +107,31 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	}
 	c := r.clientFor(name)
 	if c == nil {
-		r.log.Debug("no upstream for authority", zap.String("name", name))
+		// Contract: an authority that is not configured is an error for that
+		// resource (TP3 NOT_FOUND), not for the stream.
+		auth, _ := keying.Authority(name)
+		r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.NotFound,
+			Message: fmt.Sprintf("xds-relay: authority %q is not configured", auth)})
 		return
 	}
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
+}
+
+// setError publishes a per-resource error in the type's View. Called with mu
+// held; the caller notifies.
+func (r *Relay) setError(tc *typeCache, e *downstream.ResourceError) {
+	old := tc.view
+	if cur, ok := old.Errors[e.Name]; ok && cur.Code == e.Code && cur.Message == e.Message {
+		return
+	}
+	errs := maps.Clone(old.Errors)
+	if errs == nil {
+		errs = make(map[string]*downstream.ResourceError)
+	}
+	errs[e.Name] = e
+	r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: old.Resources,
+		Changed: map[string]struct{}{e.Name: {}}, Absent: old.Absent, Errors: errs, Complete: old.Complete, Received: old.Received})
 }
 
 // release is called when name lost its last watcher: it is unsubscribed
@@ -202,7 +223,8 @@ func (r *Relay) evict() {
 			changed[n] = struct{}{}
 		}
 		r.publish(tc, &downstream.View{
-			TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Complete: complete, Received: old.Received,
+			TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: old.Absent, Errors: old.Errors,
+			Complete: complete, Received: old.Received,
 		})
 		r.m.CacheEvictions.Add(float64(len(names)))
 	}

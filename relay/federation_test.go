@@ -1,0 +1,84 @@
+package relay_test
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+const unknownName = "xdstp://unknown.example/envoy.config.cluster.v3.Cluster/c1"
+
+func wantNotFound(t *testing.T, errs []*discoverygrpc.ResourceError, name string) {
+	t.Helper()
+	if len(errs) != 1 || errs[0].GetResourceName().GetName() != name || codes.Code(errs[0].GetErrorDetail().GetCode()) != codes.NotFound {
+		t.Fatalf("resource_errors = %v, want NOT_FOUND for %s", errs, name)
+	}
+}
+
+// Contract: a name whose authority is not configured gets, at once, a TP3
+// NOT_FOUND resource error (Delta: also a removal); the stream stays open
+// and serves everything else.
+func TestUnknownAuthority(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	}))
+
+	s := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+	s.Subscribe(resource.ClusterType, unknownName, "c1")
+	resp := s.RecvType(resource.ClusterType)
+	if len(resp.GetResources()) == 0 {
+		// The error came first; the next full state carries c1 and the error.
+		s.Ack(resp)
+		resp = s.RecvType(resource.ClusterType)
+	}
+	wantNames(t, resp, "c1")
+	wantNotFound(t, resp.GetResourceErrors(), unknownName)
+	s.Ack(resp)
+
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+	d.Subscribe(resource.ClusterType, []string{unknownName}, nil)
+	dresp := d.MustRecv()
+	wantNotFound(t, dresp.GetResourceErrors(), unknownName)
+	wantDelta(t, dresp, nil, []string{unknownName})
+	d.Ack(dresp)
+	d.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	wantDelta(t, d.MustRecv(), []string{"c1"}, nil)
+
+	for _, req := range up.Requests() {
+		for _, n := range req.Names() {
+			if n == unknownName {
+				t.Fatal("the unknown authority's name reached the default upstream")
+			}
+		}
+	}
+}
+
+// Names that differ only in the order of their context parameters are one
+// cache entry and one upstream subscription.
+func TestContextParamOrderIsOneSubscription(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	}))
+	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	a.Subscribe(resource.EndpointType, "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?b=2&a=1")
+	b := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b"})
+	b.Subscribe(resource.EndpointType, "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?a=1&b=2")
+	canonical := "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?a=1&b=2"
+	up.WaitRequest(t, 0, "the canonical subscription", func(req xdstest.Request) bool {
+		return req.TypeURL() == resource.EndpointType && len(req.Names()) == 1 && req.Names()[0] == canonical
+	})
+	for _, req := range up.Requests() {
+		if req.TypeURL() == resource.EndpointType && len(req.Names()) > 1 {
+			t.Fatalf("upstream asked for %v: want one canonical name", req.Names())
+		}
+	}
+}
