@@ -32,10 +32,26 @@ type Config struct {
 	// client CA). nil: plaintext.
 	TLS *TLS `yaml:"tls,omitempty"`
 
+	// Keying splits clients into node groups, each with its own upstream
+	// streams and cache. nil: one group for all.
+	Keying *Keying `yaml:"keying,omitempty"`
+
 	// Sections that arrive with later issues; the loader rejects them with a
 	// "not supported yet" error naming the field.
-	Keying  map[string]any `yaml:"keying,omitempty"`
 	Rollout map[string]any `yaml:"rollout,omitempty"`
+}
+
+// Keying is how clients are grouped for legacy node-tailored control planes.
+type Keying struct {
+	// GroupBy lists node fields — id, cluster, locality.region,
+	// locality.zone, locality.sub_zone, metadata.KEY — whose values split
+	// clients into groups. Each group shares one upstream stream per server,
+	// whose node has the relay's id with the group appended and the group's
+	// projected fields. Empty: one group.
+	GroupBy []string `yaml:"group_by,omitempty"`
+	// DynamicParametersFromNode maps TP2 parameter names to node fields
+	// (not supported yet).
+	DynamicParametersFromNode map[string]string `yaml:"dynamic_parameters_from_node,omitempty"`
 }
 
 // TLS is the downstream listener's TLS. Every file is PEM and is re-read when

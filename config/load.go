@@ -139,7 +139,10 @@ func markSections(root *yaml.Node, cfg *Config) {
 		var m *map[string]any
 		switch root.Content[i].Value {
 		case "keying":
-			m = &cfg.Keying
+			if cfg.Keying == nil {
+				cfg.Keying = &Keying{}
+			}
+			continue
 		case "rollout":
 			m = &cfg.Rollout
 		case "tls":

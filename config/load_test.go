@@ -113,7 +113,7 @@ limits:
 		{name: "merge key", yaml: "node:\n  <<: {id: a}\n  cluster: c\n",
 			want: func() *config.Config { c := config.Default(); c.Node = config.Node{ID: "a", Cluster: "c"}; return c }()},
 		{name: "empty section is present", yaml: "keying:\n",
-			want: func() *config.Config { c := config.Default(); c.Keying = map[string]any{}; return c }()},
+			want: func() *config.Config { c := config.Default(); c.Keying = &config.Keying{}; return c }()},
 		{name: "later sections decode", yaml: "rollout: {hold: 2s}\ntls: {cert_file: a.pem}\n",
 			want: func() *config.Config {
 				c := config.Default()

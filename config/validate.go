@@ -20,10 +20,22 @@ func (c *Config) Validate() error {
 	}
 	// Sections that arrive with later issues (CONTRACT.md).
 	switch {
-	case c.Keying != nil:
-		return notYet("keying")
 	case c.Rollout != nil:
 		return notYet("rollout")
+	}
+	if k := c.Keying; k != nil {
+		for i, f := range k.GroupBy {
+			switch {
+			case f == "id", f == "cluster", f == "locality.region", f == "locality.zone", f == "locality.sub_zone":
+			case strings.HasPrefix(f, "metadata.") && len(f) > len("metadata."):
+			default:
+				return &FieldError{Field: fmt.Sprintf("keying.group_by[%d]", i),
+					Msg: fmt.Sprintf("unknown node field %q (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)", f)}
+			}
+		}
+		if len(k.DynamicParametersFromNode) > 0 {
+			return notYet("keying.dynamic_parameters_from_node")
+		}
 	}
 	if p := c.Cache.PersistPath; p != "" {
 		if st, err := os.Stat(filepath.Dir(p)); err != nil || !st.IsDir() {

@@ -117,10 +117,11 @@ func TestValidateErrors(t *testing.T) {
 			"limits.new_streams_per_second", "config: limits.new_streams_per_second: must not be negative (0 disables it)"},
 		{"message limit", withServer(func(c *config.Config) { c.Limits.MaxRecvMessageBytes = -1 }),
 			"limits.max_recv_message_bytes", "config: limits.max_recv_message_bytes: must be positive"},
-		{"keying", withServer(func(c *config.Config) { c.Keying = map[string]any{"group_by": []any{"cluster"}} }),
-			"keying", "config: keying: not supported yet"},
-		{"empty keying", withServer(func(c *config.Config) { c.Keying = map[string]any{} }),
-			"keying", "config: keying: not supported yet"},
+		{"group_by field", withServer(func(c *config.Config) { c.Keying = &config.Keying{GroupBy: []string{"cluster", "colour"}} }),
+			"keying.group_by[1]", `config: keying.group_by[1]: unknown node field "colour" (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)`},
+		{"dynamic parameters", withServer(func(c *config.Config) {
+			c.Keying = &config.Keying{DynamicParametersFromNode: map[string]string{"env": "metadata.env"}}
+		}), "keying.dynamic_parameters_from_node", "config: keying.dynamic_parameters_from_node: not supported yet"},
 		{"rollout", withServer(func(c *config.Config) { c.Rollout = map[string]any{} }),
 			"rollout", "config: rollout: not supported yet"},
 		{"listen", withServer(func(c *config.Config) { c.Listen = "18001" }),
@@ -160,8 +161,8 @@ func TestParseThenValidate(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"valid", "upstream: {xds_servers: [{server_uri: 'cp:18000', channel_creds: [{type: insecure}]}]}\n", ""},
-		{"keying section", "upstream: {xds_servers: [{server_uri: 'cp:1'}]}\nkeying:\n  group_by: [cluster]\n",
-			"config: keying: not supported yet"},
+		{"keying section", "upstream: {xds_servers: [{server_uri: 'cp:1'}]}\nkeying:\n  group_by: [cluster, zone]\n",
+			`config: keying.group_by[1]: unknown node field "zone" (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)`},
 		{"null servers", "upstream: {xds_servers: }\n", "config: upstream.xds_servers: at least one server is required"},
 	}
 	for _, tt := range tests {

@@ -204,7 +204,14 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 	}
 	if len(ts.unwild) > 0 && hasKey(it.force, keying.Wildcard) {
-		removed = append(removed, ts.unwild...)
+		// What only a dropped wildcard covered is removed — unless the
+		// wildcard is back and still covers it: its answer resends it.
+		for _, n := range ts.unwild {
+			if r, ok := v.Resources[n]; ok && ts.wildcard && r.Authority == "" {
+				continue
+			}
+			removed = append(removed, n)
+		}
 		ts.unwild = nil
 	}
 	answerWildcard := false
@@ -229,6 +236,11 @@ func (st *stream) buildDelta(it item) *encoded {
 	slices.SortFunc(send, byName)
 	slices.Sort(removed)
 	removed = slices.Compact(removed)
+	// Never a name both sent and removed in one response.
+	removed = slices.DeleteFunc(removed, func(n string) bool {
+		_, sent := slices.BinarySearchFunc(send, n, func(r *Resource, n string) int { return strings.Compare(r.Name, n) })
+		return sent
+	})
 	sortErrors(errs)
 	b := v.delta(send, removed, errs)
 	nonce := st.nextNonce()

@@ -13,8 +13,10 @@ import (
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// typeCache is the cache and the registry of one type. Guarded by Relay.mu.
+// typeCache is the cache and the registry of one type in one scope. Guarded
+// by Relay.mu.
 type typeCache struct {
+	sc      *scope
 	typeURL string
 	// view is the current published View; replaced, never modified.
 	view *downstream.View
@@ -33,30 +35,19 @@ type typeCache struct {
 
 type lingerEntry struct{ timer *time.Timer }
 
-func (r *Relay) typeCache(typeURL string) *typeCache {
-	tc := r.types[typeURL]
-	if tc == nil {
-		tc = &typeCache{
-			typeURL:  typeURL,
-			view:     &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
-			watchers: make(map[string]map[downstream.Watcher]struct{}),
-			wild:     make(map[downstream.Watcher]struct{}),
-			up:       make(map[string]bool),
-			linger:   make(map[string]*lingerEntry),
-		}
-		r.types[typeURL] = tc
-	}
-	return tc
+func (tc *typeCache) lruKey(name string) lruKey {
+	return lruKey{scope: tc.sc.key, Key: keying.Key{TypeURL: tc.typeURL, Name: name}}
 }
 
-// upstreamHandler receives one authority's upstream data.
+// upstreamHandler receives one authority's upstream data for one scope.
 type upstreamHandler struct {
 	r         *Relay
+	sc        *scope
 	authority string
 }
 
 func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
-	return h.r.onUpdate(h.authority, u)
+	return h.r.onUpdate(h.sc, h.authority, u)
 }
 
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
@@ -74,7 +65,7 @@ func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 
 // onUpdate applies one accepted upstream response: it publishes a new View of
 // the type when anything changed and notifies the streams that watch it.
-func (r *Relay) onUpdate(authority string, u upstream.Update) error {
+func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	now := time.Now()
 	// Encode outside the lock: the Any wrapper around the upstream's bytes.
 	fresh := make([]*downstream.Resource, 0, len(u.Resources))
@@ -93,10 +84,10 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return nil
+	if r.closed || r.scopes[sc.key] != sc {
+		return nil // closed, or a secret scope whose streams are gone
 	}
-	tc := r.typeCache(u.TypeURL)
+	tc := sc.typeCache(u.TypeURL)
 	old := tc.view
 	res := maps.Clone(old.Resources)
 	changed := make(map[string]struct{})
@@ -131,7 +122,7 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 		if cur, ok := res[name]; ok && cur.Authority == authority {
 			delete(res, name)
 			changed[name] = struct{}{}
-			r.unref.Remove(keying.Key{TypeURL: u.TypeURL, Name: name})
+			r.unref.Remove(tc.lruKey(name))
 		}
 	}
 	if !u.Delta && keying.FullState(u.TypeURL) {
@@ -180,10 +171,10 @@ func (r *Relay) onUpdate(authority string, u upstream.Update) error {
 
 // upstreamVersions returns the upstream's versions of the resources of
 // typeURL the cache holds from authority: the Delta initial_resource_versions.
-func (r *Relay) upstreamVersions(authority, typeURL string) map[string]string {
+func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[string]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	tc := r.types[typeURL]
+	tc := sc.types[typeURL]
 	if tc == nil {
 		return nil
 	}
@@ -199,6 +190,7 @@ func (r *Relay) upstreamVersions(authority, typeURL string) map[string]string {
 // publish makes v the type's current View and updates the cache gauges.
 // Called with mu held.
 func (r *Relay) publish(tc *typeCache, v *downstream.View) {
+	before := tc.bytes
 	for name := range v.Changed {
 		if cur, ok := tc.view.Resources[name]; ok {
 			tc.bytes -= len(cur.Any)
@@ -207,11 +199,11 @@ func (r *Relay) publish(tc *typeCache, v *downstream.View) {
 			tc.bytes += len(nr.Any)
 		}
 	}
+	tl := metrics.TypeLabel(tc.typeURL)
+	r.m.CacheResources.WithLabelValues(tl).Add(float64(len(v.Resources) - len(tc.view.Resources)))
 	tc.view = v
-	if r.persist != nil {
+	if r.persist != nil && tc.sc == r.shared {
 		r.persist.touch()
 	}
-	tl := metrics.TypeLabel(tc.typeURL)
-	r.m.CacheResources.WithLabelValues(tl).Set(float64(len(v.Resources)))
-	r.m.CacheBytes.WithLabelValues(tl).Set(float64(tc.bytes))
+	r.m.CacheBytes.WithLabelValues(tl).Add(float64(tc.bytes - before))
 }

@@ -12,6 +12,9 @@ import (
 
 // CacheEntryInfo is one cached resource variant in /debug/cache.
 type CacheEntryInfo struct {
+	// Scope is "" for the shared cache, "group:..." for a node group's,
+	// "secrets:NODE" for one node's secrets.
+	Scope       string `json:"scope,omitempty"`
 	Type        string `json:"type"`
 	Name        string `json:"name"`
 	Constraints string `json:"constraints,omitempty"`
@@ -48,27 +51,32 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []CacheEntryInfo{}
-	for t, tc := range r.types {
-		if !f.matchType(t) {
-			continue
-		}
-		for name, res := range tc.view.Resources {
-			if !strings.HasPrefix(name, f.NamePrefix) || (f.Authority != "" && res.Authority != f.Authority) {
+	for _, sc := range r.scopes {
+		for t, tc := range sc.types {
+			if !f.matchType(t) {
 				continue
 			}
-			subs := len(tc.watchers[name])
-			if res.Authority == "" && keying.WildcardCapable(t) {
-				for w := range tc.wild {
-					if _, dup := tc.watchers[name][w]; !dup {
-						subs++
+			for name, res := range tc.view.Resources {
+				if !strings.HasPrefix(name, f.NamePrefix) || (f.Authority != "" && res.Authority != f.Authority) {
+					continue
+				}
+				subs := len(tc.watchers[name])
+				if res.Authority == "" && keying.WildcardCapable(t) {
+					for w := range tc.wild {
+						if _, dup := tc.watchers[name][w]; !dup {
+							subs++
+						}
 					}
 				}
+				out = append(out, CacheEntryInfo{Scope: sc.key, Type: t, Name: name, Authority: res.Authority,
+					Version: res.Version, Bytes: len(res.Any), Subscribers: subs})
 			}
-			out = append(out, CacheEntryInfo{Type: t, Name: name, Authority: res.Authority, Version: res.Version,
-				Bytes: len(res.Any), Subscribers: subs})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
+		if out[i].Scope != out[j].Scope {
+			return out[i].Scope < out[j].Scope
+		}
 		if out[i].Type != out[j].Type {
 			return out[i].Type < out[j].Type
 		}
@@ -88,9 +96,11 @@ func (r *Relay) DebugClients(nodeID string) []ClientInfo {
 // DebugUpstreams lists the upstream connections, by authority.
 func (r *Relay) DebugUpstreams() []UpstreamInfo {
 	r.mu.Lock()
-	clients := make([]*upstream.Client, 0, len(r.upstreams))
-	for _, c := range r.upstreams {
-		clients = append(clients, c)
+	var clients []*upstream.Client
+	for _, sc := range r.scopes {
+		for _, c := range sc.upstreams {
+			clients = append(clients, c)
+		}
 	}
 	r.mu.Unlock()
 	out := make([]UpstreamInfo, 0, len(clients))

@@ -255,10 +255,14 @@ func (r *Relay) loadPersisted(path string) {
 		if views, err = decodeCache(data); err == nil {
 			n := 0
 			for _, v := range views {
-				tc := r.typeCache(v.TypeURL)
+				tc := r.shared.typeCache(v.TypeURL)
+				v.Changed = make(map[string]struct{}, len(v.Resources))
+				for name := range v.Resources {
+					v.Changed[name] = struct{}{}
+				}
 				r.publish(tc, v)
 				for name := range v.Resources {
-					r.unref.Add(keying.Key{TypeURL: v.TypeURL, Name: name}, struct{}{})
+					r.unref.Add(tc.lruKey(name), struct{}{})
 					n++
 				}
 			}
@@ -270,13 +274,16 @@ func (r *Relay) loadPersisted(path string) {
 	r.log.Error("ignoring the warm-restart file", zap.String("path", path), zap.Error(err))
 }
 
-// currentViews returns every type's current View.
+// currentViews returns the shared scope's current Views: secrets and node
+// groups are not written to disk.
 func (r *Relay) currentViews() []*downstream.View {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*downstream.View, 0, len(r.types))
-	for _, tc := range r.types {
-		out = append(out, tc.view)
+	out := make([]*downstream.View, 0, len(r.shared.types))
+	for t, tc := range r.shared.types {
+		if t != keying.SecretType {
+			out = append(out, tc.view)
+		}
 	}
 	return out
 }

@@ -13,12 +13,65 @@ import (
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// Bind implements downstream.Source. Every node shares one cache and one
-// upstream stream per server; the relay presents its own node upstream.
-func (r *Relay) Bind(downstream.Watcher, *corev3.Node) error { return nil }
+// Bind implements downstream.Source: it puts the stream in its node group's
+// scope (the shared one without keying.group_by).
+func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	sc := r.shared
+	var fields []string
+	if k := r.cfg.Keying; k != nil {
+		fields = k.GroupBy
+	}
+	if key := groupKey(fields, node); key != "" {
+		if sc = r.scopes["group:"+key]; sc == nil {
+			sc = r.newScope("group:"+key, groupNode(r.node, fields, node, key), false)
+		}
+	}
+	sc.streams++
+	r.bound[w] = &binding{node: node, group: sc}
+	return nil
+}
 
-// Cancel implements downstream.Source.
-func (r *Relay) Cancel(downstream.Watcher) {}
+// Cancel implements downstream.Source: the stream has ended. A secret scope
+// whose last stream ended is closed: secrets are not kept for another node.
+func (r *Relay) Cancel(w downstream.Watcher) {
+	r.mu.Lock()
+	b := r.bound[w]
+	delete(r.bound, w)
+	var clients []*upstream.Client
+	if b != nil {
+		b.group.streams--
+		if s := b.secrets; s != nil {
+			if s.streams--; s.streams == 0 {
+				clients = r.stopScope(s)
+				delete(r.scopes, s.key)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range clients {
+		c.Close()
+	}
+}
+
+// stopScope stops a scope's timers and returns its upstream clients for the
+// caller to close after unlocking. Called with mu held.
+func (r *Relay) stopScope(sc *scope) []*upstream.Client {
+	for _, tc := range sc.types {
+		for _, l := range tc.linger {
+			l.timer.Stop()
+		}
+	}
+	clients := make([]*upstream.Client, 0, len(sc.upstreams))
+	for _, c := range sc.upstreams {
+		clients = append(clients, c)
+	}
+	return clients
+}
 
 // Watch implements downstream.Source. It notifies w under mu when something
 // was added (or removed from a wildcard-capable type), so that the View it
@@ -29,7 +82,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string
 	if r.closed {
 		return
 	}
-	tc := r.typeCache(typeURL)
+	tc := r.scopeOf(w, typeURL).typeCache(typeURL)
 	var force []string
 	for _, name := range add {
 		ws := tc.watchers[name]
@@ -88,11 +141,11 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string
 	}
 }
 
-// clientFor returns the upstream client that serves name, or nil when its
-// authority is not configured.
-func (r *Relay) clientFor(name string) *upstream.Client {
+// clientFor returns the upstream client that serves name in tc's scope, or
+// nil when its authority is not configured.
+func (tc *typeCache) clientFor(name string) *upstream.Client {
 	auth, _ := keying.Authority(name)
-	return r.upstreams[auth]
+	return tc.sc.upstreams[auth]
 }
 
 // ref is called when name gets its first watcher. Called with mu held.
@@ -105,7 +158,7 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	if tc.up[name] {
 		return
 	}
-	c := r.clientFor(name)
+	c := tc.clientFor(name)
 	if c == nil {
 		// Contract: an authority that is not configured is an error for that
 		// resource (TP3 NOT_FOUND), not for the stream.
@@ -151,12 +204,12 @@ func (r *Relay) release(tc *typeCache, name string) {
 func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || tc.linger[name] != l {
+	if r.closed || tc.linger[name] != l || r.scopes[tc.sc.key] != tc.sc {
 		return
 	}
 	delete(tc.linger, name)
 	delete(tc.up, name)
-	if c := r.clientFor(name); c != nil {
+	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
 	}
 	r.unreferenced(tc, name)
@@ -166,12 +219,12 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 // resource) out of the unreferenced LRU. Called with mu held.
 func (r *Relay) referenced(tc *typeCache, name string) {
 	if name != keying.Wildcard {
-		r.unref.Remove(keying.Key{TypeURL: tc.typeURL, Name: name})
+		r.unref.Remove(tc.lruKey(name))
 		return
 	}
 	for n, res := range tc.view.Resources {
 		if res.Authority == "" {
-			r.unref.Remove(keying.Key{TypeURL: tc.typeURL, Name: n})
+			r.unref.Remove(tc.lruKey(n))
 		}
 	}
 }
@@ -186,7 +239,7 @@ func (r *Relay) unreferenced(tc *typeCache, name string) {
 		if res := tc.view.Resources[n]; res.Authority == "" && len(tc.wild) > 0 {
 			return // still covered by a wildcard watcher
 		}
-		r.unref.Add(keying.Key{TypeURL: tc.typeURL, Name: n}, struct{}{})
+		r.unref.Add(tc.lruKey(n), struct{}{})
 	}
 	if name == keying.Wildcard {
 		for n := range tc.view.Resources {
@@ -204,18 +257,26 @@ func (r *Relay) evict() {
 	if len(r.evicted) == 0 {
 		return
 	}
-	byType := make(map[string][]string)
+	byType := make(map[*typeCache][]string)
 	for _, k := range r.evicted {
-		byType[k.TypeURL] = append(byType[k.TypeURL], k.Name)
+		sc := r.scopes[k.scope]
+		if sc == nil || sc.types[k.TypeURL] == nil {
+			continue // its scope was closed
+		}
+		tc := sc.types[k.TypeURL]
+		byType[tc] = append(byType[tc], k.Name)
 	}
 	r.evicted = r.evicted[:0]
-	for typeURL, names := range byType {
-		tc := r.types[typeURL]
+	for tc, names := range byType {
+		typeURL := tc.typeURL
 		old := tc.view
 		res := maps.Clone(old.Resources)
 		changed := make(map[string]struct{}, len(names))
 		complete := old.Complete
 		for _, n := range names {
+			if res[n] == nil {
+				continue
+			}
 			if res[n].Authority == "" {
 				complete = false // the wildcard set has lost a member: ask upstream again
 			}

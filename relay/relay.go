@@ -50,12 +50,24 @@ type Relay struct {
 	serving  atomic.Bool
 	draining atomic.Bool
 
-	mu        sync.Mutex
-	types     map[string]*typeCache                // guarded by mu
-	upstreams map[string]*upstream.Client          // guarded by mu; by authority, "" = default servers
-	unref     *simplelru.LRU[keying.Key, struct{}] // guarded by mu: unreferenced resources
-	evicted   []keying.Key                         // guarded by mu: collected by the LRU callback
-	closed    bool                                 // guarded by mu
+	// node is the relay's own node; upCreds the upstream servers' transport
+	// credentials by authority.
+	node    *corev3.Node
+	upCreds map[string][]credentials.TransportCredentials
+
+	mu      sync.Mutex
+	scopes  map[string]*scope                  // guarded by mu; by scope key
+	shared  *scope                             // the scope every stream uses by default
+	bound   map[downstream.Watcher]*binding    // guarded by mu: streams and their scopes
+	unref   *simplelru.LRU[lruKey, struct{}]   // guarded by mu: unreferenced resources
+	evicted []lruKey                           // guarded by mu: collected by the LRU callback
+	closed  bool                               // guarded by mu
+}
+
+// lruKey names an unreferenced resource of a scope.
+type lruKey struct {
+	scope string
+	keying.Key
 }
 
 // New builds a relay from a validated config. It dials upstreams lazily, when
@@ -76,9 +88,11 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		cfg:       cfg,
 		log:       log,
 		m:         metrics.New(),
-		linger:    cfg.Upstream.Linger,
-		types:     make(map[string]*typeCache),
-		upstreams: make(map[string]*upstream.Client),
+		linger:  cfg.Upstream.Linger,
+		node:    relayNode(cfg),
+		upCreds: upCreds,
+		scopes:  make(map[string]*scope),
+		bound:   make(map[downstream.Watcher]*binding),
 	}
 	if r.linger <= 0 {
 		r.linger = DefaultLinger
@@ -87,7 +101,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	if size <= 0 {
 		size = 1 // simplelru needs a positive size; 0 keeps nothing unreferenced
 	}
-	lru, err := simplelru.NewLRU[keying.Key, struct{}](size, func(k keying.Key, _ struct{}) {
+	lru, err := simplelru.NewLRU[lruKey, struct{}](size, func(k lruKey, _ struct{}) {
 		r.evicted = append(r.evicted, k)
 	})
 	if err != nil {
@@ -98,19 +112,10 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		r.unref.Resize(1)
 	}
 
+	r.shared = r.newScope("", r.node, false)
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
 		r.persist = newPersister(p, log.Named("persist"), r.currentViews)
-	}
-
-	node := relayNode(cfg)
-	r.upstreams[""] = r.newClient("", cfg.Upstream.XDSServers, upCreds[""], node)
-	for auth, a := range cfg.Upstream.Authorities {
-		servers := a.XDSServers
-		if len(servers) == 0 {
-			servers = cfg.Upstream.XDSServers
-		}
-		r.upstreams[auth] = r.newClient(auth, servers, upCreds[auth], node)
 	}
 
 	lim := cfg.Limits
@@ -170,22 +175,32 @@ func relayNode(cfg *config.Config) *corev3.Node {
 
 // newClient creates the upstream client of auth; creds[i] are the transport
 // credentials of servers[i] (nil: plaintext).
-func (r *Relay) newClient(auth string, servers []config.Server, creds []credentials.TransportCredentials, node *corev3.Node) *upstream.Client {
-	sc := make([]upstream.ServerConfig, len(servers))
+func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upstream.Client {
+	creds := r.upCreds[auth]
+	if auth != "" && len(r.cfg.Upstream.Authorities[auth].XDSServers) == 0 {
+		creds = r.upCreds[""]
+	}
+	cfgs := make([]upstream.ServerConfig, len(servers))
 	for i, s := range servers {
-		sc[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol), Creds: creds[i]}
+		cfgs[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol)}
+		if i < len(creds) {
+			cfgs[i].Creds = creds[i]
+		}
 	}
 	log := r.log.Named("upstream").With(zap.String("authority", auth))
+	if sc.key != "" {
+		log = log.With(zap.String("scope", sc.key))
+	}
 	return upstream.New(upstream.Config{
 		Authority: auth,
-		Servers:   sc,
-		Node:      node,
+		Servers:   cfgs,
+		Node:      sc.node,
 		Mode:      upstream.ModeAuto,
 		Logger:    log,
 		// Delta: tell the server which versions the cache already holds, so
 		// that a reconnect does not resend them.
-		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(auth, typeURL) },
-	}, &upstreamHandler{r: r, authority: auth})
+		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(sc, auth, typeURL) },
+	}, &upstreamHandler{r: r, sc: sc, authority: auth})
 }
 
 // transportCreds reads the TLS files of the config: the downstream server's
@@ -316,14 +331,9 @@ func (r *Relay) Close() {
 		return
 	}
 	r.closed = true
-	clients := make([]*upstream.Client, 0, len(r.upstreams))
-	for _, c := range r.upstreams {
-		clients = append(clients, c)
-	}
-	for _, tc := range r.types {
-		for _, l := range tc.linger {
-			l.timer.Stop()
-		}
+	var clients []*upstream.Client
+	for _, sc := range r.scopes {
+		clients = append(clients, r.stopScope(sc)...)
 	}
 	r.mu.Unlock()
 	for _, c := range clients {

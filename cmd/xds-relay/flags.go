@@ -138,7 +138,10 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     new_streams_per_second: 5000   beyond it new streams get RESOURCE_EXHAUSTED (0: off)
     max_connection_age: 30m        GOAWAY (±10% jitter) so clients rebalance (0: off)
     keepalive_min_time: 10s        faster client pings are refused
-  keying: ...                   node groups, TP2 parameters (not supported yet)
+  keying:
+    group_by: []                node fields splitting clients into upstream groups: id, cluster,
+                                locality.region|zone|sub_zone, metadata.KEY (default: one group)
+    dynamic_parameters_from_node: {}   TP2 parameters from node fields (not supported yet)
   rollout: ...                  guarded rollout (not supported yet)
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first

@@ -182,7 +182,7 @@ func TestHelp(t *testing.T) {
 			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
 			"--log-format FORMAT", "--version", "xds-relay validate",
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
-			"keying: ...", "rollout: ...", "not supported yet",
+			"group_by", "rollout: ...", "not supported yet",
 			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
 		} {
 			if !strings.Contains(stdout, want) {

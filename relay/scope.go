@@ -1,0 +1,175 @@
+package relay
+
+import (
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// A scope is one cache with its own upstream streams (one per authority):
+//   - the shared scope, which every stream uses by default;
+//   - a node group's (keying.group_by), whose upstream node carries the
+//     group's projected fields;
+//   - one client node's secrets: xDS secrets are never shared across node
+//     ids, and the upstream sees that client's own node. A secret scope is
+//     closed when the last stream of its node ends.
+//
+// Guarded by Relay.mu.
+type scope struct {
+	key       string // "" for the shared scope
+	node      *corev3.Node
+	types     map[string]*typeCache
+	upstreams map[string]*upstream.Client // by authority
+	// streams counts the streams bound to the scope.
+	streams int
+	// secrets marks a per-node secret scope.
+	secrets bool
+}
+
+// binding is what the relay knows of a stream: its node and its scopes.
+type binding struct {
+	node    *corev3.Node
+	group   *scope // LDS, CDS, ... (the shared scope without group_by)
+	secrets *scope // created at the first secret subscription
+}
+
+func (sc *scope) typeCache(typeURL string) *typeCache {
+	tc := sc.types[typeURL]
+	if tc == nil {
+		tc = &typeCache{
+			sc:       sc,
+			typeURL:  typeURL,
+			view:     &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
+			watchers: make(map[string]map[downstream.Watcher]struct{}),
+			wild:     make(map[downstream.Watcher]struct{}),
+			up:       make(map[string]bool),
+			linger:   make(map[string]*lingerEntry),
+		}
+		sc.types[typeURL] = tc
+	}
+	return tc
+}
+
+// newScope creates a scope presenting node upstream, with a client per
+// configured authority. Called with mu held (clients dial lazily).
+func (r *Relay) newScope(key string, node *corev3.Node, secrets bool) *scope {
+	sc := &scope{key: key, node: node, types: make(map[string]*typeCache),
+		upstreams: make(map[string]*upstream.Client), secrets: secrets}
+	sc.upstreams[""] = r.newClient(sc, "", r.cfg.Upstream.XDSServers)
+	for auth, a := range r.cfg.Upstream.Authorities {
+		servers := a.XDSServers
+		if len(servers) == 0 {
+			servers = r.cfg.Upstream.XDSServers
+		}
+		sc.upstreams[auth] = r.newClient(sc, auth, servers)
+	}
+	r.scopes[key] = sc
+	return sc
+}
+
+// scopeOf returns the scope that serves typeURL to w. Called with mu held.
+func (r *Relay) scopeOf(w downstream.Watcher, typeURL string) *scope {
+	b := r.bound[w]
+	if b == nil {
+		return r.shared
+	}
+	if typeURL != keying.SecretType {
+		return b.group
+	}
+	if b.secrets == nil {
+		key := "secrets:" + b.node.GetId()
+		sc := r.scopes[key]
+		if sc == nil {
+			sc = r.newScope(key, proto.Clone(b.node).(*corev3.Node), true)
+		}
+		sc.streams++
+		b.secrets = sc
+	}
+	return b.secrets
+}
+
+// groupKey projects node onto the group_by fields: "" without group_by.
+func groupKey(fields []string, node *corev3.Node) string {
+	if len(fields) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		parts = append(parts, f+"="+nodeField(node, f))
+	}
+	return strings.Join(parts, ",")
+}
+
+// nodeField reads one group_by field of node.
+func nodeField(node *corev3.Node, field string) string {
+	switch field {
+	case "id":
+		return node.GetId()
+	case "cluster":
+		return node.GetCluster()
+	case "locality.region":
+		return node.GetLocality().GetRegion()
+	case "locality.zone":
+		return node.GetLocality().GetZone()
+	case "locality.sub_zone":
+		return node.GetLocality().GetSubZone()
+	}
+	if key, ok := strings.CutPrefix(field, "metadata."); ok {
+		if v, ok := node.GetMetadata().GetFields()[key]; ok {
+			if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
+				return s.StringValue
+			}
+			b, _ := v.MarshalJSON()
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// groupNode is the node a group's upstream streams present: the relay's own,
+// with the group in its id and the group's projected fields set.
+func groupNode(base *corev3.Node, fields []string, client *corev3.Node, key string) *corev3.Node {
+	n := proto.Clone(base).(*corev3.Node)
+	n.Id = base.GetId() + "/" + key
+	md := map[string]any{}
+	for k, v := range base.GetMetadata().GetFields() {
+		md[k] = v.AsInterface()
+	}
+	sort.Strings(fields)
+	for _, f := range fields {
+		switch f {
+		case "cluster":
+			n.Cluster = client.GetCluster()
+		case "locality.region", "locality.zone", "locality.sub_zone":
+			if n.Locality == nil {
+				n.Locality = &corev3.Locality{}
+			}
+			v := nodeField(client, f)
+			switch f {
+			case "locality.region":
+				n.Locality.Region = v
+			case "locality.zone":
+				n.Locality.Zone = v
+			default:
+				n.Locality.SubZone = v
+			}
+		default:
+			if key, ok := strings.CutPrefix(f, "metadata."); ok {
+				if v, ok := client.GetMetadata().GetFields()[key]; ok {
+					md[key] = v.AsInterface()
+				}
+			}
+		}
+	}
+	if s, err := structpb.NewStruct(md); err == nil && len(md) > 0 {
+		n.Metadata = s
+	}
+	return n
+}
