@@ -56,12 +56,12 @@ type Relay struct {
 	upCreds map[string][]credentials.TransportCredentials
 
 	mu      sync.Mutex
-	scopes  map[string]*scope                  // guarded by mu; by scope key
-	shared  *scope                             // the scope every stream uses by default
-	bound   map[downstream.Watcher]*binding    // guarded by mu: streams and their scopes
-	unref   *simplelru.LRU[lruKey, struct{}]   // guarded by mu: unreferenced resources
-	evicted []lruKey                           // guarded by mu: collected by the LRU callback
-	closed  bool                               // guarded by mu
+	scopes  map[string]*scope                // guarded by mu; by scope key
+	shared  *scope                           // the scope every stream uses by default
+	bound   map[downstream.Watcher]*binding  // guarded by mu: streams and their scopes
+	unref   *simplelru.LRU[lruKey, struct{}] // guarded by mu: unreferenced resources
+	evicted []lruKey                         // guarded by mu: collected by the LRU callback
+	closed  bool                             // guarded by mu
 }
 
 // lruKey names an unreferenced resource of a scope.
@@ -85,9 +85,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:       cfg,
-		log:       log,
-		m:         metrics.New(),
+		cfg:     cfg,
+		log:     log,
+		m:       metrics.New(),
 		linger:  cfg.Upstream.Linger,
 		node:    relayNode(cfg),
 		upCreds: upCreds,
