@@ -36,9 +36,49 @@ type Config struct {
 	// streams and cache. nil: one group for all.
 	Keying *Keying `yaml:"keying,omitempty"`
 
+	// Authorization limits what each client may subscribe to. nil: every
+	// client may subscribe to everything but secrets, which are served over
+	// mTLS only.
+	Authorization *Authorization `yaml:"authorization,omitempty"`
+
 	// Sections that arrive with later issues; the loader rejects them with a
 	// "not supported yet" error naming the field.
 	Rollout map[string]any `yaml:"rollout,omitempty"`
+}
+
+// Authorization maps client identities to what they may subscribe to. A
+// subscription is allowed when a rule matches both the client and the
+// resource; with rules present, anything no rule allows is denied (TP3
+// PERMISSION_DENIED for that resource).
+type Authorization struct {
+	// Rules are tried in order; without rules every client may subscribe to
+	// every resource (secrets excepted, below).
+	Rules []AuthzRule `yaml:"rules,omitempty"`
+	// AllowSecretsWithoutMTLS serves secrets (SDS) to clients that did not
+	// present a verified client certificate. Default false: secrets only
+	// over mTLS.
+	AllowSecretsWithoutMTLS bool `yaml:"allow_secrets_without_mtls,omitempty"`
+}
+
+// AuthzRule allows the clients it matches to subscribe to the resources it
+// matches. Every list is a set of globs ("*" matches any run of characters);
+// an empty list matches anything.
+type AuthzRule struct {
+	// Identities match the client's mTLS identity: its SPIFFE ID or any URI
+	// SAN of its verified certificate. A rule with identities never matches a
+	// client without mTLS.
+	Identities []string `yaml:"identities,omitempty"`
+	// Nodes and Clusters match the node id and cluster the client presents
+	// (self-asserted: meaningful only where clients are trusted, e.g. behind
+	// mTLS or on a private network).
+	Nodes    []string `yaml:"nodes,omitempty"`
+	Clusters []string `yaml:"clusters,omitempty"`
+	// Types match the type URL or its last segment ("Cluster").
+	Types []string `yaml:"types,omitempty"`
+	// Authorities match the xdstp authority of a name ("" for legacy names).
+	Authorities []string `yaml:"authorities,omitempty"`
+	// Names match the resource name ("*" for the wildcard subscription).
+	Names []string `yaml:"names,omitempty"`
 }
 
 // Keying is how clients are grouped for legacy node-tailored control planes.

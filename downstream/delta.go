@@ -7,6 +7,7 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/xds-relay/xds-relay/keying"
@@ -65,14 +66,18 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := ts.subscribeDelta(typeURL, req)
+	c := st.authorize(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
 	err = st.checkSubscriptions()
 	st.mu.Unlock()
 	if err != nil {
 		return err // the stream ends: its watches are dropped by close
 	}
-
-	if len(add) > 0 || len(remove) > 0 || wildcard != nil {
-		st.srv.src.Watch(st, typeURL, add, remove, wildcard)
+	if c.Wildcard != nil && *c.Wildcard && ts.wildcardDenied {
+		return st.reject("permission_denied", codes.PermissionDenied,
+			"xds-relay: not allowed to subscribe to every %s", typeURL)
+	}
+	if !c.empty() {
+		st.srv.src.Watch(st, typeURL, c)
 	}
 	return nil
 }
@@ -166,7 +171,7 @@ func (st *stream) buildDelta(it item) *encoded {
 		covered := ts.wildcard && (!present || r.Authority == "")
 		switch {
 		case named || (covered && present):
-			if e, failed := v.Errors[n]; failed && named && !present {
+			if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
 				// TP3: the error, and for NOT_FOUND also a removal.
 				errs = append(errs, e)
 				delete(ts.has, n)

@@ -58,18 +58,3 @@ func appendErrors(b []byte, num protowire.Number, errs []*ResourceError) []byte 
 	}
 	return b
 }
-
-// errorsFor returns the View's errors for names, sorted by name.
-func (v *View) errorsFor(names func(yield func(string) bool)) []*ResourceError {
-	if len(v.Errors) == 0 {
-		return nil
-	}
-	var out []*ResourceError
-	for n := range names {
-		if e, ok := v.Errors[n]; ok {
-			out = append(out, e)
-		}
-	}
-	sortErrors(out)
-	return out
-}

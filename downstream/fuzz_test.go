@@ -22,12 +22,12 @@ type fakeSource struct{ views map[string]*View }
 
 func (f *fakeSource) Bind(Watcher, *corev3.Node) error { return nil }
 func (f *fakeSource) Cancel(Watcher)                   {}
-func (f *fakeSource) Watch(w Watcher, typeURL string, add, remove []string, wildcard *bool) {
-	force := add
-	if wildcard != nil && *wildcard {
+func (f *fakeSource) Watch(w Watcher, typeURL string, c Change) {
+	force := append(c.Add, c.Answer...)
+	if c.Wildcard != nil && *c.Wildcard {
 		force = append(force, keying.Wildcard)
 	}
-	force = append(force, remove...)
+	force = append(force, c.Remove...)
 	if v := f.views[typeURL]; v != nil && len(force) > 0 {
 		w.Notify(v, force)
 	}

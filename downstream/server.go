@@ -28,15 +28,29 @@ type Source interface {
 	// Bind is called with a stream's first node; it may refuse the stream
 	// with a gRPC status error.
 	Bind(w Watcher, node *corev3.Node) error
-	// Watch changes what w watches of typeURL: names added and removed, and
-	// the wildcard turned on or off (wildcard is nil when unchanged). When
-	// something was added it calls w.Notify with the current View and the
-	// added names (Wildcard for the wildcard) before returning, under the same
-	// lock that orders every later Notify.
-	Watch(w Watcher, typeURL string, add, remove []string, wildcard *bool)
+	// Watch applies a subscription change of w for typeURL. When something
+	// was added (or must be answered) it calls w.Notify with the current View
+	// and those names (Wildcard for the wildcard) before returning, under the
+	// same lock that orders every later Notify.
+	Watch(w Watcher, typeURL string, c Change)
 	// Cancel is called once when the stream ends, after it has removed its
 	// watches with Watch.
 	Cancel(w Watcher)
+}
+
+// Change is a stream's subscription change for one type.
+type Change struct {
+	// Add and Remove are the names subscribed and unsubscribed.
+	Add, Remove []string
+	// Wildcard turns the wildcard on or off; nil leaves it.
+	Wildcard *bool
+	// Answer are names to answer from the current View without watching
+	// them (the stream was refused them: it answers with an error).
+	Answer []string
+}
+
+func (c Change) empty() bool {
+	return len(c.Add) == 0 && len(c.Remove) == 0 && c.Wildcard == nil && len(c.Answer) == 0
 }
 
 // Watcher receives View changes. Implemented by the server's streams.
@@ -60,7 +74,9 @@ type Options struct {
 	NewStreamsPerSecond float64
 	// MaxSenders bounds the sender goroutines. Default 4096.
 	MaxSenders int
-	Logger     *zap.Logger
+	// Authorize, when set, is asked for every subscribed name.
+	Authorize Authorizer
+	Logger    *zap.Logger
 	// Metrics must be set.
 	Metrics *metrics.Metrics
 }

@@ -7,6 +7,7 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -73,14 +74,18 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, req.GetResourceNames())
+	c := st.authorize(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
 	err = st.checkSubscriptions()
 	st.mu.Unlock()
 	if err != nil {
 		return err // the stream ends: its watches are dropped by close
 	}
-
-	if len(add) > 0 || len(remove) > 0 || wildcard != nil {
-		st.srv.src.Watch(st, typeURL, add, remove, wildcard)
+	if c.Wildcard != nil && *c.Wildcard && ts.wildcardDenied {
+		return st.reject("permission_denied", codes.PermissionDenied,
+			"xds-relay: not allowed to subscribe to every %s", typeURL)
+	}
+	if !c.empty() {
+		st.srv.src.Watch(st, typeURL, c)
 	}
 	return nil
 }
@@ -195,7 +200,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	for n := range it.force {
 		_, named := ts.names[n]
 		_, present := v.Resources[n]
-		_, failed := v.Errors[n]
+		_, failed := ts.errorFor(v, n)
 		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
 			forced = true
 			break
@@ -203,12 +208,21 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	}
 	var extra []*Resource // named resources outside the wildcard set
 	for n := range ts.names {
+		if _, denied := ts.denied[n]; denied {
+			continue
+		}
 		if r, ok := v.Resources[n]; ok && (!ts.wildcard || r.Authority != "") {
 			extra = append(extra, r)
 		}
 	}
 	// TP3: LDS/CDS responses with errors still carry every other resource.
-	errs := v.errorsFor(setNames(ts.names))
+	var errs []*ResourceError
+	for n := range ts.names {
+		if e, ok := ts.errorFor(v, n); ok {
+			errs = append(errs, e)
+		}
+	}
+	sortErrors(errs)
 	if ts.wildcard && !v.Complete && len(extra) == 0 && len(errs) == 0 {
 		return nil // the upstream has not answered the wildcard yet
 	}
@@ -247,7 +261,9 @@ func (st *stream) partial(ts *typeState, it item) *body {
 		if _, ok := ts.names[n]; !ok {
 			return
 		}
-		if r, ok := v.Resources[n]; ok {
+		if e, ok := ts.denied[n]; ok {
+			errs = append(errs, e)
+		} else if r, ok := v.Resources[n]; ok {
 			sel = append(sel, r)
 		} else if e, ok := v.Errors[n]; ok {
 			errs = append(errs, e)
@@ -267,17 +283,6 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	slices.SortFunc(sel, byName)
 	sortErrors(errs)
 	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel }, errs)
-}
-
-// setNames iterates the names of a set.
-func setNames(m map[string]struct{}) func(yield func(string) bool) {
-	return func(yield func(string) bool) {
-		for n := range m {
-			if !yield(n) {
-				return
-			}
-		}
-	}
 }
 
 func sortErrors(errs []*ResourceError) {

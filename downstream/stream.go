@@ -67,6 +67,7 @@ type stream struct {
 	closed    bool                  // guarded by mu
 	nodeID    string                // guarded by mu
 	cluster   string                // guarded by mu
+	principal *Principal            // guarded by mu: built at the first authorization
 }
 
 // typeState is a stream's protocol state for one type. Guarded by stream.mu.
@@ -92,6 +93,11 @@ type typeState struct {
 	// unwild are names the client held through a wildcard it dropped: they
 	// are reported removed with the next response.
 	unwild []string
+
+	// denied holds the subscribed names the stream may not have, with the
+	// error its responses carry; wildcardDenied a refused wildcard.
+	denied         map[string]*ResourceError
+	wildcardDenied bool
 
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
@@ -313,7 +319,7 @@ func (st *stream) close() {
 			w = &off
 		}
 		if len(s.names) > 0 || w != nil {
-			st.srv.src.Watch(st, s.typeURL, nil, s.names, w)
+			st.srv.src.Watch(st, s.typeURL, Change{Remove: s.names, Wildcard: w})
 		}
 	}
 	st.srv.src.Cancel(st)

@@ -58,7 +58,9 @@ func TestSecretsNotShared(t *testing.T) {
 	}
 	up.SetSnapshot("a", secret("for-a"))
 	up.SetSnapshot("b", secret("for-b"))
-	r := xdstest.StartRelay(t, up.Addr())
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Authorization = &config.Authorization{AllowSecretsWithoutMTLS: true} // plaintext test
+	}))
 
 	got := map[string]string{}
 	var clients []*xdstest.ADSClient

@@ -76,7 +76,8 @@ func (r *Relay) stopScope(sc *scope) []*upstream.Client {
 // Watch implements downstream.Source. It notifies w under mu when something
 // was added (or removed from a wildcard-capable type), so that the View it
 // hands over is ordered with every later update.
-func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string, wildcard *bool) {
+func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change) {
+	add, remove, wildcard := c.Add, c.Remove, c.Wildcard
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -135,6 +136,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, add, remove []string
 			force = append(force, keying.Wildcard)
 		}
 	}
+	force = append(force, c.Answer...)
 	if len(force) > 0 {
 		// Under mu, so this View is ordered with every later update.
 		w.Notify(tc.view, force)

@@ -123,6 +123,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		MaxNamesPerRequest:  lim.MaxNamesPerRequest,
 		MaxSubscriptions:    lim.MaxSubscriptionsPerStream,
 		NewStreamsPerSecond: lim.NewStreamsPerSecond,
+		Authorize:           authorizer(cfg.Authorization),
 		Logger:              log.Named("downstream"),
 		Metrics:             r.m,
 	})

@@ -142,6 +142,9 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     group_by: []                node fields splitting clients into upstream groups: id, cluster,
                                 locality.region|zone|sub_zone, metadata.KEY (default: one group)
     dynamic_parameters_from_node: {}   TP2 parameters from node fields (not supported yet)
+  authorization:                what each client may subscribe to (default: all but secrets without mTLS)
+    allow_secrets_without_mtls: false
+    rules: [{identities, nodes, clusters, types, authorities, names}]   globs; first match allows
   rollout: ...                  guarded rollout (not supported yet)
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first

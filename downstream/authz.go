@@ -1,0 +1,88 @@
+package downstream
+
+import (
+	"google.golang.org/grpc/codes"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/internal/tlsconfig"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Principal is who a stream's client is, for authorization.
+type Principal struct {
+	NodeID, Cluster string
+	// MTLS reports a verified client certificate; SPIFFEID and URISANs come
+	// from it.
+	MTLS     bool
+	SPIFFEID string
+	URISANs  []string
+}
+
+// Authorizer decides whether p may subscribe to name (keying.Wildcard for
+// the wildcard) of typeURL: nil, or the reason for a denial.
+type Authorizer func(p *Principal, typeURL, name string) error
+
+// principal builds the stream's Principal. Called with mu held.
+func (st *stream) principalLocked() *Principal {
+	if st.principal == nil {
+		p := &Principal{NodeID: st.nodeID, Cluster: st.cluster}
+		p.SPIFFEID, p.URISANs, p.MTLS = tlsconfig.PeerIdentity(st.ss.Context())
+		st.principal = p
+	}
+	return st.principal
+}
+
+// authorize removes from c what the stream may not subscribe to: denied
+// names stay subscribed on the stream but unwatched, with a TP3
+// PERMISSION_DENIED error that every response for them carries (c.Answer
+// asks the Source for a response now). Called with mu held.
+func (st *stream) authorize(ts *typeState, typeURL string, c Change) Change {
+	for _, n := range c.Remove {
+		delete(ts.denied, n)
+	}
+	ts.wildcardDenied = false
+	az := st.srv.opts.Authorize
+	if az == nil {
+		return c
+	}
+	p := st.principalLocked()
+	allowed := c.Add[:0:0]
+	for _, n := range c.Add {
+		if err := az(p, typeURL, n); err != nil {
+			if ts.denied == nil {
+				ts.denied = make(map[string]*ResourceError)
+			}
+			ts.denied[n] = &ResourceError{Name: n, Code: codes.PermissionDenied, Message: err.Error()}
+			c.Answer = append(c.Answer, n)
+			st.denied(typeURL, n, err)
+			continue
+		}
+		allowed = append(allowed, n)
+	}
+	c.Add = allowed
+	if c.Wildcard != nil && *c.Wildcard {
+		if err := az(p, typeURL, keying.Wildcard); err != nil {
+			// No resource to attach the error to: the stream ends with it.
+			ts.wildcardDenied = true
+			st.denied(typeURL, keying.Wildcard, err)
+		}
+	}
+	return c
+}
+
+func (st *stream) denied(typeURL, name string, err error) {
+	st.srv.m.RejectedRequests.WithLabelValues("permission_denied").Inc()
+	st.log.Info("subscription denied", zap.String("node", st.nodeID), zap.String("type", typeURL),
+		zap.String("name", name), zap.Error(err))
+}
+
+// errorFor returns the error a response carries for name: the stream's own
+// denial first, then the View's.
+func (ts *typeState) errorFor(v *View, name string) (*ResourceError, bool) {
+	if e, ok := ts.denied[name]; ok {
+		return e, true
+	}
+	e, ok := v.Errors[name]
+	return e, ok
+}
