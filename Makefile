@@ -65,8 +65,18 @@ demo: build
 	curl -s 127.0.0.1:9902/metrics | grep -E '^xds_relay_(upstream_connected|upstream_responses_total|downstream_streams|responses_total|response_bytes_total)' | grep -v ' 0$$'; \
 	exit $$rc
 
-bench:
+# The Go microbenchmarks, then the fan-out suite (cmd/xds-bench, see
+# docs/BENCHMARKS.md): go-control-plane serving the clients directly, the relay
+# in front of it and plain TCP writes, side by side; prints a Markdown table.
+# Quicker: make bench BENCH_CLIENTS=2000. Target 5 (100,000 streams, minutes):
+# make bench BENCH_FLAGS='--runs limit,sotw,delta,streams'.
+BENCH_CLIENTS ?= 10000
+BENCH_FLAGS   ?=
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./downstream/ ./relay/ ./keying/
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/xds-bench
+	@ulimit -n 20000 2>/dev/null || true; \
+	$(BIN)/xds-bench --bin $(BIN) --clients $(BENCH_CLIENTS) $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

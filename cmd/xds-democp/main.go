@@ -36,6 +36,7 @@ func main() {
 // options are the parsed command line.
 type options struct {
 	listen   string
+	control  string
 	server   fleet.ServerConfig
 	duration time.Duration
 	logLevel string
@@ -68,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var style, churn, churnTypes string
 	spec := &o.server.Spec
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:18000", "xDS gRPC listen address")
+	fs.StringVar(&o.control, "control", "", "HTTP address of the control endpoint for load tools (POST /change?type=cds&count=1); empty disables")
 	fs.IntVar(&spec.Clusters, "clusters", 100, "number of clusters (and ClusterLoadAssignments)")
 	fs.IntVar(&spec.Listeners, "listeners", 1, "number of listeners")
 	fs.IntVar(&spec.Routes, "routes", 1, "number of route configurations")
@@ -140,6 +142,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "xds-democp: listen:", err)
 		return 1
+	}
+	if o.control != "" {
+		stopControl, err := serveControl(o.control, srv, log)
+		if err != nil {
+			_ = lis.Close()
+			fmt.Fprintln(stderr, "xds-democp:", err)
+			return 1
+		}
+		defer stopControl()
 	}
 	if o.duration > 0 {
 		var cancel context.CancelFunc

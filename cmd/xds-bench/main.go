@@ -1,0 +1,302 @@
+// Command xds-bench runs the fan-out benchmark suite: go-control-plane
+// serving N clients directly (xds-democp, the baseline) against xds-democp →
+// xds-relay → N clients (the subject) against plain TCP writes of the same
+// bytes to N loopback sockets (the limit), all on this machine in one run, and
+// prints a Markdown table of the targets (see docs/BENCHMARKS.md).
+//
+// It drives the binaries built by `make build` (xds-democp with --control,
+// xds-relay, xds-loadgen) as child processes and measures them from the
+// outside: /proc/PID/{stat,status,io} for CPU, RSS and bytes written, the
+// relay's /metrics, and xds-loadgen's JSON summary. Run it with --help.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var code int
+	if len(os.Args) > 1 && os.Args[1] == "tcp-writer" {
+		code = tcpWriter(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else {
+		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
+	stop()
+	os.Exit(code)
+}
+
+// options are the parsed command line.
+type options struct {
+	bin            string
+	clients        int
+	clusters       int
+	runs           map[string]bool
+	deltaClients   int
+	streams        int
+	streamsPerConn int
+	limitRounds    int
+	profileProto   string
+	jsonOut        string
+	logDir         string
+	syncTimeout    time.Duration
+}
+
+const usageHeader = `xds-bench measures the fan-out of one cluster change: go-control-plane serving
+the clients directly (baseline), through xds-relay (relay), and plain TCP
+writes of the same bytes (limit), side by side on this machine. It prints a
+Markdown table to stdout and its progress to stderr.
+
+Usage: xds-bench [flags]
+
+It needs xds-democp, xds-relay and xds-loadgen in --bin (make build), about
+2 file descriptors per client per process (ulimit -n), and a quiet machine.
+
+Flags:
+`
+
+// parseFlags parses args (without the program name). It returns flag.ErrHelp
+// after printing usage for --help.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("xds-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHeader)
+		fs.VisitAll(func(f *flag.Flag) {
+			arg, usage := flag.UnquoteUsage(f)
+			line := "  --" + f.Name
+			if arg != "" {
+				line += " " + arg
+			}
+			line += "\n    \t" + usage
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				line += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(fs.Output(), line)
+		})
+	}
+	fs.StringVar(&o.bin, "bin", "", "directory holding xds-democp, xds-relay and xds-loadgen (default: this program's directory)")
+	fs.IntVar(&o.clients, "clients", 10000, "simulated Envoy-like clients, one connection each")
+	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
+	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
+		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles)")
+	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
+	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
+	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
+	fs.IntVar(&o.limitRounds, "limit-rounds", 3, "rounds of the TCP limit after one warm-up round (the median is reported)")
+	fs.StringVar(&o.profileProto, "profile-protocol", "sotw", "protocol of the profile run: sotw or delta")
+	fs.StringVar(&o.jsonOut, "json", "", "also write every measurement as JSON to this file")
+	fs.StringVar(&o.logDir, "log-dir", "", "directory for the processes' logs and profiles (default: a new temporary directory)")
+	fs.DurationVar(&o.syncTimeout, "sync-timeout", 5*time.Minute, "time the clients have to sync")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.runs = map[string]bool{}
+	for _, r := range strings.Split(*runs, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "limit", "sotw", "delta", "streams", "profile":
+			o.runs[r] = true
+		case "":
+		default:
+			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile)", r)
+		}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	case o.clients < 1:
+		return o, fmt.Errorf("bench: --clients %d: want at least 1", o.clients)
+	case o.clusters < 1:
+		return o, fmt.Errorf("bench: --clusters %d: want at least 1", o.clusters)
+	case o.deltaClients < 0:
+		return o, fmt.Errorf("bench: --delta-clients %d: want non-negative", o.deltaClients)
+	case o.streams < 1:
+		return o, fmt.Errorf("bench: --streams %d: want at least 1", o.streams)
+	case o.streamsPerConn < 1:
+		return o, fmt.Errorf("bench: --streams-per-conn %d: want at least 1", o.streamsPerConn)
+	case o.limitRounds < 1:
+		return o, fmt.Errorf("bench: --limit-rounds %d: want at least 1", o.limitRounds)
+	case o.profileProto != "sotw" && o.profileProto != "delta":
+		return o, fmt.Errorf("bench: --profile-protocol %q: want sotw or delta", o.profileProto)
+	case o.syncTimeout <= 0:
+		return o, fmt.Errorf("bench: --sync-timeout %v: want positive", o.syncTimeout)
+	}
+	if o.deltaClients == 0 {
+		o.deltaClients = o.clients
+	}
+	return o, nil
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "xds-bench:", err)
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "xds-bench:", err)
+		return 1
+	}
+	if o.bin == "" {
+		o.bin = filepath.Dir(self)
+	}
+	for _, name := range []string{"xds-democp", "xds-relay", "xds-loadgen"} {
+		if _, err := os.Stat(filepath.Join(o.bin, name)); err != nil {
+			fmt.Fprintf(stderr, "xds-bench: %v (run make build, or pass --bin)\n", err)
+			return 1
+		}
+	}
+	if o.logDir == "" {
+		if o.logDir, err = os.MkdirTemp("", "xds-bench-"); err != nil {
+			fmt.Fprintln(stderr, "xds-bench:", err)
+			return 1
+		}
+	} else if err := os.MkdirAll(o.logDir, 0o755); err != nil {
+		fmt.Fprintln(stderr, "xds-bench:", err)
+		return 1
+	}
+	e := env{bin: o.bin, logDir: o.logDir, clusters: o.clusters, syncTimeout: o.syncTimeout, log: stderr}
+	e.logf("logs and profiles in %s", o.logDir)
+
+	s, err := runSuite(ctx, e, o, self, append([]string{"xds-bench"}, args...))
+	if err != nil {
+		fmt.Fprintln(stderr, "xds-bench:", err)
+		return 1
+	}
+	if err := s.writeMarkdown(stdout); err != nil {
+		fmt.Fprintln(stderr, "xds-bench:", err)
+		return 1
+	}
+	if o.jsonOut != "" {
+		b, err := json.MarshalIndent(s, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.jsonOut, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "xds-bench:", err)
+			return 1
+		}
+	}
+	if len(s.Errors) > 0 || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// runSuite runs every measurement in turn. A run that fails is recorded in
+// Errors and the suite goes on; only setup errors and cancellation stop it.
+func runSuite(ctx context.Context, e env, o options, self string, command []string) (*suiteResult, error) {
+	p, err := cdsPayload(o.clusters)
+	if err != nil {
+		return nil, err
+	}
+	s := &suiteResult{
+		Machine:      describeMachine(),
+		Command:      strings.Join(command, " "),
+		Clients:      o.clients,
+		Clusters:     o.clusters,
+		PayloadBytes: len(p.SotW),
+		ClusterBytes: p.Cluster,
+		Errors:       map[string]string{},
+	}
+	fail := func(name string, err error) {
+		s.Errors[name] = err.Error()
+		e.logf("%s failed: %v", name, err)
+	}
+
+	if o.runs["limit"] {
+		if s.Limit, err = runLimit(ctx, e, self, o.clients, o.limitRounds, p); err != nil {
+			fail("limit", err)
+		}
+	}
+	type plannedRun struct {
+		dst **runResult
+		rc  runConfig
+	}
+	sotw := func(name string, relay bool, clients int) runConfig {
+		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Clients: clients, StreamsPerConn: 1, Change: true}
+	}
+	var runs []plannedRun
+	if o.runs["sotw"] {
+		runs = append(runs, plannedRun{&s.Baseline, sotw("baseline-sotw", false, o.clients)},
+			plannedRun{&s.Relay, sotw("relay-sotw", true, o.clients)})
+	}
+	if o.runs["delta"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineDelta, sotw("baseline-delta", false, o.deltaClients)},
+			{&s.RelayDelta, sotw("relay-delta", true, o.deltaClients)},
+		} {
+			r.rc.Protocol = "delta"
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["streams"] {
+		rc := sotw("relay-streams", true, o.streams)
+		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
+		runs = append(runs, plannedRun{&s.Streams, rc})
+	}
+	if o.runs["profile"] {
+		rc := sotw("relay-profile-"+o.profileProto, true, o.clients)
+		rc.Profile, rc.Protocol = true, o.profileProto
+		runs = append(runs, plannedRun{&s.Profile, rc})
+	}
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			return s, nil
+		}
+		res, err := runSubject(ctx, e, r.rc)
+		if err != nil {
+			fail(r.rc.Name, err)
+			continue
+		}
+		*r.dst = res
+	}
+	if s.Profile != nil && s.Profile.CPUProfile != "" {
+		s.ProfileTop = pprofTop(ctx, s.Profile.CPUProfile)
+	}
+	return s, nil
+}
+
+// pprofTop returns `go tool pprof -top` of a profile, or a note when the Go
+// tool is not available.
+func pprofTop(ctx context.Context, path string) string {
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).Output()
+	if err != nil {
+		return fmt.Sprintf("(go tool pprof -top %s: %v)", path, err)
+	}
+	return string(out)
+}
+
+// describeMachine returns the machine the suite runs on.
+func describeMachine() machine {
+	m := machine{
+		CPUs:      runtime.NumCPU(),
+		CPUModel:  cpuModel(),
+		GoVersion: runtime.Version(),
+		Kernel:    "unknown",
+		Date:      time.Now().UTC().Format("2006-01-02"),
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
