@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -99,6 +100,11 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		if len(ws) == 1 {
 			r.ref(tc, name)
 		}
+		result := "miss"
+		if _, ok := tc.view.Resources[name]; ok {
+			result = "hit"
+		}
+		r.m.CacheLookups.WithLabelValues(metrics.TypeLabel(typeURL), result).Inc()
 		force = append(force, name)
 	}
 	for _, name := range remove {
@@ -171,6 +177,8 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	}
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
+	auth, _ := keying.Authority(name)
+	r.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
 }
 
 // setError publishes a per-resource error in the type's View. Called with mu
@@ -213,6 +221,8 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	delete(tc.up, name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
+		auth, _ := keying.Authority(name)
+		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
 	r.unreferenced(tc, name)
 }

@@ -63,6 +63,10 @@ type Metrics struct {
 	// when the authority last sent an accepted update (time() minus it is the
 	// age of the data served).
 	UpstreamLastUpdate *prometheus.GaugeVec
+	// UpstreamRequests is xds_relay_upstream_requests_total{authority,op}:
+	// subscription changes the relay asked of an upstream (op: subscribe,
+	// unsubscribe), each carried by a request.
+	UpstreamRequests *prometheus.CounterVec
 	// UpstreamReconnects is xds_relay_upstream_reconnects_total{authority,server}.
 	UpstreamReconnects *prometheus.CounterVec
 
@@ -72,6 +76,10 @@ type Metrics struct {
 	CacheResources *prometheus.GaugeVec
 	// CacheBytes is xds_relay_cache_bytes{type_url}.
 	CacheBytes *prometheus.GaugeVec
+	// CacheLookups is xds_relay_cache_lookups_total{type_url,result}: a
+	// newly watched name found in the cache (hit: answered at once) or not
+	// (miss: answered when the upstream sends it).
+	CacheLookups *prometheus.CounterVec
 	// CacheEvictions is xds_relay_cache_evictions_total.
 	CacheEvictions prometheus.Counter
 
@@ -122,6 +130,9 @@ func New() *Metrics {
 		UpstreamLastUpdate: f.gaugeVec("upstream_last_update_timestamp_seconds",
 			"Unix time of the last update accepted from the authority's upstream; time() minus it is how stale the served data may be.",
 			"authority"),
+		UpstreamRequests: f.counterVec("upstream_requests_total",
+			"Subscription changes sent to an upstream (op: subscribe, unsubscribe): the union of the fleet's interest, not one per client.",
+			"authority", "op"),
 		UpstreamReconnects: f.counterVec("upstream_reconnects_total",
 			"Times the ADS stream to an upstream server was re-established after a failure.",
 			"authority", "server"),
@@ -132,6 +143,9 @@ func New() *Metrics {
 		CacheBytes: f.gaugeVec("cache_bytes",
 			"Serialized bytes of the resource variants held in the cache.",
 			"type_url"),
+		CacheLookups: f.counterVec("cache_lookups_total",
+			"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",
+			"type_url", "result"),
 		CacheEvictions: f.counter("cache_evictions_total",
 			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),
 

@@ -29,6 +29,8 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	m.RejectedRequests.WithLabelValues("too_many_names").Inc()
 	m.AdmissionRejections.Inc()
 	m.UpstreamLastUpdate.WithLabelValues("").SetToCurrentTime()
+	m.UpstreamRequests.WithLabelValues("", "subscribe").Inc()
+	m.CacheLookups.WithLabelValues("", "hit").Inc()
 	m.UpstreamConnected.WithLabelValues("", "127.0.0.1:18000").Set(1)
 	m.UpstreamResponses.WithLabelValues("", lds, metrics.ResultACK).Inc()
 	m.UpstreamReconnects.WithLabelValues("", "127.0.0.1:18000").Inc()
@@ -61,6 +63,8 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_rejected_requests_total":                dto.MetricType_COUNTER,
 		"xds_relay_admission_rejections_total":             dto.MetricType_COUNTER,
 		"xds_relay_upstream_last_update_timestamp_seconds": dto.MetricType_GAUGE,
+		"xds_relay_upstream_requests_total":                dto.MetricType_COUNTER,
+		"xds_relay_cache_lookups_total":                    dto.MetricType_COUNTER,
 		"xds_relay_upstream_connected":                     dto.MetricType_GAUGE,
 		"xds_relay_upstream_responses_total":               dto.MetricType_COUNTER,
 		"xds_relay_upstream_reconnects_total":              dto.MetricType_COUNTER,
