@@ -7,7 +7,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin
-CMDS    := xds-relay xds-loadgen xds-democp
+CMDS    := xds-relay xds-loadgen xds-democp xds-bench
 
 # Demo knobs: make demo CLIENTS=2000 DEMO_SECONDS=30
 CLIENTS      ?= 1000
@@ -74,7 +74,6 @@ BENCH_CLIENTS ?= 10000
 BENCH_FLAGS   ?=
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./downstream/ ./relay/ ./keying/
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/xds-bench
 	@ulimit -n 20000 2>/dev/null || true; \
 	$(BIN)/xds-bench --bin $(BIN) --clients $(BENCH_CLIENTS) $(BENCH_FLAGS)
 

@@ -27,6 +27,9 @@ import (
 	"time"
 )
 
+// version is set by -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var code int
@@ -53,6 +56,7 @@ type options struct {
 	jsonOut        string
 	logDir         string
 	syncTimeout    time.Duration
+	version        bool
 }
 
 const usageHeader = `xds-bench measures the fan-out of one cluster change: go-control-plane serving
@@ -102,6 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.jsonOut, "json", "", "also write every measurement as JSON to this file")
 	fs.StringVar(&o.logDir, "log-dir", "", "directory for the processes' logs and profiles (default: a new temporary directory)")
 	fs.DurationVar(&o.syncTimeout, "sync-timeout", 5*time.Minute, "time the clients have to sync")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -150,6 +155,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "xds-bench:", err)
 		return 2
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "xds-bench", version)
+		return 0
 	}
 	self, err := os.Executable()
 	if err != nil {
