@@ -1,5 +1,6 @@
 // Package keying says what a resource is: its type URL, its name (a legacy
-// name or an xdstp:// URN) and, later, its TP2 dynamic-parameter constraints.
+// name or an xdstp:// URN) and its TP2 dynamic-parameter constraints
+// (CanonicalConstraints, Match, Select).
 // A Key is the identity of one cached resource variant.
 //
 // # TP1 names
