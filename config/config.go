@@ -41,9 +41,21 @@ type Config struct {
 	// mTLS only.
 	Authorization *Authorization `yaml:"authorization,omitempty"`
 
-	// Sections that arrive with later issues; the loader rejects them with a
-	// "not supported yet" error naming the field.
-	Rollout map[string]any `yaml:"rollout,omitempty"`
+	// Rollout, when set, rolls every changed resource out to a canary cohort
+	// of its watchers first. nil: off.
+	Rollout *Rollout `yaml:"rollout,omitempty"`
+}
+
+// Rollout is the guarded rollout of changed resources.
+type Rollout struct {
+	// CanaryFraction of each resource's watchers get a change first (at
+	// least one client). Default 0.1.
+	CanaryFraction float64 `yaml:"canary_fraction"`
+	// Hold is how long the others wait for the canaries' ACKs. Default 2s.
+	Hold time.Duration `yaml:"hold"`
+	// MaxNACKRatio: above this fraction of canaries NACKing, the rollout
+	// halts and the others keep the last accepted version. Default 0.
+	MaxNACKRatio float64 `yaml:"max_nack_ratio"`
 }
 
 // Authorization maps client identities to what they may subscribe to. A

@@ -30,6 +30,9 @@ const (
 	DefaultNewStreamsPerSecond       = 5000
 	DefaultMaxConnectionAge          = 30 * time.Minute
 	DefaultKeepaliveMinTime          = 10 * time.Second
+
+	DefaultCanaryFraction = 0.1
+	DefaultRolloutHold    = 2 * time.Second
 )
 
 // Default returns a new Config holding every default. It has no upstream
@@ -136,25 +139,25 @@ func Parse(data []byte) (*Config, error) {
 // full one.
 func markSections(root *yaml.Node, cfg *Config) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		var m *map[string]any
 		switch root.Content[i].Value {
 		case "keying":
 			if cfg.Keying == nil {
 				cfg.Keying = &Keying{}
 			}
-			continue
 		case "rollout":
-			m = &cfg.Rollout
+			if cfg.Rollout == nil {
+				cfg.Rollout = &Rollout{}
+			}
+			if cfg.Rollout.CanaryFraction == 0 {
+				cfg.Rollout.CanaryFraction = DefaultCanaryFraction
+			}
+			if cfg.Rollout.Hold == 0 {
+				cfg.Rollout.Hold = DefaultRolloutHold
+			}
 		case "tls":
 			if cfg.TLS == nil {
 				cfg.TLS = &TLS{}
 			}
-			continue
-		default:
-			continue
-		}
-		if *m == nil {
-			*m = map[string]any{}
 		}
 	}
 }

@@ -117,7 +117,7 @@ limits:
 		{name: "later sections decode", yaml: "rollout: {hold: 2s}\ntls: {cert_file: a.pem}\n",
 			want: func() *config.Config {
 				c := config.Default()
-				c.Rollout = map[string]any{"hold": "2s"}
+				c.Rollout = &config.Rollout{Hold: 2 * time.Second, CanaryFraction: 0.1}
 				c.TLS = &config.TLS{CertFile: "a.pem"}
 				return c
 			}()},

@@ -18,10 +18,15 @@ func (c *Config) Validate() error {
 	if c == nil {
 		return &FieldError{Field: "(top level)", Msg: "no configuration"}
 	}
-	// Sections that arrive with later issues (CONTRACT.md).
-	switch {
-	case c.Rollout != nil:
-		return notYet("rollout")
+	if ro := c.Rollout; ro != nil {
+		switch {
+		case ro.CanaryFraction <= 0 || ro.CanaryFraction > 1:
+			return &FieldError{Field: "rollout.canary_fraction", Msg: fmt.Sprintf("must be in (0, 1], got %v", ro.CanaryFraction)}
+		case ro.Hold <= 0:
+			return &FieldError{Field: "rollout.hold", Msg: "must be positive"}
+		case ro.MaxNACKRatio < 0 || ro.MaxNACKRatio > 1:
+			return &FieldError{Field: "rollout.max_nack_ratio", Msg: fmt.Sprintf("must be in [0, 1], got %v", ro.MaxNACKRatio)}
+		}
 	}
 	if k := c.Keying; k != nil {
 		for i, f := range k.GroupBy {

@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -122,8 +123,10 @@ func TestValidateErrors(t *testing.T) {
 		{"dynamic parameters", withServer(func(c *config.Config) {
 			c.Keying = &config.Keying{DynamicParametersFromNode: map[string]string{"env": "metadata.env"}}
 		}), "keying.dynamic_parameters_from_node", "config: keying.dynamic_parameters_from_node: not supported yet"},
-		{"rollout", withServer(func(c *config.Config) { c.Rollout = map[string]any{} }),
-			"rollout", "config: rollout: not supported yet"},
+		{"rollout fraction", withServer(func(c *config.Config) { c.Rollout = &config.Rollout{CanaryFraction: 2, Hold: time.Second} }),
+			"rollout.canary_fraction", "config: rollout.canary_fraction: must be in (0, 1], got 2"},
+		{"rollout hold", withServer(func(c *config.Config) { c.Rollout = &config.Rollout{CanaryFraction: 0.1} }),
+			"rollout.hold", "config: rollout.hold: must be positive"},
 		{"listen", withServer(func(c *config.Config) { c.Listen = "18001" }),
 			"listen", `config: listen: must be host:port, got "18001"`},
 		{"listen empty", withServer(func(c *config.Config) { c.Listen = "" }),

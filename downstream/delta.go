@@ -45,7 +45,9 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	tl := metricsType(typeURL)
 	st.mu.Lock()
 	ts := st.state(typeURL)
+	var verdict Rollout
 	if nonce := req.GetResponseNonce(); nonce != "" {
+		verdict = ts.verdict(nonce)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
 			// resent; the next change of a resource is.
@@ -69,6 +71,9 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	c := st.authorize(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
 	err = st.checkSubscriptions()
 	st.mu.Unlock()
+	if verdict != nil {
+		verdict.Report(st, req.GetErrorDetail() != nil, req.GetErrorDetail().GetMessage())
+	}
 	if err != nil {
 		return err // the stream ends: its watches are dropped by close
 	}
@@ -251,6 +256,9 @@ func (st *stream) buildDelta(it item) *encoded {
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
+	if it.canary != nil {
+		ts.canary, ts.canaryNonce = it.canary, nonce
+	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {
 		ts.sentAt = v.Received

@@ -10,6 +10,12 @@ type item struct {
 	// unchanged; Wildcard ("*") forces the wildcard set.
 	force map[string]struct{}
 	owned bool // names is a private copy
+
+	// hold makes the item a barrier: it and everything behind it wait
+	// until the rollout resolves (nil: no barrier).
+	hold Rollout
+	// canary reports the verdict on this item's response to the rollout.
+	canary Rollout
 }
 
 // maxQueue bounds a stream's queue. Past it the queue collapses to one item
@@ -34,16 +40,60 @@ func (q *queue) push(v *View, force []string) {
 	if force != nil {
 		changed = nil
 	}
-	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL {
+	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
 		q.items[n-1].merge(v, changed, force)
 		return
 	}
 	it := item{view: v, names: changed}
 	it.addForce(force)
+	q.append(it)
+}
+
+// pushRollout queues the change v of rollout r: a canary's item reports to
+// r; anyone else's is a barrier carrying r's names, never merged.
+func (q *queue) pushRollout(v *View, r Rollout, canary bool) {
+	if canary {
+		q.push(v, nil)
+		tail := &q.items[len(q.items)-1]
+		if tail.canary == nil {
+			tail.canary = r
+		}
+		return
+	}
+	names := make(map[string]struct{}, len(v.Changed)+len(r.Names()))
+	for n := range v.Changed {
+		names[n] = struct{}{}
+	}
+	for _, n := range r.Names() {
+		names[n] = struct{}{}
+	}
+	q.append(item{view: v, names: names, owned: true, hold: r})
+}
+
+func (q *queue) append(it item) {
 	q.items = append(q.items, it)
-	if len(q.items) > maxQueue {
+	if len(q.items) > maxQueue && !q.holding() {
 		q.collapse()
 	}
+}
+
+// holding reports a barrier in the queue: it is not collapsed then (the
+// barrier lasts at most the rollout's hold).
+func (q *queue) holding() bool {
+	for i := range q.items {
+		if q.items[i].hold != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// head returns the first item without removing it.
+func (q *queue) head() *item {
+	if len(q.items) == 0 {
+		return nil
+	}
+	return &q.items[0]
 }
 
 // pop removes and returns the head.
@@ -75,6 +125,9 @@ func (q *queue) collapse() {
 		t := it.view.TypeURL
 		if a := acc[t]; a != nil {
 			a.merge(it.view, it.names, keys(it.force))
+			if a.canary == nil {
+				a.canary = it.canary
+			}
 		} else {
 			cp := it
 			acc[t] = &cp

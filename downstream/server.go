@@ -58,6 +58,11 @@ type Watcher interface {
 	// Notify queues the change v for the stream. force lists names that must
 	// be sent even if unchanged. It never blocks.
 	Notify(v *View, force []string)
+	// NotifyRollout queues the change v of rollout r: for a canary, with its
+	// verdict reported to r; for anyone else, as a barrier until r resolves.
+	NotifyRollout(v *View, r Rollout, canary bool)
+	// Wake resumes a stream that waits on a rollout.
+	Wake()
 	// ID identifies the stream (stable, unique per server).
 	ID() uint64
 }

@@ -56,7 +56,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
 	}
+	var verdict Rollout
 	if ts.lastNonce != "" {
+		verdict = ts.verdict(nonce)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
 			ts.lastNACK = d.GetMessage()
@@ -77,6 +79,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	c := st.authorize(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
 	err = st.checkSubscriptions()
 	st.mu.Unlock()
+	if verdict != nil {
+		verdict.Report(st, req.GetErrorDetail() != nil, req.GetErrorDetail().GetMessage())
+	}
 	if err != nil {
 		return err // the stream ends: its watches are dropped by close
 	}
@@ -186,6 +191,9 @@ func (st *stream) buildSotW(it item) *encoded {
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
 	ts.sentOnce = true
+	if it.canary != nil {
+		ts.canary, ts.canaryNonce = it.canary, nonce
+	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {
 		ts.sentAt = v.Received

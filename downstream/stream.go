@@ -99,6 +99,13 @@ type typeState struct {
 	denied         map[string]*ResourceError
 	wildcardDenied bool
 
+	// halted are rollouts this stream skipped: Views they cover are sent
+	// reverted. canary is the rollout whose verdict the response with nonce
+	// canaryNonce (or a later one) reports.
+	halted      []Rollout
+	canary      Rollout
+	canaryNonce string
+
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
 	staleDropped map[string]struct{}
@@ -148,6 +155,32 @@ func (st *stream) Notify(v *View, force []string) {
 		return
 	}
 	st.q.push(v, force)
+	st.scheduleLocked()
+}
+
+// NotifyRollout implements Watcher.
+func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.q.pushRollout(v, r, canary)
+	st.scheduleLocked()
+}
+
+// Wake implements Watcher: a rollout the stream waits on has resolved.
+func (st *stream) Wake() {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.scheduleLocked()
+}
+
+// scheduleLocked schedules a flush unless one is pending, and unlocks mu.
+func (st *stream) scheduleLocked() {
 	sched := !st.scheduled
 	st.scheduled = true
 	st.mu.Unlock()
@@ -156,10 +189,43 @@ func (st *stream) Notify(v *View, force []string) {
 	}
 }
 
-// flush sends queued changes until the queue is empty. Run by a pool worker.
+// barrier handles a rollout barrier at the head of the queue: it reports
+// whether the flush must stop (the rollout is pending; the stream is woken
+// when it resolves). A released barrier becomes an ordinary item; a halted
+// one is dropped and its rollout remembered, so that later Views still
+// carrying the halted change are sent reverted. Called with mu held.
+func (st *stream) barrier() (stop bool) {
+	for {
+		h := st.q.head()
+		if h == nil || h.hold == nil {
+			return false
+		}
+		switch h.hold.State() {
+		case RolloutPending:
+			if h.hold.Wait(st) {
+				return true
+			}
+		case RolloutReleased:
+			h.hold = nil
+		case RolloutHalted:
+			if ts := st.types[h.view.TypeURL]; ts != nil {
+				ts.halted = append(ts.halted, h.hold)
+			}
+			st.q.pop()
+		}
+	}
+}
+
+// flush sends queued changes until the queue is empty or waits on a
+// rollout. Run by a pool worker.
 func (st *stream) flush() {
 	for {
 		st.mu.Lock()
+		if !st.closed && st.barrier() {
+			st.scheduled = false
+			st.mu.Unlock()
+			return
+		}
 		it, ok := st.q.pop()
 		if !ok || st.closed {
 			st.scheduled = false
@@ -172,6 +238,9 @@ func (st *stream) flush() {
 				}
 			}
 			return
+		}
+		if ts := st.types[it.view.TypeURL]; ts != nil && len(ts.halted) > 0 {
+			it.view = ts.revert(it.view)
 		}
 		var msg *encoded
 		if st.delta {
@@ -239,6 +308,39 @@ func (st *stream) bind(node *corev3.Node) error {
 		return status.Errorf(codes.InvalidArgument, "node changed mid-stream: first %q, now %q", st.node.GetId(), node.GetId())
 	}
 	return nil
+}
+
+// revert returns v as this stream must see it after halted rollouts, and
+// forgets rollouts that no longer cover what arrives.
+func (ts *typeState) revert(v *View) *View {
+	// Items leave in View order and every item behind a barrier is at least
+	// as new as the rollout, so a rollout that no longer covers v is done.
+	keep := ts.halted[:0]
+	out := v
+	for _, r := range ts.halted {
+		if r.Covers(v) {
+			out = r.Revert(out)
+			keep = append(keep, r)
+		}
+	}
+	ts.halted = keep
+	return out
+}
+
+// verdict returns the rollout to report an ACK or NACK of nonce to, and
+// clears it. Called with mu held.
+func (ts *typeState) verdict(nonce string) Rollout {
+	r := ts.canary
+	if r == nil || nonce == "" {
+		return nil
+	}
+	if n, err1 := strconv.ParseUint(nonce, 10, 64); err1 == nil {
+		if c, err2 := strconv.ParseUint(ts.canaryNonce, 10, 64); err2 == nil && n < c {
+			return nil // an answer to an earlier response
+		}
+	}
+	ts.canary, ts.canaryNonce = nil, ""
+	return r
 }
 
 // checkType returns the type URL a request is for, or a status error.

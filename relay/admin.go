@@ -62,7 +62,7 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 		r.writeJSON(w, r.DebugUpstreams())
 	})
 	mux.HandleFunc("GET /debug/rollouts", func(w http.ResponseWriter, _ *http.Request) {
-		r.writeJSON(w, []struct{}{}) // the rollout section is not supported yet
+		r.writeJSON(w, r.DebugRollouts())
 	})
 
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // also serves the named profiles

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,6 +32,12 @@ type typeCache struct {
 	up map[string]bool
 	// linger holds the pending unsubscriptions of names no stream watches.
 	linger map[string]*lingerEntry
+
+	// ro is the pending guarded rollout of this type, if any; halted holds
+	// the versions (by name) whose rollout halted: the upstream sending them
+	// again does not start another rollout.
+	ro     *rollout
+	halted map[string]string
 }
 
 type lingerEntry struct{ timer *time.Timer }
@@ -146,6 +153,24 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 	}
+	// Guarded rollout: changes of cached resources go to canaries first.
+	var rolled []string
+	if r.cfg.Rollout != nil && !sc.secrets {
+		for name := range changed {
+			nr, ok := res[name]
+			cur, had := old.Resources[name]
+			if !ok || !had {
+				continue // additions and removals are not rolled out
+			}
+			if tc.halted[name] == nr.Version {
+				res[name] = cur // a halted version again: keep the accepted one
+				delete(changed, name)
+				continue
+			}
+			delete(tc.halted, name)
+			rolled = append(rolled, name)
+		}
+	}
 	complete := old.Complete || (u.Wildcard && authority == "")
 	if len(changed) == 0 && complete == old.Complete {
 		if touched {
@@ -158,15 +183,59 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		Complete: complete, Received: now,
 	}
 	r.publish(tc, v)
-	for w := range tc.wild {
-		w.Notify(v, nil)
+	if tc.ro == nil && len(rolled) > 0 {
+		r.startRollout(tc, old, v, rolled, r.watchersOf(tc, rolled))
+	} else if tc.ro != nil && len(rolled) > 0 {
+		tc.ro.add(old, v, rolled)
 	}
-	for name := range changed {
-		for w := range tc.watchers[name] {
+	if tc.ro == nil {
+		r.notify(tc, v)
+		return nil
+	}
+	// A rollout is pending: canaries get the change and report on it; the
+	// other watchers of what it changes get a barrier (once); everyone else
+	// is notified as usual, behind their barrier if they hold one.
+	ro := tc.ro
+	for _, w := range r.watchersOf(tc, slices.Collect(maps.Keys(changed))) {
+		switch {
+		case ro.isCanary(w):
+			w.NotifyRollout(v, ro, true)
+		case ro.watches(w) && ro.hold(w):
+			w.NotifyRollout(v, ro, false)
+		default:
 			w.Notify(v, nil)
 		}
 	}
 	return nil
+}
+
+// notify tells the streams that watch a changed name (or the wildcard) of v.
+// A stream watching several is notified several times: its queue merges
+// them. Called with mu held.
+func (r *Relay) notify(tc *typeCache, v *downstream.View) {
+	for w := range tc.wild {
+		w.Notify(v, nil)
+	}
+	for name := range v.Changed {
+		for w := range tc.watchers[name] {
+			w.Notify(v, nil)
+		}
+	}
+}
+
+// watchersOf returns, once each, the streams watching one of names or the
+// wildcard. Called with mu held.
+func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
+	set := make(map[downstream.Watcher]struct{}, len(tc.wild))
+	for w := range tc.wild {
+		set[w] = struct{}{}
+	}
+	for _, n := range names {
+		for w := range tc.watchers[n] {
+			set[w] = struct{}{}
+		}
+	}
+	return slices.Collect(maps.Keys(set))
 }
 
 // upstreamVersions returns the upstream's versions of the resources of

@@ -23,6 +23,15 @@ import (
 // then removes the old cluster, again and again. Clients — some of them slow
 // readers — must never hold a route naming a cluster they do not hold.
 func TestMakeBeforeBreakOrdering(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { makeBeforeBreak(t, nil) })
+	// A guarded rollout holds each route change back from the non-canaries:
+	// the cluster removal behind it must wait too.
+	t.Run("rollout", func(t *testing.T) {
+		makeBeforeBreak(t, &config.Rollout{CanaryFraction: 0.25, Hold: 200 * time.Millisecond})
+	})
+}
+
+func makeBeforeBreak(t *testing.T, ro *config.Rollout) {
 	up := xdstest.StartUpstream(t)
 	// state(route, clusters...) is one upstream snapshot.
 	state := func(routeTo string, cs ...string) xdstest.Resources {
@@ -41,6 +50,7 @@ func TestMakeBeforeBreakOrdering(t *testing.T) {
 	up.SetResources(only(0))
 	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.XDSServers[0].Protocol = "sotw" // go-control-plane orders SotW ADS only
+		c.Rollout = ro
 	}))
 
 	const clients, rounds = 8, 15
@@ -88,6 +98,9 @@ func TestMakeBeforeBreakOrdering(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
+	}
+	if ro != nil && len(r.DebugRollouts()) == 0 {
+		t.Error("no rollout ran")
 	}
 	if t.Failed() {
 		for _, r := range up.Responses() {

@@ -66,6 +66,9 @@ func (r *Relay) stopScope(sc *scope) []*upstream.Client {
 		for _, l := range tc.linger {
 			l.timer.Stop()
 		}
+		if tc.ro != nil {
+			tc.ro.timer.Stop()
+		}
 	}
 	clients := make([]*upstream.Client, 0, len(sc.upstreams))
 	for _, c := range sc.upstreams {
@@ -143,10 +146,23 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		}
 	}
 	force = append(force, c.Answer...)
-	if len(force) > 0 {
-		// Under mu, so this View is ordered with every later update.
-		w.Notify(tc.view, force)
+	if len(force) == 0 {
+		return
 	}
+	// Under mu, so this View is ordered with every later update.
+	if ro := tc.ro; ro != nil && !ro.isCanary(w) && ro.watches(w) {
+		// A new subscriber during a rollout gets the accepted versions now
+		// and the rolled-out ones if the rollout is released.
+		ro.mu.Lock()
+		accepted := revertView(tc.view, ro.accepted, ro.names)
+		ro.mu.Unlock()
+		w.Notify(accepted, force)
+		if ro.hold(w) {
+			w.NotifyRollout(tc.view, ro, false)
+		}
+		return
+	}
+	w.Notify(tc.view, force)
 }
 
 // clientFor returns the upstream client that serves name in tc's scope, or

@@ -61,7 +61,9 @@ type Relay struct {
 	bound   map[downstream.Watcher]*binding  // guarded by mu: streams and their scopes
 	unref   *simplelru.LRU[lruKey, struct{}] // guarded by mu: unreferenced resources
 	evicted []lruKey                         // guarded by mu: collected by the LRU callback
-	closed  bool                             // guarded by mu
+	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
+	rolloutLog []*rollout // guarded by mu
+	closed     bool       // guarded by mu
 }
 
 // lruKey names an unreferenced resource of a scope.

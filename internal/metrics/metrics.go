@@ -80,6 +80,11 @@ type Metrics struct {
 	// newly watched name found in the cache (hit: answered at once) or not
 	// (miss: answered when the upstream sends it).
 	CacheLookups *prometheus.CounterVec
+	// RolloutsStarted is xds_relay_rollouts_started_total; Rollouts is
+	// xds_relay_rollouts_total{type_url,result}: guarded rollouts resolved
+	// (released, halted).
+	RolloutsStarted prometheus.Counter
+	Rollouts        *prometheus.CounterVec
 	// CacheEvictions is xds_relay_cache_evictions_total.
 	CacheEvictions prometheus.Counter
 
@@ -145,6 +150,11 @@ func New() *Metrics {
 			"type_url"),
 		CacheLookups: f.counterVec("cache_lookups_total",
 			"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",
+			"type_url", "result"),
+		RolloutsStarted: f.counter("rollouts_started_total",
+			"Guarded rollouts started: a changed resource went to a canary cohort first."),
+		Rollouts: f.counterVec("rollouts_total",
+			"Guarded rollouts resolved: released to everyone, or halted (the others keep the last accepted version).",
 			"type_url", "result"),
 		CacheEvictions: f.counter("cache_evictions_total",
 			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),

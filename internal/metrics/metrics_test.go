@@ -31,6 +31,8 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	m.UpstreamLastUpdate.WithLabelValues("").SetToCurrentTime()
 	m.UpstreamRequests.WithLabelValues("", "subscribe").Inc()
 	m.CacheLookups.WithLabelValues("", "hit").Inc()
+	m.RolloutsStarted.Inc()
+	m.Rollouts.WithLabelValues("", "halted").Inc()
 	m.UpstreamConnected.WithLabelValues("", "127.0.0.1:18000").Set(1)
 	m.UpstreamResponses.WithLabelValues("", lds, metrics.ResultACK).Inc()
 	m.UpstreamReconnects.WithLabelValues("", "127.0.0.1:18000").Inc()
@@ -65,6 +67,8 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_upstream_last_update_timestamp_seconds": dto.MetricType_GAUGE,
 		"xds_relay_upstream_requests_total":                dto.MetricType_COUNTER,
 		"xds_relay_cache_lookups_total":                    dto.MetricType_COUNTER,
+		"xds_relay_rollouts_started_total":                 dto.MetricType_COUNTER,
+		"xds_relay_rollouts_total":                         dto.MetricType_COUNTER,
 		"xds_relay_upstream_connected":                     dto.MetricType_GAUGE,
 		"xds_relay_upstream_responses_total":               dto.MetricType_COUNTER,
 		"xds_relay_upstream_reconnects_total":              dto.MetricType_COUNTER,

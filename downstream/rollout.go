@@ -1,0 +1,39 @@
+package downstream
+
+// RolloutState is where a guarded rollout stands.
+type RolloutState int
+
+const (
+	// RolloutPending: the canaries have the change; the others wait.
+	RolloutPending RolloutState = iota
+	// RolloutReleased: everyone gets the change.
+	RolloutReleased
+	// RolloutHalted: the canaries rejected it; the others skip it and keep
+	// the last accepted versions.
+	RolloutHalted
+)
+
+// Rollout is a guarded rollout of one upstream change of one type, as a
+// stream sees it. A non-canary stream holds a barrier item for it: nothing
+// behind the barrier leaves before the rollout resolves, so holding one
+// change back never reorders the others. If it halts, the barrier item is
+// dropped and every later View of the type that still carries the halted
+// versions is sent reverted (Revert), so the client keeps what it accepted.
+type Rollout interface {
+	// State reports where the rollout stands.
+	State() RolloutState
+	// Wait asks for w.Wake when the rollout resolves; false when it already
+	// has.
+	Wait(w Watcher) bool
+	// Report records a canary's verdict on the response that carried the
+	// change (ACK, or NACK with its reason).
+	Report(w Watcher, nack bool, reason string)
+	// Covers reports whether v carries the halted change (Views from the
+	// change until the relay's correction).
+	Covers(v *View) bool
+	// Revert returns v with the rolled-out resources back at their accepted
+	// versions.
+	Revert(v *View) *View
+	// Names returns the names the rollout changes.
+	Names() []string
+}

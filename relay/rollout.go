@@ -1,0 +1,360 @@
+package relay
+
+import (
+	"hash/fnv"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/internal/metrics"
+)
+
+// Guarded rollout. When a cached resource changes upstream, the new version
+// first goes to a canary cohort of its watchers (chosen from their node ids,
+// at least one, at most rollout.canary_fraction of them). Every other watcher
+// gets a barrier in its queue: that change and everything after it wait
+// until the rollout resolves, so holding one change back never reorders the
+// others (see downstream.Rollout). If all canaries ACK, or the hold passes
+// with a NACK ratio within rollout.max_nack_ratio, the change is released to
+// everyone at once. Otherwise it halts: the others drop the barrier item and
+// keep the last accepted versions, later Views that still carry the halted
+// versions are sent to them reverted, the relay's own View goes back to the
+// accepted versions (new subscribers get those), and the upstream sending the
+// same version again does not start another rollout; its next version does.
+//
+// One rollout per type and scope at a time: a change arriving while one is
+// pending joins it. Each relay replica runs its own rollouts.
+
+// rollout is one guarded rollout. Its fields set at start are read-only;
+// the rest is guarded by mu. Lock order: Relay.mu → rollout.mu; rollout.mu is
+// never held while calling a stream.
+type rollout struct {
+	r        *Relay
+	tc       *typeCache
+	startSeq uint64
+	started  time.Time
+	canaries map[downstream.Watcher]string // → node id
+
+	mu       sync.Mutex
+	names    map[string]string               // name → version rolled out
+	accepted map[string]*downstream.Resource // name → last accepted resource
+	state    downstream.RolloutState
+	lastBad  uint64 // the last View Seq carrying the halted versions
+	acks     map[downstream.Watcher]bool
+	nacks    map[downstream.Watcher]string
+	waiters  []downstream.Watcher
+	reverted map[*downstream.View]*downstream.View
+	timer    *time.Timer
+	ended    time.Time
+	held     map[downstream.Watcher]bool // streams given a barrier
+}
+
+func (ro *rollout) isCanary(w downstream.Watcher) bool {
+	_, ok := ro.canaries[w]
+	return ok
+}
+
+// hold reports whether w still needs its barrier (true once per stream).
+// Called with Relay.mu held.
+func (ro *rollout) hold(w downstream.Watcher) bool {
+	if ro.held[w] {
+		return false
+	}
+	ro.held[w] = true
+	return true
+}
+
+// watches reports whether w watches a name of the rollout (or the
+// wildcard). Called with Relay.mu held.
+func (ro *rollout) watches(w downstream.Watcher) bool {
+	if _, ok := ro.tc.wild[w]; ok {
+		return true
+	}
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	for n := range ro.names {
+		if _, ok := ro.tc.watchers[n][w]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// RolloutInfo is one rollout in /debug/rollouts.
+type RolloutInfo struct {
+	Scope    string            `json:"scope,omitempty"`
+	Type     string            `json:"type"`
+	Versions map[string]string `json:"versions"` // name → version rolled out
+	State    string            `json:"state"`    // pending, released, halted
+	Canaries []string          `json:"canaries"` // node ids
+	ACKs     int               `json:"acks"`
+	NACKs    int               `json:"nacks"`
+	Reasons  []string          `json:"nack_reasons,omitempty"`
+	Started  time.Time         `json:"started"`
+	Ended    *time.Time        `json:"ended,omitempty"`
+}
+
+var stateNames = map[downstream.RolloutState]string{
+	downstream.RolloutPending: "pending", downstream.RolloutReleased: "released", downstream.RolloutHalted: "halted",
+}
+
+// State implements downstream.Rollout.
+func (ro *rollout) State() downstream.RolloutState {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	return ro.state
+}
+
+// Wait implements downstream.Rollout.
+func (ro *rollout) Wait(w downstream.Watcher) bool {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	if ro.state != downstream.RolloutPending {
+		return false
+	}
+	ro.waiters = append(ro.waiters, w)
+	return true
+}
+
+// Names implements downstream.Rollout.
+func (ro *rollout) Names() []string {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	return slices.Collect(maps.Keys(ro.names))
+}
+
+// Covers implements downstream.Rollout.
+func (ro *rollout) Covers(v *downstream.View) bool {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	return ro.state == downstream.RolloutHalted && v.TypeURL == ro.tc.typeURL && v.Seq >= ro.startSeq && v.Seq <= ro.lastBad
+}
+
+// Revert implements downstream.Rollout.
+func (ro *rollout) Revert(v *downstream.View) *downstream.View {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	if rv, ok := ro.reverted[v]; ok {
+		return rv
+	}
+	rv := revertView(v, ro.accepted, ro.names)
+	if ro.reverted == nil {
+		ro.reverted = make(map[*downstream.View]*downstream.View)
+	}
+	ro.reverted[v] = rv
+	return rv
+}
+
+// revertView returns a copy of v whose rolled-out names hold the accepted
+// resources again (v itself when none of them is at the rolled-out version).
+func revertView(v *downstream.View, accepted map[string]*downstream.Resource, rolled map[string]string) *downstream.View {
+	var res map[string]*downstream.Resource
+	for n, version := range rolled {
+		if cur, ok := v.Resources[n]; ok && cur.Version == version {
+			if res == nil {
+				res = maps.Clone(v.Resources)
+			}
+			res[n] = accepted[n]
+		}
+	}
+	if res == nil {
+		return v
+	}
+	return &downstream.View{TypeURL: v.TypeURL, Seq: v.Seq, Resources: res, Changed: v.Changed, Absent: v.Absent,
+		Errors: v.Errors, Complete: v.Complete, Received: v.Received}
+}
+
+// Report implements downstream.Rollout.
+func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string) {
+	ro.mu.Lock()
+	if ro.state != downstream.RolloutPending {
+		ro.mu.Unlock()
+		return
+	}
+	if _, canary := ro.canaries[w]; !canary {
+		ro.mu.Unlock()
+		return
+	}
+	if nack {
+		ro.nacks[w] = reason
+		delete(ro.acks, w)
+	} else {
+		ro.acks[w] = true
+	}
+	halt := ro.nackRatio() > ro.r.cfg.Rollout.MaxNACKRatio
+	release := !halt && len(ro.acks) == len(ro.canaries)
+	ro.mu.Unlock()
+	if halt || release {
+		ro.r.resolve(ro, !halt)
+	}
+}
+
+// nackRatio is the fraction of canaries that NACKed. Called with mu held.
+func (ro *rollout) nackRatio() float64 {
+	return float64(len(ro.nacks)) / float64(max(1, len(ro.canaries)))
+}
+
+// startRollout begins a rollout of the changed names of v (changed from
+// old). Called with Relay.mu held.
+func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []string, watchers []downstream.Watcher) *rollout {
+	ro := &rollout{r: r, tc: tc, startSeq: v.Seq, started: time.Now(),
+		canaries: make(map[downstream.Watcher]string), names: make(map[string]string),
+		accepted: make(map[string]*downstream.Resource), acks: make(map[downstream.Watcher]bool),
+		nacks: make(map[downstream.Watcher]string), held: make(map[downstream.Watcher]bool)}
+	ro.add(old, v, names)
+	// The cohort: deterministic from node ids (and the first name, so that
+	// not always the same nodes are canaries).
+	sort.Strings(names)
+	key := func(w downstream.Watcher) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(r.nodeID(w) + "\x00" + names[0]))
+		return h.Sum64()
+	}
+	ws := slices.Clone(watchers)
+	slices.SortFunc(ws, func(a, b downstream.Watcher) int {
+		ka, kb := key(a), key(b)
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return int(a.ID() - b.ID())
+	})
+	n := max(1, int(r.cfg.Rollout.CanaryFraction*float64(len(ws))))
+	for _, w := range ws[:min(n, len(ws))] {
+		ro.canaries[w] = r.nodeID(w)
+	}
+	ro.timer = time.AfterFunc(r.cfg.Rollout.Hold, func() { r.resolve(ro, true) })
+	tc.ro = ro
+	r.m.RolloutsStarted.Inc()
+	return ro
+}
+
+// add joins more changed names to a pending rollout. Called with Relay.mu
+// held.
+func (ro *rollout) add(old, v *downstream.View, names []string) {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	for _, n := range names {
+		if _, ok := ro.accepted[n]; !ok {
+			ro.accepted[n] = old.Resources[n]
+		}
+		ro.names[n] = v.Resources[n].Version
+	}
+}
+
+func (r *Relay) nodeID(w downstream.Watcher) string {
+	if b := r.bound[w]; b != nil {
+		return b.node.GetId()
+	}
+	return ""
+}
+
+// resolve ends a rollout: release (or, at the hold, release unless too many
+// canaries NACKed) or halt.
+func (r *Relay) resolve(ro *rollout, release bool) {
+	r.mu.Lock()
+	ro.mu.Lock()
+	if ro.state != downstream.RolloutPending {
+		ro.mu.Unlock()
+		r.mu.Unlock()
+		return
+	}
+	if ro.nackRatio() > r.cfg.Rollout.MaxNACKRatio {
+		release = false
+	}
+	tc := ro.tc
+	ro.timer.Stop()
+	ro.ended = time.Now()
+	waiters := ro.waiters
+	ro.waiters = nil
+	var fix *downstream.View
+	if release {
+		ro.state = downstream.RolloutReleased
+	} else {
+		ro.state = downstream.RolloutHalted
+		ro.lastBad = tc.view.Seq
+		if tc.halted == nil {
+			tc.halted = make(map[string]string)
+		}
+		for n, v := range ro.names {
+			tc.halted[n] = v
+		}
+		// The relay's own View returns to the accepted versions.
+		if rv := revertView(tc.view, ro.accepted, ro.names); rv != tc.view {
+			changed := make(map[string]struct{}, len(ro.names))
+			for n := range ro.names {
+				changed[n] = struct{}{}
+			}
+			fix = &downstream.View{TypeURL: rv.TypeURL, Seq: tc.view.Seq + 1, Resources: rv.Resources, Changed: changed,
+				Absent: rv.Absent, Errors: rv.Errors, Complete: rv.Complete, Received: time.Now()}
+		}
+	}
+	reasons := slices.Collect(maps.Values(ro.nacks))
+	names := slices.Sorted(maps.Keys(ro.names))
+	ro.mu.Unlock()
+
+	if tc.ro == ro {
+		tc.ro = nil
+	}
+	r.rolloutLog = append(r.rolloutLog, ro)
+	if len(r.rolloutLog) > 50 {
+		r.rolloutLog = r.rolloutLog[1:]
+	}
+	result := "released"
+	if !release {
+		result = "halted"
+		r.log.Warn("rollout halted: the others keep the last accepted versions",
+			zap.String("type", tc.typeURL), zap.Strings("names", names), zap.Strings("nack_reasons", reasons))
+	}
+	r.m.Rollouts.WithLabelValues(metrics.TypeLabel(tc.typeURL), result).Inc()
+	if fix != nil {
+		r.publish(tc, fix)
+		r.notify(tc, fix)
+	}
+	r.mu.Unlock()
+	for _, w := range waiters {
+		w.Wake()
+	}
+}
+
+// DebugRollouts lists the rollouts in progress and the last ones resolved.
+func (r *Relay) DebugRollouts() []RolloutInfo {
+	r.mu.Lock()
+	all := slices.Clone(r.rolloutLog)
+	for _, sc := range r.scopes {
+		for _, tc := range sc.types {
+			if tc.ro != nil {
+				all = append(all, tc.ro)
+			}
+		}
+	}
+	r.mu.Unlock()
+	out := make([]RolloutInfo, 0, len(all))
+	for _, ro := range all {
+		ro.mu.Lock()
+		info := RolloutInfo{Scope: ro.tc.sc.key, Type: ro.tc.typeURL, Versions: maps.Clone(ro.names),
+			State: stateNames[ro.state], ACKs: len(ro.acks), NACKs: len(ro.nacks), Started: ro.started}
+		for _, id := range ro.canaries {
+			info.Canaries = append(info.Canaries, id)
+		}
+		sort.Strings(info.Canaries)
+		for _, reason := range ro.nacks {
+			info.Reasons = append(info.Reasons, reason)
+		}
+		sort.Strings(info.Reasons)
+		if !ro.ended.IsZero() {
+			t := ro.ended
+			info.Ended = &t
+		}
+		ro.mu.Unlock()
+		out = append(out, info)
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// edsOf returns the EDS service name of cluster c1 in a CDS response ("" if
+// absent): the tests change it to tell versions apart.
+func edsOf(t *testing.T, resp *discoverygrpc.DiscoveryResponse) string {
+	t.Helper()
+	for _, a := range resp.GetResources() {
+		c := &cluster.Cluster{}
+		if err := a.UnmarshalTo(c); err != nil {
+			t.Fatal(err)
+		}
+		if c.GetName() == "c1" {
+			return c.GetEdsClusterConfig().GetServiceName()
+		}
+	}
+	return ""
+}
+
+func c1(eds string) xdstest.Resources {
+	return xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", eds), xdstest.EDSCluster("c2", "eds-c2")}}
+}
+
+// rolloutFleet starts n wildcard CDS clients, all holding c1@eds-1.
+func rolloutFleet(t *testing.T, hold time.Duration, n int) (*xdstest.Upstream, *xdstest.Relay, []*xdstest.ADSClient) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(c1("eds-1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Rollout = &config.Rollout{CanaryFraction: 0.2, Hold: hold, MaxNACKRatio: 0}
+	}))
+	clients := make([]*xdstest.ADSClient, n)
+	for i := range clients {
+		clients[i] = xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("node-%02d", i)})
+		clients[i].Subscribe(resource.ClusterType, "*")
+		resp := clients[i].RecvType(resource.ClusterType)
+		if got := edsOf(t, resp); got != "eds-1" {
+			t.Fatalf("initial c1 %q", got)
+		}
+		clients[i].Ack(resp)
+	}
+	return up, r, clients
+}
+
+// canaries returns the clients that got a response within the quiet time,
+// with their responses.
+func canaries(t *testing.T, clients []*xdstest.ADSClient) (map[int]*discoverygrpc.DiscoveryResponse, []int) {
+	t.Helper()
+	got := map[int]*discoverygrpc.DiscoveryResponse{}
+	var rest []int
+	for i, c := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), quiet)
+		resp, err := c.Recv(ctx)
+		cancel()
+		if err == nil {
+			got[i] = resp
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	return got, rest
+}
+
+// A version the canaries NACK never reaches beyond them; new subscribers get
+// the last good version; the next good version reaches everyone.
+func TestRolloutHaltsOnCanaryNACK(t *testing.T) {
+	up, r, clients := rolloutFleet(t, 30*time.Second, 10)
+
+	up.SetResources(c1("eds-bad"))
+	got, rest := canaries(t, clients)
+	if len(got) != 2 {
+		t.Fatalf("%d canaries got the change, want 2 (20%% of 10)", len(got))
+	}
+	for i, resp := range got {
+		if edsOf(t, resp) != "eds-bad" {
+			t.Fatalf("canary %d got %q", i, edsOf(t, resp))
+		}
+		clients[i].Nack(resp, "bad eds config")
+	}
+	for _, i := range rest {
+		clients[i].ExpectNoResponse(quiet / 3) // halted: nothing for the others
+	}
+	for i := range got { // the canaries are put back on the last good version
+		resp := clients[i].RecvType(resource.ClusterType)
+		if edsOf(t, resp) != "eds-1" {
+			t.Fatalf("canary %d after the halt holds %q", i, edsOf(t, resp))
+		}
+		clients[i].Ack(resp)
+	}
+	info := r.DebugRollouts()
+	if len(info) != 1 || info[0].State != "halted" || info[0].NACKs < 1 || info[0].Reasons[0] != "bad eds config" {
+		t.Fatalf("/debug/rollouts = %+v", info)
+	}
+
+	late := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "late"})
+	late.Subscribe(resource.ClusterType, "*")
+	if got := edsOf(t, late.RecvType(resource.ClusterType)); got != "eds-1" {
+		t.Fatalf("a new subscriber during the halt got %q, want the last good eds-1", got)
+	}
+
+	// The next upstream version is a new rollout; the canaries ACK it and
+	// everyone gets it.
+	up.SetResources(c1("eds-2"))
+	got, rest = canaries(t, append(clients, late))
+	for i, resp := range got {
+		if edsOf(t, resp) == "eds-2" {
+			append(clients, late)[i].Ack(resp)
+		}
+	}
+	for _, i := range rest {
+		c := append(clients, late)[i]
+		resp := c.RecvType(resource.ClusterType)
+		if edsOf(t, resp) != "eds-2" {
+			t.Fatalf("client %d got %q after the release", i, edsOf(t, resp))
+		}
+		c.Ack(resp)
+	}
+}
+
+// With every canary ACKing, the change reaches everyone at once; with silent
+// canaries, when the hold passes.
+func TestRolloutReleases(t *testing.T) {
+	t.Run("canaries ACK", func(t *testing.T) {
+		up, _, clients := rolloutFleet(t, 30*time.Second, 5)
+		up.SetResources(c1("eds-2"))
+		got, rest := canaries(t, clients)
+		if len(got) != 1 {
+			t.Fatalf("%d canaries, want 1 (at least one)", len(got))
+		}
+		for i, resp := range got {
+			clients[i].Ack(resp)
+		}
+		for _, i := range rest {
+			if g := edsOf(t, clients[i].RecvType(resource.ClusterType)); g != "eds-2" {
+				t.Fatalf("got %q", g)
+			}
+		}
+	})
+	t.Run("hold passes", func(t *testing.T) {
+		up, r, clients := rolloutFleet(t, 500*time.Millisecond, 5)
+		up.SetResources(c1("eds-2"))
+		for _, c := range clients { // canaries stay silent; the hold releases it
+			if g := edsOf(t, c.RecvType(resource.ClusterType)); g != "eds-2" {
+				t.Fatalf("got %q", g)
+			}
+		}
+		if info := r.DebugRollouts(); len(info) != 1 || info[0].State != "released" {
+			t.Fatalf("/debug/rollouts = %+v", info)
+		}
+	})
+}
