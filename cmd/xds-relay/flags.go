@@ -145,7 +145,10 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
   authorization:                what each client may subscribe to (default: all but secrets without mTLS)
     allow_secrets_without_mtls: false
     rules: [{identities, nodes, clusters, types, authorities, names}]   globs; first match allows
-  rollout: ...                  guarded rollout (not supported yet)
+  rollout:                      guarded rollout (off when absent): a changed resource goes to canaries first
+    canary_fraction: 0.1        of each resource's watchers, chosen from node ids (at least one client)
+    hold: 2s                    how long the others wait for the canaries' ACK/NACK
+    max_nack_ratio: 0           above it the rollout halts; the others keep the last accepted version
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first
     key_file: server-key.pem    its private key
