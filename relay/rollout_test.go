@@ -163,3 +163,54 @@ func TestRolloutReleases(t *testing.T) {
 		}
 	})
 }
+
+// Delta clients get the same guarded rollout; the halt is counted.
+func TestRolloutDeltaHalt(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(c1("eds-1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Rollout = &config.Rollout{CanaryFraction: 0.25, Hold: 30 * time.Second}
+	}))
+	clients := make([]*xdstest.DeltaClient, 4)
+	for i := range clients {
+		clients[i] = xdstest.DialDelta(t, r.Addr(), &core.Node{Id: fmt.Sprintf("d-%d", i)})
+		clients[i].Subscribe(resource.ClusterType, []string{"*"}, nil)
+		clients[i].Ack(clients[i].MustRecv())
+	}
+	up.SetResources(c1("eds-bad"))
+	var canary *xdstest.DeltaClient
+	var rest []*xdstest.DeltaClient
+	for _, c := range clients {
+		if resp, ok := c.TryRecv(quiet); ok {
+			canary = c
+			c.Nack(resp, "no")
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	if canary == nil || len(rest) != 3 {
+		t.Fatalf("canary %v, %d others: want one canary of four", canary != nil, len(rest))
+	}
+	for _, c := range rest {
+		c.ExpectNoResponse(quiet / 3)
+	}
+	mfs, err := r.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	halted := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "xds_relay_rollouts_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" && l.GetValue() == "halted" {
+						halted += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if halted != 1 {
+		t.Fatalf("xds_relay_rollouts_total{result=halted} = %v, want 1", halted)
+	}
+}

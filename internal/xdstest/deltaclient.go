@@ -123,6 +123,23 @@ func (c *DeltaClient) MustRecv() *discoverygrpc.DeltaDiscoveryResponse {
 	return nil
 }
 
+// TryRecv returns the next response if one arrives within d.
+func (c *DeltaClient) TryRecv(d time.Duration) (*discoverygrpc.DeltaDiscoveryResponse, bool) {
+	c.tb.Helper()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-c.recvCh:
+		if r.err != nil {
+			c.recvCh <- r
+			return nil, false
+		}
+		return r.resp, true
+	case <-t.C:
+		return nil, false
+	}
+}
+
 // ExpectNoResponse fails the test if a response or an error arrives within d.
 func (c *DeltaClient) ExpectNoResponse(d time.Duration) {
 	c.tb.Helper()
