@@ -73,7 +73,7 @@ func (st *stream) authorize(ts *typeState, typeURL string, c Change) Change {
 
 func (st *stream) denied(typeURL, name string, err error) {
 	st.srv.m.RejectedRequests.WithLabelValues("permission_denied").Inc()
-	st.log.Info("subscription denied", zap.String("node", st.nodeID), zap.String("type", typeURL),
+	st.srv.log.Info("subscription denied", zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", typeURL),
 		zap.String("name", name), zap.Error(err))
 }
 

@@ -53,8 +53,8 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 			// resent; the next change of a resource is.
 			ts.lastNACK = d.GetMessage()
 			st.srv.m.NACKs.WithLabelValues(tl, st.proto).Inc()
-			if ce := st.log.Check(zap.DebugLevel, "NACK"); ce != nil {
-				ce.Write(zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
+			if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
+				ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
 			}
 		} else {
 			st.srv.m.ACKs.WithLabelValues(tl, st.proto).Inc()

@@ -78,7 +78,6 @@ func FuzzSotWRequests(f *testing.F) {
 		defer srv.Close()
 		rec := &recordingStream{}
 		st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-		st.log = srv.log
 		pool := []string{"a", "b", "c", "d", "*", ""}
 		types := []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
 		for len(script) >= 3 {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unique"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
@@ -63,8 +64,8 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			// NACK: remember why; nothing is resent until the resource changes.
 			ts.lastNACK = d.GetMessage()
 			st.srv.m.NACKs.WithLabelValues(tl, st.proto).Inc()
-			if ce := st.log.Check(zap.DebugLevel, "NACK"); ce != nil {
-				ce.Write(zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
+			if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
+				ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
 			}
 		} else {
 			ts.ackedVersion = req.GetVersionInfo()
@@ -149,9 +150,11 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 // clients spell it; anything else untouched.
 func canonical(name string) string {
 	if c, err := keying.Canonical(name); err == nil {
-		return c
+		name = c
 	}
-	return name
+	// One copy of each name however many streams hold it (weak: collected
+	// when no stream does).
+	return unique.Make(name).Value()
 }
 
 // noteStaleDrops remembers the subscribed names a stale request left out.

@@ -52,7 +52,6 @@ type stream struct {
 	delta   bool
 	peer    string
 	proto   string // metrics label: "sotw" or "delta"
-	log     *zap.Logger
 	// done is signalled by flush when it stops sending after close.
 	done chan struct{}
 
@@ -132,7 +131,6 @@ func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
 	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
 		st.peer = p.Addr.String()
 	}
-	st.log = s.log.With(zap.Uint64("stream", st.id))
 	s.mu.Lock()
 	s.streams[st.id] = st
 	s.mu.Unlock()
@@ -253,7 +251,7 @@ func (st *stream) flush() {
 			continue
 		}
 		if err := st.ss.SendMsg(msg); err != nil {
-			st.log.Debug("send failed", zap.Error(err))
+			st.srv.log.Debug("send failed", zap.Uint64("stream", st.id), zap.Error(err))
 			st.mu.Lock()
 			st.closed = true
 			st.mu.Unlock()
@@ -380,7 +378,7 @@ func (st *stream) tooMany(n int) error {
 // reject counts a request refused with a status and returns it.
 func (st *stream) reject(reason string, code codes.Code, format string, args ...any) error {
 	st.srv.m.RejectedRequests.WithLabelValues(reason).Inc()
-	st.log.Debug("request rejected", zap.String("reason", reason))
+	st.srv.log.Debug("request rejected", zap.Uint64("stream", st.id), zap.String("reason", reason))
 	return status.Errorf(code, format, args...)
 }
 
