@@ -15,7 +15,7 @@ CLUSTERS     ?= 100
 DEMO_SECONDS ?= 20
 CHURN        ?= 2/s
 
-.PHONY: all build test test-short lint fuzz demo bench clean
+.PHONY: all build test test-short lint fuzz soak demo bench clean
 
 all: build
 
@@ -43,6 +43,11 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# The long variants of the chaos and soak tests (integration/soak_test.go).
+SOAKTIME ?= 2h
+soak:
+	$(GO) test -race -count=1 -timeout $(SOAKTIME) -run 'Chaos|Soak' ./integration/ -soak
 
 # democp → relay → loadgen on loopback; prints the live progress line and the
 # summary. Ports: democp 18000, relay 18001, relay admin 9902.

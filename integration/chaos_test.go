@@ -99,9 +99,10 @@ func TestChaosUpstreamRestarts(t *testing.T) {
 		}
 		up.Restart()
 		if cycle%2 == 0 {
-			// Every other cycle, let the relay reconnect before the next kill;
-			// the others kill it while it may still be connecting.
-			up.WaitStreams(t, 1)
+			// Every other cycle, let the relay reconnect and be served before
+			// the next kill (which resets its reconnect backoff); the others
+			// kill it while it may still be connecting.
+			waitServed(t, up)
 		}
 		g++
 		up.SetResources(churn(g))
@@ -114,6 +115,27 @@ func TestChaosUpstreamRestarts(t *testing.T) {
 	if total, most := f.streamsOpened(); most != 1 {
 		t.Errorf("clients opened %d streams (one client %d): upstream failures broke downstream streams", total, most)
 	}
+}
+
+// waitServed waits (xdstest.WaitTimeout) until the relay has ACKed a
+// response on the upstream's newest stream, which must be open.
+func waitServed(t *testing.T, up *xdstest.Upstream) {
+	t.Helper()
+	up.MustWait(t, "an ACK on the newest stream", func(s xdstest.Stats) bool {
+		if s.OpenStreams == 0 {
+			return false
+		}
+		var newest int64
+		for _, r := range s.Requests {
+			newest = max(newest, r.StreamID)
+		}
+		for _, r := range s.Requests {
+			if r.StreamID == newest && r.Nonce() != "" && !r.IsNACK() {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // 2. With xds_servers [primary, secondary], the relay falls back to the
@@ -241,7 +263,7 @@ func TestChaosStuckClient(t *testing.T) {
 	r := xdstest.StartRelay(t, up.Addr())
 
 	conn := dialFast(t, r.Addr(), grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*xdstest.WaitTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stuck, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
@@ -283,7 +305,10 @@ func TestChaosStuckClient(t *testing.T) {
 			growth, steps, respSize, bound)
 	}
 
-	// The stuck client reads again: it gets the latest state at last.
+	// The stuck client reads again: it gets the latest state at last, within
+	// xdstest.WaitTimeout.
+	stop := time.AfterFunc(xdstest.WaitTimeout, cancel)
+	defer stop.Stop()
 	want := fmt.Sprintf("gen-%d", steps)
 	for got := 0; ; got++ {
 		resp, err := stuck.Recv()
