@@ -20,6 +20,9 @@ type Bootstrap struct {
 	// Authorities maps an xdstp authority to its server's host:port; "" means
 	// the authority uses the default server.
 	Authorities map[string]string
+	// ListenerTemplate is client_default_listener_resource_name_template
+	// (e.g. "xdstp://auth.example/envoy.config.listener.v3.Listener/%s").
+	ListenerTemplate string
 }
 
 type bootstrapServer struct {
@@ -47,6 +50,7 @@ type bootstrapJSON struct {
 	XDSServers  []bootstrapServer             `json:"xds_servers"`
 	Node        bootstrapNode                 `json:"node"`
 	Authorities map[string]bootstrapAuthority `json:"authorities,omitempty"`
+	Template    string                        `json:"client_default_listener_resource_name_template,omitempty"`
 }
 
 func plaintextServer(uri string) bootstrapServer {
@@ -66,6 +70,7 @@ func (b Bootstrap) JSON() []byte {
 		XDSServers: []bootstrapServer{plaintextServer(b.ServerURI)},
 		Node: bootstrapNode{ID: b.NodeID, Cluster: b.NodeCluster, Metadata: b.NodeMetadata,
 			Locality: bootstrapLoc{Zone: b.NodeZone}},
+		Template: b.ListenerTemplate,
 	}
 	if len(b.Authorities) > 0 {
 		out.Authorities = map[string]bootstrapAuthority{}
