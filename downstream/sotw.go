@@ -102,6 +102,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 // coming without names; once a request named resources, an empty list means
 // nothing.
 func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove []string, wildcard *bool) {
+	if ts.sameSubscription(typeURL, names) {
+		return nil, nil, nil // the common ACK: nothing changed
+	}
 	wild := false
 	want := make(map[string]struct{}, len(names))
 	for _, n := range names {
@@ -142,6 +145,22 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 		wildcard = &wild
 	}
 	return add, remove, wildcard
+}
+
+// sameSubscription reports, without allocating, whether names is the
+// current subscription exactly (no wildcard change, nothing dropped by a
+// stale request).
+func (ts *typeState) sameSubscription(typeURL string, names []string) bool {
+	if !ts.requested || len(ts.staleDropped) > 0 || ts.wildcard || len(names) != len(ts.names) ||
+		(len(names) == 0 && keying.WildcardCapable(typeURL) && ts.legacyWildcard) {
+		return false
+	}
+	for _, n := range names {
+		if _, ok := ts.names[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // canonical returns the cache's name for a requested name: xdstp URNs in

@@ -24,10 +24,11 @@ type typeCache struct {
 	// bytes is the size of view's resources.
 	bytes int
 
-	// watchers holds, per name, the streams that subscribe to it by name.
-	watchers map[string]map[downstream.Watcher]struct{}
+	// watchers holds, per name, the streams that subscribe to it by name, by
+	// stream id (integer keys hash faster than interfaces on the hot path).
+	watchers map[string]watcherSet
 	// wild holds the streams with a wildcard subscription.
-	wild map[downstream.Watcher]struct{}
+	wild watcherSet
 	// up holds the names (and keying.Wildcard) subscribed upstream.
 	up map[string]bool
 	// linger holds the pending unsubscriptions of names no stream watches.
@@ -41,6 +42,14 @@ type typeCache struct {
 }
 
 type lingerEntry struct{ timer *time.Timer }
+
+// watcherSet is a set of streams by id.
+type watcherSet map[uint64]downstream.Watcher
+
+func (s watcherSet) has(w downstream.Watcher) bool {
+	_, ok := s[w.ID()]
+	return ok
+}
 
 func (tc *typeCache) lruKey(name string) lruKey {
 	return lruKey{scope: tc.sc.key, Key: keying.Key{TypeURL: tc.typeURL, Name: name}}
@@ -213,11 +222,11 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 // A stream watching several is notified several times: its queue merges
 // them. Called with mu held.
 func (r *Relay) notify(tc *typeCache, v *downstream.View) {
-	for w := range tc.wild {
+	for _, w := range tc.wild {
 		w.Notify(v, nil)
 	}
 	for name := range v.Changed {
-		for w := range tc.watchers[name] {
+		for _, w := range tc.watchers[name] {
 			w.Notify(v, nil)
 		}
 	}
@@ -226,16 +235,12 @@ func (r *Relay) notify(tc *typeCache, v *downstream.View) {
 // watchersOf returns, once each, the streams watching one of names or the
 // wildcard. Called with mu held.
 func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
-	set := make(map[downstream.Watcher]struct{}, len(tc.wild))
-	for w := range tc.wild {
-		set[w] = struct{}{}
-	}
+	set := make(watcherSet, len(tc.wild))
+	maps.Copy(set, tc.wild)
 	for _, n := range names {
-		for w := range tc.watchers[n] {
-			set[w] = struct{}{}
-		}
+		maps.Copy(set, tc.watchers[n])
 	}
-	return slices.Collect(maps.Keys(set))
+	return slices.Collect(maps.Values(set))
 }
 
 // upstreamVersions returns the upstream's versions of the resources of

@@ -62,8 +62,8 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 				}
 				subs := len(tc.watchers[name])
 				if res.Authority == "" && keying.WildcardCapable(t) {
-					for w := range tc.wild {
-						if _, dup := tc.watchers[name][w]; !dup {
+					for id := range tc.wild {
+						if _, dup := tc.watchers[name][id]; !dup {
 							subs++
 						}
 					}

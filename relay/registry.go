@@ -89,33 +89,39 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	}
 	tc := r.scopeOf(w, typeURL).typeCache(typeURL)
 	var force []string
+	hits := 0
+	defer func() {
+		if len(add) > 0 {
+			tl := metrics.TypeLabel(typeURL)
+			r.m.CacheLookups.WithLabelValues(tl, "hit").Add(float64(hits))
+			r.m.CacheLookups.WithLabelValues(tl, "miss").Add(float64(len(add) - hits))
+		}
+	}()
 	for _, name := range add {
 		ws := tc.watchers[name]
 		if ws == nil {
-			ws = make(map[downstream.Watcher]struct{})
+			ws = make(watcherSet)
 			tc.watchers[name] = ws
 		}
-		if _, dup := ws[w]; dup {
+		if ws.has(w) {
 			force = append(force, name) // asked again: send it again
 			continue
 		}
-		ws[w] = struct{}{}
+		ws[w.ID()] = w
 		if len(ws) == 1 {
 			r.ref(tc, name)
 		}
-		result := "miss"
 		if _, ok := tc.view.Resources[name]; ok {
-			result = "hit"
+			hits++
 		}
-		r.m.CacheLookups.WithLabelValues(metrics.TypeLabel(typeURL), result).Inc()
 		force = append(force, name)
 	}
 	for _, name := range remove {
 		ws := tc.watchers[name]
-		if _, ok := ws[w]; !ok {
+		if !ws.has(w) {
 			continue
 		}
-		delete(ws, w)
+		delete(ws, w.ID())
 		if len(ws) == 0 {
 			delete(tc.watchers, name)
 			r.release(tc, name)
@@ -127,16 +133,16 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		}
 	}
 	if wildcard != nil {
-		_, had := tc.wild[w]
+		had := tc.wild.has(w)
 		switch {
 		case *wildcard && !had:
-			tc.wild[w] = struct{}{}
+			tc.wild[w.ID()] = w
 			if len(tc.wild) == 1 {
 				r.ref(tc, keying.Wildcard)
 			}
 			force = append(force, keying.Wildcard)
 		case !*wildcard && had:
-			delete(tc.wild, w)
+			delete(tc.wild, w.ID())
 			if len(tc.wild) == 0 {
 				r.release(tc, keying.Wildcard)
 			}

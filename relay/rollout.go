@@ -72,13 +72,13 @@ func (ro *rollout) hold(w downstream.Watcher) bool {
 // watches reports whether w watches a name of the rollout (or the
 // wildcard). Called with Relay.mu held.
 func (ro *rollout) watches(w downstream.Watcher) bool {
-	if _, ok := ro.tc.wild[w]; ok {
+	if ro.tc.wild.has(w) {
 		return true
 	}
 	ro.mu.Lock()
 	defer ro.mu.Unlock()
 	for n := range ro.names {
-		if _, ok := ro.tc.watchers[n][w]; ok {
+		if ro.tc.watchers[n].has(w) {
 			return true
 		}
 	}

@@ -47,8 +47,8 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 			sc:       sc,
 			typeURL:  typeURL,
 			view:     &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
-			watchers: make(map[string]map[downstream.Watcher]struct{}),
-			wild:     make(map[downstream.Watcher]struct{}),
+			watchers: make(map[string]watcherSet),
+			wild:     make(watcherSet),
 			up:       make(map[string]bool),
 			linger:   make(map[string]*lingerEntry),
 		}
