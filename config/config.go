@@ -138,6 +138,11 @@ type Upstream struct {
 	// Linger is how long a resource stays subscribed upstream after its last
 	// watcher leaves, written like "5s". Default 5s.
 	Linger time.Duration `yaml:"linger,omitempty"`
+	// UnavailableAfter: a subscribed resource that is not cached gets a TP3
+	// UNAVAILABLE error when no server of its authority has been reachable for
+	// this long since the subscription (before clients' own 15 s timeout).
+	// Default 10s.
+	UnavailableAfter time.Duration `yaml:"unavailable_after,omitempty"`
 }
 
 // Authority is one xdstp authority.

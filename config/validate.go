@@ -61,6 +61,8 @@ func (c *Config) Validate() error {
 		return &FieldError{Field: "node.id", Msg: "must not be empty"}
 	case c.Upstream.Linger < 0:
 		return &FieldError{Field: "upstream.linger", Msg: "must not be negative"}
+	case c.Upstream.UnavailableAfter < 0:
+		return &FieldError{Field: "upstream.unavailable_after", Msg: "must not be negative"}
 	case c.Cache.MaxUnreferenced < 0:
 		return &FieldError{Field: "cache.max_unreferenced", Msg: "must not be negative"}
 	case c.Limits.MaxNamesPerRequest <= 0:

@@ -83,6 +83,9 @@ func (ts *typeState) errorFor(v *View, name string) (*ResourceError, bool) {
 	if e, ok := ts.denied[name]; ok {
 		return e, true
 	}
+	if _, present := v.Resources[name]; present {
+		return nil, false // a transient error while the cached resource serves
+	}
 	e, ok := v.Errors[name]
 	return e, ok
 }

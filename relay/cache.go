@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/downstream"
@@ -39,6 +40,10 @@ type typeCache struct {
 	// again does not start another rollout.
 	ro     *rollout
 	halted map[string]string
+
+	// unavail holds, per name subscribed while its authority was
+	// unreachable and nothing was cached, the timer that reports UNAVAILABLE.
+	unavail map[string]*time.Timer
 }
 
 type lingerEntry struct{ timer *time.Timer }
@@ -67,6 +72,9 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 }
 
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
+	h.r.mu.Lock()
+	h.sc.connected[h.authority] = connected
+	h.r.mu.Unlock()
 	v := 0.0
 	if connected {
 		v = 1
@@ -118,11 +126,25 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 	}
+	errs, errsCopied := old.Errors, false
+	ownErrs := func() {
+		if !errsCopied {
+			errs, errsCopied = maps.Clone(old.Errors), true
+			if errs == nil {
+				errs = make(map[string]*downstream.ResourceError)
+			}
+		}
+	}
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
 		if _, ok := absent[e.Name]; ok {
 			ownAbsent()
 			delete(absent, e.Name)
+		}
+		if _, ok := errs[e.Name]; ok {
+			ownErrs() // the resource is back: its error is over
+			delete(errs, e.Name)
+			changed[e.Name] = struct{}{}
 		}
 		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority {
 			if cur.UpstreamVersion != e.UpstreamVersion {
@@ -141,11 +163,30 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			r.unref.Remove(tc.lruKey(name))
 		}
 	}
+	// TP3: resource errors are cached per name and replayed to later
+	// subscribers. NOT_FOUND and PERMISSION_DENIED are data errors (the
+	// resource is gone for clients); the others are transient (clients keep
+	// what they have).
+	transient := make(map[string]bool, len(u.Errors))
+	for _, e := range u.Errors {
+		if _, sent := seen[e.Name]; sent {
+			continue
+		}
+		ownErrs()
+		errs[e.Name] = &downstream.ResourceError{Name: e.Name, Code: e.Code, Message: e.Message}
+		changed[e.Name] = struct{}{}
+		if e.Code == codes.NotFound || e.Code == codes.PermissionDenied {
+			remove(e.Name)
+		} else {
+			transient[e.Name] = true
+		}
+	}
 	if !u.Delta && keying.FullState(u.TypeURL) {
 		// xDS: a resource missing from a SotW LDS/CDS response is deleted —
-		// if it is covered by what this relay subscribed.
+		// if it is covered by what this relay subscribed, and not merely
+		// unavailable for now.
 		for name, cur := range old.Resources {
-			if _, ok := seen[name]; !ok && cur.Authority == authority && (u.Wildcard || tc.up[name]) {
+			if _, ok := seen[name]; !ok && !transient[name] && cur.Authority == authority && (u.Wildcard || tc.up[name]) {
 				remove(name)
 			}
 		}
@@ -183,12 +224,12 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	complete := old.Complete || (u.Wildcard && authority == "")
 	if len(changed) == 0 && complete == old.Complete {
 		if touched {
-			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Errors: old.Errors, Complete: complete, Received: old.Received})
+			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Errors: errs, Complete: complete, Received: old.Received})
 		}
 		return nil
 	}
 	v := &downstream.View{
-		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: absent, Errors: old.Errors,
+		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: absent, Errors: errs,
 		Complete: complete, Received: now,
 	}
 	r.publish(tc, v)

@@ -69,6 +69,9 @@ func (r *Relay) stopScope(sc *scope) []*upstream.Client {
 		if tc.ro != nil {
 			tc.ro.timer.Stop()
 		}
+		for _, t := range tc.unavail {
+			t.Stop()
+		}
 	}
 	clients := make([]*upstream.Client, 0, len(sc.upstreams))
 	for _, c := range sc.upstreams {
@@ -199,8 +202,41 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	}
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
+	r.armUnavailable(tc, name)
 	auth, _ := keying.Authority(name)
 	r.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
+}
+
+// armUnavailable starts the UNAVAILABLE timer of a name subscribed while
+// nothing is cached and its authority is unreachable. Called with mu held.
+func (r *Relay) armUnavailable(tc *typeCache, name string) {
+	auth, _ := keying.Authority(name)
+	if _, cached := tc.view.Resources[name]; cached || tc.sc.connected[auth] || tc.unavail[name] != nil {
+		return
+	}
+	d := r.cfg.Upstream.UnavailableAfter
+	if d <= 0 {
+		d = DefaultUnavailableAfter
+	}
+	var t *time.Timer
+	fire := func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed || r.scopes[tc.sc.key] != tc.sc || tc.unavail[name] != t {
+			return
+		}
+		delete(tc.unavail, name)
+		_, cached := tc.view.Resources[name]
+		_, failed := tc.view.Errors[name]
+		if cached || failed || tc.sc.connected[auth] || (len(tc.watchers[name]) == 0 && len(tc.wild) == 0) {
+			return
+		}
+		r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
+			Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
+		r.notify(tc, tc.view)
+	}
+	t = time.AfterFunc(d, fire)
+	tc.unavail[name] = t
 }
 
 // setError publishes a per-resource error in the type's View. Called with mu

@@ -31,6 +31,10 @@ import (
 // agent version. Set by the binaries' -ldflags.
 var Version = "dev"
 
+// DefaultUnavailableAfter is how long a subscribed, uncached resource waits
+// for an unreachable upstream before clients get a TP3 UNAVAILABLE error.
+const DefaultUnavailableAfter = 10 * time.Second
+
 // DefaultLinger is how long a resource stays subscribed upstream after its
 // last watcher left, when the config does not say.
 const DefaultLinger = 5 * time.Second

@@ -3,6 +3,7 @@ package relay
 import (
 	"sort"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,8 @@ type scope struct {
 	node      *corev3.Node
 	types     map[string]*typeCache
 	upstreams map[string]*upstream.Client // by authority
+	// connected holds the authorities with a live upstream stream.
+	connected map[string]bool
 	// streams counts the streams bound to the scope.
 	streams int
 	// secrets marks a per-node secret scope.
@@ -51,6 +54,7 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 			wild:     make(watcherSet),
 			up:       make(map[string]bool),
 			linger:   make(map[string]*lingerEntry),
+			unavail:  make(map[string]*time.Timer),
 		}
 		sc.types[typeURL] = tc
 	}
@@ -61,7 +65,7 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 // configured authority. Called with mu held (clients dial lazily).
 func (r *Relay) newScope(key string, node *corev3.Node, secrets bool) *scope {
 	sc := &scope{key: key, node: node, types: make(map[string]*typeCache),
-		upstreams: make(map[string]*upstream.Client), secrets: secrets}
+		upstreams: make(map[string]*upstream.Client), connected: make(map[string]bool), secrets: secrets}
 	sc.upstreams[""] = r.newClient(sc, "", r.cfg.Upstream.XDSServers)
 	for auth, a := range r.cfg.Upstream.Authorities {
 		servers := a.XDSServers

@@ -217,6 +217,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		Removed:   resp.GetRemovedResources(),
 		Wildcard:  st.wildcard(),
 		Delta:     true,
+		Errors:    resourceErrors(resp.GetResourceErrors()),
 	}
 	c.mu.Unlock()
 

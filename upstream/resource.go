@@ -3,6 +3,7 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/codes"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -62,6 +63,30 @@ type Update struct {
 	Wildcard bool
 	// Delta reports an incremental response.
 	Delta bool
+	// Errors are the response's TP3 resource_errors.
+	Errors []ResourceError
+}
+
+// ResourceError is one TP3 per-resource error the server sent.
+type ResourceError struct {
+	Name    string
+	Code    codes.Code
+	Message string
+}
+
+// resourceErrors converts a response's resource_errors.
+func resourceErrors(errs []*discoveryv3.ResourceError) []ResourceError {
+	if len(errs) == 0 {
+		return nil
+	}
+	out := make([]ResourceError, 0, len(errs))
+	for _, e := range errs {
+		if n := e.GetResourceName().GetName(); n != "" {
+			out = append(out, ResourceError{Name: n, Code: codes.Code(e.GetErrorDetail().GetCode()),
+				Message: e.GetErrorDetail().GetMessage()})
+		}
+	}
+	return out
 }
 
 // Handler receives what the upstream sends. Its methods are called from the

@@ -133,6 +133,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		TypeURL:   typeURL,
 		Resources: resources,
 		Wildcard:  st.wildcard(),
+		Errors:    resourceErrors(resp.GetResourceErrors()),
 	}
 	full := keying.FullState(typeURL)
 	if full {

@@ -127,6 +127,7 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     authorities:                xdstp://AUTHORITY/... names go to its servers
       "auth.example": {xds_servers: [...]}   (none: the default servers)
     linger: 5s                  upstream subscription kept after the last watcher left
+    unavailable_after: 10s      uncached resources get TP3 UNAVAILABLE when no upstream is reachable this long
   cache:
     max_unreferenced: 10000     unwatched resources kept (LRU)
     persist_path: ""            warm-restart file, rewritten within 1 s of a change
