@@ -117,6 +117,7 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 			if _, ok := ts.names[n]; !ok {
 				ts.names[n] = struct{}{}
 				add = append(add, n)
+				ts.hasGlobs = ts.hasGlobs || isGlob(n)
 			}
 		}
 	}
@@ -171,8 +172,16 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 	}
 	consider := func(n string, forced bool) {
+		if isGlob(n) {
+			if forced {
+				for _, r := range v.members(n) { // a new glob subscription
+					sendIfNew(r)
+				}
+			}
+			return
+		}
 		r, present := v.Resources[n]
-		_, named := ts.names[n]
+		named := ts.watches(v, n)
 		covered := ts.wildcard && (!present || r.Authority == "")
 		switch {
 		case named || (covered && present):

@@ -140,11 +140,43 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 		}
 	}
 	ts.names = want
+	ts.hasGlobs = false
+	for n := range want {
+		if isGlob(n) {
+			ts.hasGlobs = true
+			break
+		}
+	}
 	if wild != ts.wildcard {
 		ts.wildcard = wild
 		wildcard = &wild
 	}
 	return add, remove, wildcard
+}
+
+// isGlob reports whether a subscribed name is an xdstp glob collection.
+func isGlob(name string) bool {
+	return strings.HasPrefix(name, "xdstp:") && (strings.HasSuffix(name, "/*") || strings.Contains(name, "/*?")) &&
+		keying.IsGlob(name)
+}
+
+// watches reports whether the stream subscribes to name, by name or through
+// its glob collection.
+func (ts *typeState) watches(v *View, name string) bool {
+	if _, ok := ts.names[name]; ok {
+		return true
+	}
+	if !ts.hasGlobs {
+		return false
+	}
+	var g string
+	if r, ok := v.Resources[name]; ok {
+		g = r.Glob
+	} else {
+		g = keying.GlobOf(name)
+	}
+	_, ok := ts.names[g]
+	return g != "" && ok
 }
 
 // sameSubscription reports, without allocating, whether names is the
@@ -244,6 +276,13 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		if r, ok := v.Resources[n]; ok && (!ts.wildcard || r.Authority != "") {
 			extra = append(extra, r)
 		}
+		if isGlob(n) {
+			extra = append(extra, v.members(n)...)
+		}
+	}
+	if ts.hasGlobs {
+		slices.SortFunc(extra, byName)
+		extra = slices.CompactFunc(extra, func(a, b *Resource) bool { return a.Name == b.Name })
 	}
 	// TP3: LDS/CDS responses with errors still carry every other resource.
 	var errs []*ResourceError
@@ -288,7 +327,11 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	var sel []*Resource
 	var errs []*ResourceError
 	pick := func(n string) {
-		if _, ok := ts.names[n]; !ok {
+		if !ts.watches(v, n) {
+			return
+		}
+		if isGlob(n) {
+			sel = append(sel, v.members(n)...) // a new glob subscription: all its members
 			return
 		}
 		if e, ok := ts.denied[n]; ok {
@@ -311,6 +354,7 @@ func (st *stream) partial(ts *typeState, it item) *body {
 		return nil
 	}
 	slices.SortFunc(sel, byName)
+	sel = slices.CompactFunc(sel, func(a, b *Resource) bool { return a.Name == b.Name })
 	sortErrors(errs)
 	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel }, errs)
 }

@@ -75,6 +75,7 @@ type typeState struct {
 	wildcard       bool
 	legacyWildcard bool // SotW: no request with names yet, so empty means wildcard
 	names          map[string]struct{}
+	hasGlobs       bool // names holds an xdstp glob collection
 	requested      bool // a request for this type was seen
 
 	// SotW bookkeeping

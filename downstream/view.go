@@ -25,6 +25,9 @@ type Resource struct {
 	// default servers. Wildcard subscriptions select the default authority's
 	// resources.
 	Authority string
+	// Glob is the xdstp glob collection the resource is a direct member of
+	// ("" for legacy names): a stream subscribed to the glob gets it.
+	Glob string
 	// UpstreamVersion is the version the upstream gave the resource (Delta),
 	// sent back upstream as initial_resource_versions after a reconnect.
 	UpstreamVersion string
@@ -78,6 +81,17 @@ func (v *View) wildcard() []*Resource {
 		slices.SortFunc(v.wild, func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
 	})
 	return v.wild
+}
+
+// members returns the resources of the glob collection glob.
+func (v *View) members(glob string) []*Resource {
+	var out []*Resource
+	for _, r := range v.Resources {
+		if r.Glob == glob {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // body is an encoded response without its per-stream nonce, shared by every

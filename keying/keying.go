@@ -89,3 +89,17 @@ func Authority(name string) (string, bool) {
 	}
 	return rest, true
 }
+
+// GlobOf returns the glob collection an xdstp resource name is a direct
+// member of ("xdstp://a/T/foo/bar?k=v" → "xdstp://a/T/foo/*?k=v"), or "" for
+// legacy names, globs and names that do not parse.
+func GlobOf(name string) string {
+	if !IsXDSTP(name) {
+		return ""
+	}
+	u, err := ParseURN(name)
+	if err != nil || u.IsGlob() {
+		return ""
+	}
+	return u.Glob().String()
+}

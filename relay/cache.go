@@ -100,7 +100,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 		fresh = append(fresh, &downstream.Resource{
 			Name: res.Name, Version: downstream.ResourceVersion(b), Any: b, Authority: authority,
-			UpstreamVersion: res.Version,
+			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name),
 		})
 	}
 	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
@@ -186,7 +186,8 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		// if it is covered by what this relay subscribed, and not merely
 		// unavailable for now.
 		for name, cur := range old.Resources {
-			if _, ok := seen[name]; !ok && !transient[name] && cur.Authority == authority && (u.Wildcard || tc.up[name]) {
+			if _, ok := seen[name]; !ok && !transient[name] && cur.Authority == authority &&
+				(u.Wildcard || tc.up[name] || (cur.Glob != "" && tc.up[cur.Glob])) {
 				remove(name)
 			}
 		}
@@ -270,7 +271,20 @@ func (r *Relay) notify(tc *typeCache, v *downstream.View) {
 		for _, w := range tc.watchers[name] {
 			w.Notify(v, nil)
 		}
+		if g := globOf(v, name); g != "" {
+			for _, w := range tc.watchers[g] {
+				w.Notify(v, nil)
+			}
+		}
 	}
+}
+
+// globOf returns the glob collection of a changed name, present or removed.
+func globOf(v *downstream.View, name string) string {
+	if r, ok := v.Resources[name]; ok {
+		return r.Glob
+	}
+	return keying.GlobOf(name)
 }
 
 // watchersOf returns, once each, the streams watching one of names or the
@@ -280,6 +294,9 @@ func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
 	maps.Copy(set, tc.wild)
 	for _, n := range names {
 		maps.Copy(set, tc.watchers[n])
+		if g := globOf(tc.view, n); g != "" {
+			maps.Copy(set, tc.watchers[g])
+		}
 	}
 	return slices.Collect(maps.Values(set))
 }
