@@ -159,9 +159,11 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		return
 	}
 	// Under mu, so this View is ordered with every later update.
-	if ro := tc.ro; ro != nil && !ro.isCanary(w) && ro.watches(w) {
+	if ro := tc.ro; ro != nil && !ro.isCanary(w) && ro.watches(w) && !ro.held[w] {
 		// A new subscriber during a rollout gets the accepted versions now
-		// and the rolled-out ones if the rollout is released.
+		// and the rolled-out ones if the rollout is released. (A stream that
+		// holds the barrier already is answered behind it, from the current
+		// View: released, or reverted if the rollout halts.)
 		ro.mu.Lock()
 		accepted := revertView(tc.view, ro.accepted, ro.names)
 		ro.mu.Unlock()

@@ -214,3 +214,47 @@ func TestRolloutDeltaHalt(t *testing.T) {
 		t.Fatalf("xds_relay_rollouts_total{result=halted} = %v, want 1", halted)
 	}
 }
+
+// A non-canary that changes its subscription while a rollout holds it back
+// does not regress: after the release its last response carries the new
+// version.
+func TestRolloutSubscriptionChangeBehindBarrier(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(c1("eds-1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Rollout = &config.Rollout{CanaryFraction: 0.2, Hold: 30 * time.Second}
+	}))
+	clients := make([]*xdstest.ADSClient, 5)
+	for i := range clients {
+		clients[i] = xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("n%d", i)})
+		clients[i].Subscribe(resource.ClusterType, "c1")
+		clients[i].Ack(clients[i].RecvType(resource.ClusterType))
+	}
+	up.SetResources(c1("eds-2"))
+	got, rest := canaries(t, clients)
+	if len(got) != 1 || len(rest) != 4 {
+		t.Fatalf("%d canaries", len(got))
+	}
+	held := clients[rest[0]]
+	held.Subscribe(resource.ClusterType, "c1", "c2") // behind its barrier
+	held.ExpectNoResponse(quiet / 3)
+	for i, resp := range got {
+		clients[i].Ack(resp)
+	}
+	var last *discoverygrpc.DiscoveryResponse
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), quiet)
+		resp, err := held.Recv(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		last = resp
+		held.Ack(resp)
+	}
+	if last == nil || edsOf(t, last) != "eds-2" {
+		t.Fatalf("after the release the client holds c1 %q, want eds-2", edsOf(t, last))
+	}
+	wantNames(t, last, "c1", "c2")
+}
