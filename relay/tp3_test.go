@@ -2,8 +2,6 @@ package relay_test
 
 import (
 	"net"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -19,32 +16,13 @@ import (
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
-// tp3Upstream is a tiny SotW ADS server that answers CDS requests with the
-// clusters it has and TP3 resource_errors for the names in errs (go-control-
-// plane does not send resource_errors). It answers a request only when its
-// names differ from the last ones answered, so ACKs cause nothing.
-type tp3Upstream struct {
-	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
-	errs map[string]codes.Code
-}
-
-func (u *tp3Upstream) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	var last []string
-	nonce := 0
-	for {
-		req, err := s.Recv()
-		if err != nil {
-			return nil
-		}
-		names := slices.Sorted(slices.Values(req.GetResourceNames()))
-		if req.GetTypeUrl() != resource.ClusterType || slices.Equal(names, last) {
-			continue
-		}
-		last = names
-		nonce++
-		resp := &discoverygrpc.DiscoveryResponse{TypeUrl: resource.ClusterType, VersionInfo: "1", Nonce: string(rune('a' + nonce))}
+// startTP3Upstream serves the clusters asked for, except the names in errs,
+// which get TP3 resource_errors (go-control-plane sends none).
+func startTP3Upstream(t *testing.T, errs map[string]codes.Code) string {
+	return startFakeCDS(t, &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		resp := &discoverygrpc.DiscoveryResponse{}
 		for _, n := range names {
-			if code, bad := u.errs[n]; bad {
+			if code, bad := errs[n]; bad {
 				resp.ResourceErrors = append(resp.ResourceErrors, &discoverygrpc.ResourceError{
 					ResourceName: &discoverygrpc.ResourceName{Name: n},
 					ErrorDetail:  &status.Status{Code: int32(code), Message: "upstream says " + code.String()}})
@@ -52,28 +30,12 @@ func (u *tp3Upstream) StreamAggregatedResources(s discoverygrpc.AggregatedDiscov
 			}
 			a, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			resp.Resources = append(resp.Resources, a)
 		}
-		if err := s.Send(resp); err != nil {
-			return nil
-		}
-	}
-}
-
-func startTP3Upstream(t *testing.T, errs map[string]codes.Code) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, &tp3Upstream{errs: errs})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = g.Serve(lis) }()
-	t.Cleanup(func() { g.Stop(); wg.Wait() })
-	return lis.Addr().String()
+		return resp, nil
+	}})
 }
 
 func errorsByName(resp *discoverygrpc.DiscoveryResponse) map[string]codes.Code {
