@@ -9,6 +9,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -214,11 +215,21 @@ func TestChaosFallbackAndReturn(t *testing.T) {
 // with initial_resource_versions) and converge, deletions included.
 func TestChaosRelayRestart(t *testing.T) {
 	t.Parallel()
+	t.Run("cold", func(t *testing.T) { relayRestarts(t) })
+	// With cache.persist_path the restarted relay serves its last cache at
+	// once; what changed upstream meanwhile must still replace it.
+	t.Run("warm", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "cache")
+		relayRestarts(t, xdstest.WithConfig(func(c *config.Config) { c.Cache.PersistPath = path }))
+	})
+}
+
+func relayRestarts(t *testing.T, opts ...xdstest.RelayOption) {
 	cycles := scaled(3, 30)
 	up := xdstest.StartUpstream(t)
 	g := 0
 	up.SetResources(churn(g))
-	p := startRelayProc(t, zap.NewNop(), up.Addr())
+	p := startRelayProc(t, zap.NewNop(), up.Addr(), opts...)
 	f := churnFleet(t, p.Addr(), scaled(40, 200))
 	f.waitConverged(t, stateOf(t, churn(g)), "before the first restart")
 
