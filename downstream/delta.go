@@ -6,8 +6,6 @@ import (
 	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/xds-relay/xds-relay/keying"
@@ -29,20 +27,11 @@ func (st *stream) runDelta() error {
 // handleDelta applies one incremental request. xDS: subscription changes are
 // honoured whatever the nonce; ACK/NACK is per response nonce.
 func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
-	typeURL, err := st.checkType(req.GetTypeUrl())
+	n := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) + len(req.GetInitialResourceVersions())
+	typeURL, err := st.prelude(req.GetTypeUrl(), n, req.GetNode())
 	if err != nil {
 		return err
 	}
-	n := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) + len(req.GetInitialResourceVersions())
-	if n > st.srv.opts.MaxNamesPerRequest {
-		return st.tooMany(n)
-	}
-	if err := st.bind(req.GetNode()); err != nil {
-		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
-		return err
-	}
-
-	tl := metricsType(typeURL)
 	st.mu.Lock()
 	ts := st.state(typeURL)
 	var verdict Rollout
@@ -51,40 +40,15 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
 			// resent; the next change of a resource is.
-			ts.lastNACK = d.GetMessage()
-			st.srv.m.NACKs.WithLabelValues(tl, st.proto).Inc()
-			if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
-				ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
-			}
+			st.nacked(ts, typeURL, nonce, d.GetMessage())
+		} else if nonce == ts.lastNonce {
+			st.acked(ts, typeURL, ts.sentVersion)
 		} else {
-			st.srv.m.ACKs.WithLabelValues(tl, st.proto).Inc()
-			if nonce == ts.lastNonce {
-				ts.ackedVersion = ts.sentVersion
-				if !ts.sentAt.IsZero() {
-					st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
-					ts.sentAt = time.Time{}
-				}
-			}
+			st.srv.m.ACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
 		}
 	}
 	add, remove, wildcard := ts.subscribeDelta(typeURL, req)
-	c := st.authorize(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
-	err = st.checkSubscriptions()
-	st.mu.Unlock()
-	if verdict != nil {
-		verdict.Report(st, req.GetErrorDetail() != nil, req.GetErrorDetail().GetMessage())
-	}
-	if err != nil {
-		return err // the stream ends: its watches are dropped by close
-	}
-	if c.Wildcard != nil && *c.Wildcard && ts.wildcardDenied {
-		return st.reject("permission_denied", codes.PermissionDenied,
-			"xds-relay: not allowed to subscribe to every %s", typeURL)
-	}
-	if !c.empty() {
-		st.srv.src.Watch(st, typeURL, c)
-	}
-	return nil
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
 
 // subscribeDelta applies a request's subscription changes and returns them.

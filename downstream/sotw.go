@@ -7,8 +7,6 @@ import (
 	"unique"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -30,19 +28,10 @@ func (st *stream) runSotW() error {
 // gRPC status that ends the stream; everything else is answered through the
 // queue.
 func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
-	typeURL, err := st.checkType(req.GetTypeUrl())
+	typeURL, err := st.prelude(req.GetTypeUrl(), len(req.GetResourceNames()), req.GetNode())
 	if err != nil {
 		return err
 	}
-	if n := len(req.GetResourceNames()); n > st.srv.opts.MaxNamesPerRequest {
-		return st.tooMany(n)
-	}
-	if err := st.bind(req.GetNode()); err != nil {
-		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
-		return err
-	}
-
-	tl := metricsType(typeURL)
 	st.mu.Lock()
 	ts := st.state(typeURL)
 	nonce := req.GetResponseNonce()
@@ -62,38 +51,13 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		verdict = ts.verdict(nonce)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
-			ts.lastNACK = d.GetMessage()
-			st.srv.m.NACKs.WithLabelValues(tl, st.proto).Inc()
-			if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
-				ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", d.GetMessage()))
-			}
+			st.nacked(ts, typeURL, nonce, d.GetMessage())
 		} else {
-			ts.ackedVersion = req.GetVersionInfo()
-			st.srv.m.ACKs.WithLabelValues(tl, st.proto).Inc()
-			if !ts.sentAt.IsZero() {
-				st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
-				ts.sentAt = time.Time{}
-			}
+			st.acked(ts, typeURL, req.GetVersionInfo())
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, req.GetResourceNames())
-	c := st.authorize(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
-	err = st.checkSubscriptions()
-	st.mu.Unlock()
-	if verdict != nil {
-		verdict.Report(st, req.GetErrorDetail() != nil, req.GetErrorDetail().GetMessage())
-	}
-	if err != nil {
-		return err // the stream ends: its watches are dropped by close
-	}
-	if c.Wildcard != nil && *c.Wildcard && ts.wildcardDenied {
-		return st.reject("permission_denied", codes.PermissionDenied,
-			"xds-relay: not allowed to subscribe to every %s", typeURL)
-	}
-	if !c.empty() {
-		st.srv.src.Watch(st, typeURL, c)
-	}
-	return nil
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
 
 // subscribeSotW replaces the subscription with names and returns the change.

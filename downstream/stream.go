@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -340,6 +341,69 @@ func (ts *typeState) verdict(nonce string) Rollout {
 	}
 	ts.canary, ts.canaryNonce = nil, ""
 	return r
+}
+
+// prelude checks what every request must satisfy before it touches the
+// stream's state: a valid type URL, at most MaxNamesPerRequest names (n),
+// and the stream's one node. It returns the request's type URL.
+func (st *stream) prelude(typeURL string, n int, node *corev3.Node) (string, error) {
+	typeURL, err := st.checkType(typeURL)
+	if err != nil {
+		return "", err
+	}
+	if n > st.srv.opts.MaxNamesPerRequest {
+		return "", st.tooMany(n)
+	}
+	if err := st.bind(node); err != nil {
+		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
+		return "", err
+	}
+	return typeURL, nil
+}
+
+// nacked records a NACK of the response nonce. Called with mu held.
+func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
+	ts.lastNACK = reason
+	st.srv.m.NACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
+	if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
+		ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", reason))
+	}
+}
+
+// acked records an ACK of the latest response, at version, and the time the
+// change took from upstream receipt. Called with mu held.
+func (st *stream) acked(ts *typeState, typeURL, version string) {
+	ts.ackedVersion = version
+	st.srv.m.ACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
+	if !ts.sentAt.IsZero() {
+		st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
+		ts.sentAt = time.Time{}
+	}
+}
+
+// commit finishes a request: it authorizes the subscription change and
+// checks the stream's limit, unlocks mu (held on entry), reports a canary's
+// verdict, and hands the change to the Source. An error ends the stream;
+// its watches are dropped by close.
+func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, nack *statuspb.Status) error {
+	c = st.authorize(ts, typeURL, c)
+	err := st.checkSubscriptions()
+	wildcardDenied := ts.wildcardDenied
+	st.mu.Unlock()
+	if verdict != nil {
+		verdict.Report(st, nack != nil, nack.GetMessage())
+	}
+	if err != nil {
+		return err
+	}
+	if c.Wildcard != nil && *c.Wildcard && wildcardDenied {
+		return st.reject("permission_denied", codes.PermissionDenied,
+			"xds-relay: not allowed to subscribe to every %s", typeURL)
+	}
+	if !c.empty() {
+		st.srv.src.Watch(st, typeURL, c)
+	}
+	return nil
 }
 
 // checkType returns the type URL a request is for, or a status error.
