@@ -73,16 +73,7 @@ func TestGRPCGoClient(t *testing.T) {
 	t.Parallel()
 	const target = "grpc-go-svc"
 	up, a, b, bootstrap := setup(t, target, "grpc-go-client")
-	builder, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("xds:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(builder))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialXDS(t, bootstrap, target)
 
 	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
 	defer cancel()
@@ -126,15 +117,51 @@ func TestNodeClient(t *testing.T) {
 // .ci/install-clients.sh, with the bootstrap in a GRPC_XDS_BOOTSTRAP file.
 func TestPythonClient(t *testing.T) {
 	t.Parallel()
-	const python = "/usr/bin/python3"
+	deb := requirePython(t)
+	const target = "python-svc"
+	up, _, _, bootstrap := setup(t, target, "python-client")
+	if out := runPython(t, deb, bootstrap, target); !strings.Contains(out, "x-backend=A") {
+		t.Fatalf("python client output %q, want x-backend=A", out)
+	}
+	wantSubscribed(t, up, target)
+}
+
+// dialXDS is a grpc-go channel to xds:///target, its xDS resolver built from
+// bootstrap in process (the GRPC_XDS_BOOTSTRAP* variables are read once per
+// process). It is closed when the test ends.
+func dialXDS(t *testing.T, bootstrap []byte, target string) *grpc.ClientConn {
+	t.Helper()
+	builder, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///"+target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(builder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+const python = "/usr/bin/python3"
+
+// requirePython returns the directory Debian's python3-grpcio was unpacked
+// into, or skips (fails under CI) when it is missing.
+func requirePython(t *testing.T) string {
+	t.Helper()
 	deb, err := absPath("python/.deb")
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireRuntime(t, "the Python client", python, deb+"/usr/lib/python3/dist-packages/grpc/__init__.py")
-	const target = "python-svc"
-	up, _, _, bootstrap := setup(t, target, "python-client")
+	return deb
+}
 
+// runPython runs python/client.py against xds:///target with bootstrap in a
+// GRPC_XDS_BOOTSTRAP file (federation enabled) and returns its output.
+func runPython(t *testing.T, deb string, bootstrap []byte, target string) string {
+	t.Helper()
 	env := clientEnv(
 		"GRPC_XDS_BOOTSTRAP="+writeFile(t, "bootstrap.json", bootstrap),
 		"GRPC_EXPERIMENTAL_XDS_FEDERATION=true",
@@ -142,9 +169,5 @@ func TestPythonClient(t *testing.T) {
 		"LD_LIBRARY_PATH="+deb+"/usr/lib/x86_64-linux-gnu:"+deb+"/usr/lib",
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
-	out := runClient(t, env, python, "python/client.py", "--target", "xds:///"+target, "--timeout", "45")
-	if !strings.Contains(out, "x-backend=A") {
-		t.Fatalf("python client output %q, want x-backend=A", out)
-	}
-	wantSubscribed(t, up, target)
+	return runClient(t, env, python, "python/client.py", "--target", "xds:///"+target, "--timeout", "45")
 }

@@ -8,9 +8,6 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/xds"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -70,16 +67,7 @@ func TestGRPCGoFederation(t *testing.T) {
 	t.Parallel()
 	const target = "fed-svc"
 	def, auth, bootstrap := fedSetup(t, target, "grpc-go-fed")
-	builder, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("xds:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(builder))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialXDS(t, bootstrap, target)
 	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
 	defer cancel()
 	if err := callUntil(ctx, conn, "A"); err != nil {
@@ -91,23 +79,10 @@ func TestGRPCGoFederation(t *testing.T) {
 // Python grpcio (C-core, GRPC_EXPERIMENTAL_XDS_FEDERATION=true) the same.
 func TestPythonFederation(t *testing.T) {
 	t.Parallel()
-	const python = "/usr/bin/python3"
-	deb, err := absPath("python/.deb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	requireRuntime(t, "the Python client", python, deb+"/usr/lib/python3/dist-packages/grpc/__init__.py")
+	deb := requirePython(t)
 	const target = "py-fed-svc"
 	def, auth, bootstrap := fedSetup(t, target, "python-fed")
-	env := clientEnv(
-		"GRPC_XDS_BOOTSTRAP="+writeFile(t, "bootstrap.json", bootstrap),
-		"GRPC_EXPERIMENTAL_XDS_FEDERATION=true",
-		"PYTHONPATH="+deb+"/usr/lib/python3/dist-packages",
-		"LD_LIBRARY_PATH="+deb+"/usr/lib/x86_64-linux-gnu:"+deb+"/usr/lib",
-		"PYTHONDONTWRITEBYTECODE=1",
-	)
-	out := runClient(t, env, python, "python/client.py", "--target", "xds:///"+target, "--timeout", "45")
-	if !strings.Contains(out, "x-backend=A") {
+	if out := runPython(t, deb, bootstrap, target); !strings.Contains(out, "x-backend=A") {
 		t.Fatalf("python client output %q, want x-backend=A", out)
 	}
 	wantFederated(t, def, auth, target)
