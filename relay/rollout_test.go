@@ -225,6 +225,11 @@ func TestRolloutSubscriptionChangeBehindBarrier(t *testing.T) {
 		c.Upstream.XDSServers[0].Protocol = "sotw"
 		c.Rollout = &config.Rollout{CanaryFraction: 0.2, Hold: 30 * time.Second}
 	}))
+	// c2 is cached (another client watches it), so the subscription change
+	// below is answered from the cache, not by a later upstream update.
+	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "other"})
+	other.Subscribe(resource.ClusterType, "c2")
+	other.Ack(other.RecvType(resource.ClusterType))
 	clients := make([]*xdstest.ADSClient, 5)
 	for i := range clients {
 		clients[i] = xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("n%d", i)})
