@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -72,6 +73,8 @@ type stream struct {
 
 // typeState is a stream's protocol state for one type. Guarded by stream.mu.
 type typeState struct {
+	counters typeCounters // set at creation
+
 	// subscription
 	wildcard       bool
 	legacyWildcard bool // SotW: no request with names yet, so empty means wildcard
@@ -248,6 +251,10 @@ func (st *stream) flush() {
 		} else {
 			msg = st.buildSotW(it)
 		}
+		var sent typeCounters
+		if ts := st.types[it.view.TypeURL]; ts != nil {
+			sent = ts.counters
+		}
 		st.mu.Unlock()
 		if msg == nil {
 			continue
@@ -259,11 +266,14 @@ func (st *stream) flush() {
 			st.mu.Unlock()
 			continue
 		}
-		tl := metricsType(it.view.TypeURL)
-		st.srv.m.Responses.WithLabelValues(tl, st.proto).Inc()
-		st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto).Add(float64(msg.size()))
+		sent.responses.Inc()
+		sent.bytes.Add(float64(msg.size()))
 	}
 }
+
+// typeCounters are a stream type's send counters, looked up once (not per
+// response on the fan-out path).
+type typeCounters struct{ responses, bytes prometheus.Counter }
 
 func metricsType(t string) string { return metrics.TypeLabel(t) }
 
@@ -277,10 +287,14 @@ func (st *stream) nextNonce() string {
 func (st *stream) state(typeURL string) *typeState {
 	ts := st.types[typeURL]
 	if ts == nil {
-		ts = &typeState{names: make(map[string]struct{}), legacyWildcard: true}
+		tl := metrics.TypeLabel(typeURL)
+		ts = &typeState{names: make(map[string]struct{}), legacyWildcard: true, counters: typeCounters{
+			responses: st.srv.m.Responses.WithLabelValues(tl, st.proto),
+			bytes:     st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto),
+		}}
 		st.types[typeURL] = ts
 		// An ADS stream counts once per type it requested.
-		st.srv.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(typeURL), st.proto).Inc()
+		st.srv.m.DownstreamStreams.WithLabelValues(tl, st.proto).Inc()
 	}
 	return ts
 }
