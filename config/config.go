@@ -101,8 +101,11 @@ type Keying struct {
 	// whose node has the relay's id with the group appended and the group's
 	// projected fields. Empty: one group.
 	GroupBy []string `yaml:"group_by,omitempty"`
-	// DynamicParametersFromNode maps TP2 parameter names to node fields
-	// (not supported yet).
+	// DynamicParametersFromNode maps TP2 dynamic parameter names to node
+	// fields (as in GroupBy), for clients that cannot send resource locators
+	// (Envoy, grpc-go): the names they subscribe to are fetched and cached
+	// per parameter set, and they receive the plain resources. A field the
+	// node does not have is left out (TP2 "exists" sees it absent).
 	DynamicParametersFromNode map[string]string `yaml:"dynamic_parameters_from_node,omitempty"`
 }
 

@@ -30,16 +30,17 @@ func (c *Config) Validate() error {
 	}
 	if k := c.Keying; k != nil {
 		for i, f := range k.GroupBy {
-			switch {
-			case f == "id", f == "cluster", f == "locality.region", f == "locality.zone", f == "locality.sub_zone":
-			case strings.HasPrefix(f, "metadata.") && len(f) > len("metadata."):
-			default:
-				return &FieldError{Field: fmt.Sprintf("keying.group_by[%d]", i),
-					Msg: fmt.Sprintf("unknown node field %q (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)", f)}
+			if err := checkNodeField(fmt.Sprintf("keying.group_by[%d]", i), f); err != nil {
+				return err
 			}
 		}
-		if len(k.DynamicParametersFromNode) > 0 {
-			return notYet("keying.dynamic_parameters_from_node")
+		for _, p := range slices.Sorted(maps.Keys(k.DynamicParametersFromNode)) {
+			if p == "" {
+				return &FieldError{Field: "keying.dynamic_parameters_from_node", Msg: "empty parameter name"}
+			}
+			if err := checkNodeField("keying.dynamic_parameters_from_node."+p, k.DynamicParametersFromNode[p]); err != nil {
+				return err
+			}
 		}
 	}
 	if p := c.Cache.PersistPath; p != "" {
@@ -160,6 +161,14 @@ func checkHostPort(field, s string, needHost bool) error {
 	return nil
 }
 
-func notYet(field string) error {
-	return &FieldError{Field: field, Msg: "not supported yet"}
+// checkNodeField checks a node field name of keying.
+func checkNodeField(field, f string) error {
+	switch {
+	case f == "id", f == "cluster", f == "locality.region", f == "locality.zone", f == "locality.sub_zone":
+	case strings.HasPrefix(f, "metadata.") && len(f) > len("metadata."):
+	default:
+		return &FieldError{Field: field,
+			Msg: fmt.Sprintf("unknown node field %q (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)", f)}
+	}
+	return nil
 }

@@ -121,8 +121,8 @@ func TestValidateErrors(t *testing.T) {
 		{"group_by field", withServer(func(c *config.Config) { c.Keying = &config.Keying{GroupBy: []string{"cluster", "colour"}} }),
 			"keying.group_by[1]", `config: keying.group_by[1]: unknown node field "colour" (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)`},
 		{"dynamic parameters", withServer(func(c *config.Config) {
-			c.Keying = &config.Keying{DynamicParametersFromNode: map[string]string{"env": "metadata.env"}}
-		}), "keying.dynamic_parameters_from_node", "config: keying.dynamic_parameters_from_node: not supported yet"},
+			c.Keying = &config.Keying{DynamicParametersFromNode: map[string]string{"env": "metadata.env", "zone": "zone"}}
+		}), "keying.dynamic_parameters_from_node.zone", `config: keying.dynamic_parameters_from_node.zone: unknown node field "zone" (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)`},
 		{"rollout fraction", withServer(func(c *config.Config) { c.Rollout = &config.Rollout{CanaryFraction: 2, Hold: time.Second} }),
 			"rollout.canary_fraction", "config: rollout.canary_fraction: must be in (0, 1], got 2"},
 		{"rollout hold", withServer(func(c *config.Config) { c.Rollout = &config.Rollout{CanaryFraction: 0.1} }),

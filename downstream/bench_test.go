@@ -29,7 +29,7 @@ func BenchmarkEncodeSotW100(b *testing.B) {
 	rs := v.wildcard()
 	b.ReportAllocs()
 	for b.Loop() {
-		encodeSotW(v.TypeURL, rs, nil)
+		encodeSotW(v.TypeURL, rs, nil, nil)
 	}
 }
 
@@ -37,10 +37,10 @@ func BenchmarkEncodeSotW100(b *testing.B) {
 // nonce.
 func BenchmarkSharedResponsePerStream(b *testing.B) {
 	v := benchView(100)
-	v.sotw("*", v.wildcard, nil)
+	v.sotw("*", v.wildcard, nil, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		body := v.sotw("*", v.wildcard, nil)
+		body := v.sotw("*", v.wildcard, nil, nil)
 		_ = newEncoded(body.bytes, sotwNonce, "12345")
 	}
 }

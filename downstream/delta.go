@@ -27,8 +27,14 @@ func (st *stream) runDelta() error {
 // handleDelta applies one incremental request. xDS: subscription changes are
 // honoured whatever the nonce; ACK/NACK is per response nonce.
 func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
-	n := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) + len(req.GetInitialResourceVersions())
+	n := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) + len(req.GetInitialResourceVersions()) +
+		len(req.GetResourceLocatorsSubscribe()) + len(req.GetResourceLocatorsUnsubscribe())
 	typeURL, err := st.prelude(req.GetTypeUrl(), n, req.GetNode())
+	if err != nil {
+		return err
+	}
+	err = st.checkNames(append(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()...),
+		req.GetResourceLocatorsSubscribe(), req.GetResourceLocatorsUnsubscribe())
 	if err != nil {
 		return err
 	}
@@ -47,7 +53,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 			st.srv.m.ACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
 		}
 	}
-	add, remove, wildcard := ts.subscribeDelta(typeURL, req)
+	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
 
@@ -55,7 +61,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 // xDS: "*" subscribes to the wildcard (LDS/CDS); so does a first request
 // that names nothing (legacy). initial_resource_versions, on the first
 // request of a type, tell what the client already holds.
-func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscoveryRequest) (add, remove []string, wildcard *bool) {
+func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb.DeltaDiscoveryRequest) (add, remove []string, wildcard *bool) {
 	if ts.has == nil {
 		ts.has = make(map[string]string)
 	}
@@ -63,16 +69,30 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 	ts.requested = true
 	if first {
 		for n, v := range req.GetInitialResourceVersions() {
-			ts.has[canonical(n)] = v
+			ts.has[st.key(n)] = v
 		}
 	}
 	capable := keying.WildcardCapable(typeURL)
 	wild := ts.wildcard
-	if first && capable && len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
+	if first && capable && len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 &&
+		len(req.GetResourceLocatorsSubscribe()) == 0 {
 		wild = true
 	}
-	for _, n := range req.GetResourceNamesSubscribe() {
-		n = canonical(n)
+	subs, unsubs := keysOf(st, req.GetResourceNamesSubscribe()), keysOf(st, req.GetResourceNamesUnsubscribe())
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		k := locatorKey(l)
+		subs = append(subs, k)
+		if k != keying.Wildcard {
+			if ts.wrapped == nil {
+				ts.wrapped = make(map[string]struct{})
+			}
+			ts.wrapped[k] = struct{}{}
+		}
+	}
+	for _, l := range req.GetResourceLocatorsUnsubscribe() {
+		unsubs = append(unsubs, locatorKey(l))
+	}
+	for _, n := range subs {
 		switch {
 		case n == keying.Wildcard:
 			wild = capable
@@ -85,14 +105,15 @@ func (ts *typeState) subscribeDelta(typeURL string, req *discoverypb.DeltaDiscov
 			}
 		}
 	}
-	for _, n := range req.GetResourceNamesUnsubscribe() {
-		n = canonical(n)
+	for _, n := range unsubs {
 		switch {
 		case n == keying.Wildcard:
 			wild = false
 		default:
 			if _, ok := ts.names[n]; ok {
 				delete(ts.names, n)
+				delete(ts.wrapped, n)
+				delete(ts.heldTP2, n)
 				// The client drops what it unsubscribed; if the wildcard still
 				// covers it, the answer to the unsubscription resends it.
 				delete(ts.has, n)
@@ -129,10 +150,22 @@ func (st *stream) buildDelta(it item) *encoded {
 	var send []*Resource
 	var removed []string
 	var errs []*ResourceError
+	var swapped []removal // TP2: variants replaced by another variant sent now
 	sendIfNew := func(r *Resource) {
-		if ts.has[r.Name] != r.Version {
-			ts.has[r.Name] = r.Version
-			send = append(send, r)
+		k := r.key()
+		if ts.has[k] == r.Version {
+			return
+		}
+		ts.has[k] = r.Version
+		send = append(send, r)
+		if _, tp2 := ts.wrapped[k]; tp2 {
+			if old := ts.heldTP2[k]; old != nil && old.Constraints != r.Constraints {
+				swapped = append(swapped, old.removal())
+			}
+			if ts.heldTP2 == nil {
+				ts.heldTP2 = make(map[string]*Resource)
+			}
+			ts.heldTP2[k] = r.root()
 		}
 	}
 	consider := func(n string, forced bool) {
@@ -221,11 +254,21 @@ func (st *stream) buildDelta(it item) *encoded {
 	removed = slices.Compact(removed)
 	// Never a name both sent and removed in one response.
 	removed = slices.DeleteFunc(removed, func(n string) bool {
-		_, sent := slices.BinarySearchFunc(send, n, func(r *Resource, n string) int { return strings.Compare(r.Name, n) })
+		_, sent := slices.BinarySearchFunc(send, n, func(r *Resource, n string) int { return strings.Compare(r.key(), n) })
 		return sent
 	})
+	rms := swapped
+	for _, k := range removed {
+		if old := ts.heldTP2[k]; old != nil {
+			rms = append(rms, old.removal()) // TP2: the variant the client holds
+			delete(ts.heldTP2, k)
+			continue
+		}
+		n, _ := keying.SplitSubscriptionKey(k)
+		rms = append(rms, removal{name: n})
+	}
 	sortErrors(errs)
-	b := v.delta(send, removed, errs)
+	b := v.delta(send, rms, errs, ts.wrapped)
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
@@ -255,31 +298,56 @@ const (
 	resourceVersion = 1
 	resourceBody    = 2
 	resourceName    = 3
+	resourceTP2Name = 8
+
+	deltaRemovedNames = 8
 )
+
+// removal is one name of a Delta response's removals: removed_resources, or
+// for a TP2 subscriber removed_resource_names with the variant's constraints.
+type removal struct {
+	name        string
+	tp2         bool
+	constraints string
+	wire        []byte
+}
+
+// removal returns the removal of the variant r for a TP2 subscriber.
+func (r *Resource) removal() removal {
+	return removal{name: r.Name, tp2: true, constraints: r.Constraints, wire: r.ConstraintsWire}
+}
 
 // delta returns the encoded incremental response carrying send and removed,
 // memoized so that every stream sending the same change shares the bytes.
-func (v *View) delta(send []*Resource, removed []string, errs []*ResourceError) *body {
+// The keys in wrapped are sent as TP2 variants.
+func (v *View) delta(send []*Resource, removed []removal, errs []*ResourceError, wrapped map[string]struct{}) *body {
 	var sb strings.Builder
 	sb.WriteString("d\x00")
 	for _, r := range send {
-		sb.WriteString(r.Name)
+		if _, tp2 := wrapped[r.key()]; tp2 {
+			sb.WriteString("\x01")
+		}
+		sb.WriteString(r.key())
 		sb.WriteByte(0)
 	}
 	sb.WriteString("\x00-")
-	for _, n := range removed {
-		sb.WriteString(n)
+	for _, rm := range removed {
+		if rm.tp2 {
+			sb.WriteString("\x01" + rm.constraints + "\x01")
+		}
+		sb.WriteString(rm.name)
 		sb.WriteByte(0)
 	}
 	if len(errs) > 0 {
 		sb.WriteString(errorKey(errs))
 	}
-	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, removed, errs) })
+	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, removed, errs, wrapped) })
 }
 
 // deltaBytes is the resource wrapped as envoy.service.discovery.v3.Resource
-// (name, version, Any), encoded once per resource.
+// (name, version, Any), encoded once per stored variant.
 func (r *Resource) deltaBytes() []byte {
+	r = r.root()
 	r.deltaOnce.Do(func() {
 		n := protowire.SizeTag(resourceName) + protowire.SizeBytes(len(r.Name)) +
 			protowire.SizeTag(resourceVersion) + protowire.SizeBytes(len(r.Version)) +
@@ -296,21 +364,83 @@ func (r *Resource) deltaBytes() []byte {
 	return r.delta
 }
 
-func encodeDelta(typeURL string, send []*Resource, removed []string, errs []*ResourceError) *body {
+// tp2Bytes is the resource wrapped for a TP2 subscriber (one that subscribed
+// with a locator): a Resource with resource_name = {name, constraints}
+// instead of name; asAny wraps that in a google.protobuf.Any, as SotW
+// responses carry it. Encoded once per stored variant.
+func (r *Resource) tp2Bytes(asAny bool) []byte {
+	r = r.root()
+	r.tp2Once.Do(func() {
+		var b []byte
+		b = protowire.AppendTag(b, resourceVersion, protowire.BytesType)
+		b = protowire.AppendString(b, r.Version)
+		b = protowire.AppendTag(b, resourceBody, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.Any)
+		b = protowire.AppendTag(b, resourceTP2Name, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.resourceName())
+		r.tp2 = b
+		var a []byte
+		a = protowire.AppendTag(a, 1, protowire.BytesType)
+		a = protowire.AppendString(a, keying.ResourceWrapperType)
+		a = protowire.AppendTag(a, 2, protowire.BytesType)
+		a = protowire.AppendBytes(a, b)
+		r.tp2Any = a
+	})
+	if asAny {
+		return r.tp2Any
+	}
+	return r.tp2
+}
+
+// resourceName encodes the variant's ResourceName{name, constraints}.
+func (r *Resource) resourceName() []byte {
+	return encodeResourceName(r.Name, r.ConstraintsWire)
+}
+
+func encodeResourceName(name string, constraints []byte) []byte {
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, name)
+	if constraints != nil {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, constraints)
+	}
+	return b
+}
+
+func encodeDelta(typeURL string, send []*Resource, removed []removal, errs []*ResourceError, wrapped map[string]struct{}) *body {
 	version := setVersion(send, errs)
 	var b []byte
 	b = protowire.AppendTag(b, deltaSystemVersion, protowire.BytesType)
 	b = protowire.AppendString(b, version)
 	for _, r := range send {
 		b = protowire.AppendTag(b, deltaResources, protowire.BytesType)
-		b = protowire.AppendBytes(b, r.deltaBytes())
+		if _, tp2 := wrapped[r.key()]; tp2 {
+			b = protowire.AppendBytes(b, r.tp2Bytes(false))
+		} else {
+			b = protowire.AppendBytes(b, r.deltaBytes())
+		}
 	}
 	b = protowire.AppendTag(b, deltaTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)
-	for _, n := range removed {
+	for _, rm := range removed {
+		if rm.tp2 {
+			b = protowire.AppendTag(b, deltaRemovedNames, protowire.BytesType)
+			b = protowire.AppendBytes(b, encodeResourceName(rm.name, rm.wire))
+			continue
+		}
 		b = protowire.AppendTag(b, deltaRemoved, protowire.BytesType)
-		b = protowire.AppendString(b, n)
+		b = protowire.AppendString(b, rm.name)
 	}
 	b = appendErrors(b, deltaResourceErrors, errs)
 	return &body{bytes: b, version: version, count: len(send)}
+}
+
+// keysOf returns the subscription keys of names.
+func keysOf(st *stream, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = st.key(n)
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // ResourceError is a TP3 per-resource error: the relay's own (an authority
@@ -27,8 +29,9 @@ func (e *ResourceError) NotFound() bool { return e.Code == codes.NotFound }
 func (e *ResourceError) bytes() []byte {
 	e.once.Do(func() {
 		var name []byte
+		n, _ := keying.SplitSubscriptionKey(e.Name) // the name, without a subscription's parameters
 		name = protowire.AppendTag(name, 1, protowire.BytesType)
-		name = protowire.AppendString(name, e.Name)
+		name = protowire.AppendString(name, n)
 		var st []byte
 		st = protowire.AppendTag(st, 1, protowire.VarintType)
 		st = protowire.AppendVarint(st, uint64(e.Code))

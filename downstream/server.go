@@ -81,7 +81,12 @@ type Options struct {
 	MaxSenders int
 	// Authorize, when set, is asked for every subscribed name.
 	Authorize Authorizer
-	Logger    *zap.Logger
+	// NodeParameters, when set, derives TP2 dynamic parameters from a
+	// stream's node; they are added to every name it subscribes to without
+	// a locator (clients that cannot send locators), and the variants are
+	// sent to it plain.
+	NodeParameters func(*corev3.Node) map[string]string
+	Logger         *zap.Logger
 	// Metrics must be set.
 	Metrics *metrics.Metrics
 }

@@ -28,10 +28,14 @@ func (st *stream) runSotW() error {
 // gRPC status that ends the stream; everything else is answered through the
 // queue.
 func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
-	typeURL, err := st.prelude(req.GetTypeUrl(), len(req.GetResourceNames()), req.GetNode())
+	typeURL, err := st.prelude(req.GetTypeUrl(), len(req.GetResourceNames())+len(req.GetResourceLocators()), req.GetNode())
 	if err != nil {
 		return err
 	}
+	if err := st.checkNames(req.GetResourceNames(), req.GetResourceLocators()); err != nil {
+		return err
+	}
+	names, wrapped, keyed := st.sotwKeys(req)
 	st.mu.Lock()
 	ts := st.state(typeURL)
 	nonce := req.GetResponseNonce()
@@ -41,7 +45,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		// with the ACK/NACK of the latest response. Names it dropped meanwhile
 		// may have been dropped from its cache: if it names them again, they
 		// are sent again.
-		ts.noteStaleDrops(req.GetResourceNames())
+		ts.noteStaleDrops(names, keyed)
 		st.mu.Unlock()
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
@@ -56,7 +60,8 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			st.acked(ts, typeURL, req.GetVersionInfo())
 		}
 	}
-	add, remove, wildcard := ts.subscribeSotW(typeURL, req.GetResourceNames())
+	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed)
+	ts.wrapped = wrapped
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
 
@@ -65,7 +70,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 // request without names is a legacy wildcard, which lasts while requests keep
 // coming without names; once a request named resources, an empty list means
 // nothing.
-func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove []string, wildcard *bool) {
+//
+// keyed says that names are subscription keys already (see sotwKeys).
+func (ts *typeState) subscribeSotW(typeURL string, names []string, keyed bool) (add, remove []string, wildcard *bool) {
 	if ts.sameSubscription(typeURL, names) {
 		return nil, nil, nil // the common ACK: nothing changed
 	}
@@ -76,8 +83,11 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 			wild = true
 			continue
 		}
+		if n != "" && !keyed {
+			n = canonical(n)
+		}
 		if n != "" {
-			want[canonical(n)] = struct{}{}
+			want[n] = struct{}{}
 		}
 	}
 	if keying.WildcardCapable(typeURL) {
@@ -116,6 +126,32 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string) (add, remove 
 		wildcard = &wild
 	}
 	return add, remove, wildcard
+}
+
+// sotwKeys returns the subscription of a SotW request: its names as they
+// are (keyed false) on the common path — no locators, no parameters from
+// the node — and otherwise the subscription keys of its names and TP2
+// locators, with the keys that came as locators in wrapped.
+func (st *stream) sotwKeys(req *discoverypb.DiscoveryRequest) (names []string, wrapped map[string]struct{}, keyed bool) {
+	locs := req.GetResourceLocators()
+	if len(locs) == 0 && st.params == "" {
+		return req.GetResourceNames(), nil, false
+	}
+	names = make([]string, 0, len(req.GetResourceNames())+len(locs))
+	for _, n := range req.GetResourceNames() {
+		names = append(names, st.key(n))
+	}
+	for _, l := range locs {
+		k := locatorKey(l)
+		names = append(names, k)
+		if k != keying.Wildcard {
+			if wrapped == nil {
+				wrapped = make(map[string]struct{})
+			}
+			wrapped[k] = struct{}{}
+		}
+	}
+	return names, wrapped, true
 }
 
 // isGlob reports whether a subscribed name is an xdstp glob collection.
@@ -173,10 +209,13 @@ func canonical(name string) string {
 }
 
 // noteStaleDrops remembers the subscribed names a stale request left out.
-func (ts *typeState) noteStaleDrops(names []string) {
+func (ts *typeState) noteStaleDrops(names []string, keyed bool) {
 	in := make(map[string]struct{}, len(names))
 	for _, n := range names {
-		in[canonical(n)] = struct{}{}
+		if !keyed {
+			n = canonical(n)
+		}
+		in[n] = struct{}{}
 	}
 	for n := range ts.names {
 		if _, ok := in[n]; !ok {
@@ -237,7 +276,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		if _, denied := ts.denied[n]; denied {
 			continue
 		}
-		if r, ok := v.Resources[n]; ok && (!ts.wildcard || r.Authority != "") {
+		if r, ok := v.Resources[n]; ok && (!ts.wildcard || r.Authority != "" || !r.plain()) {
 			extra = append(extra, r)
 		}
 		if isGlob(n) {
@@ -246,7 +285,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	}
 	if ts.hasGlobs {
 		slices.SortFunc(extra, byName)
-		extra = slices.CompactFunc(extra, func(a, b *Resource) bool { return a.Name == b.Name })
+		extra = slices.CompactFunc(extra, func(a, b *Resource) bool { return a.key() == b.key() })
 	}
 	// TP3: LDS/CDS responses with errors still carry every other resource.
 	var errs []*ResourceError
@@ -265,10 +304,10 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	var b *body
 	switch {
 	case ts.wildcard && len(extra) == 0:
-		b = v.sotw("*", v.wildcard, errs)
+		b = v.sotw("*", v.wildcard, errs, nil)
 	default:
 		slices.SortFunc(extra, byName)
-		key := selectionKey(ts.wildcard, extra)
+		key := selectionKey(ts.wildcard, extra, ts.wrapped)
 		b = v.sotw(key, func() []*Resource {
 			if !ts.wildcard {
 				return extra
@@ -276,7 +315,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			all := append(slices.Clone(v.wildcard()), extra...)
 			slices.SortFunc(all, byName)
 			return all
-		}, errs)
+		}, errs, ts.wrapped)
 	}
 	if b.version == ts.sentVersion && !forced {
 		return nil
@@ -318,9 +357,9 @@ func (st *stream) partial(ts *typeState, it item) *body {
 		return nil
 	}
 	slices.SortFunc(sel, byName)
-	sel = slices.CompactFunc(sel, func(a, b *Resource) bool { return a.Name == b.Name })
+	sel = slices.CompactFunc(sel, func(a, b *Resource) bool { return a.key() == b.key() })
 	sortErrors(errs)
-	return v.sotw(selectionKey(false, sel), func() []*Resource { return sel }, errs)
+	return v.sotw(selectionKey(false, sel, ts.wrapped), func() []*Resource { return sel }, errs, ts.wrapped)
 }
 
 func sortErrors(errs []*ResourceError) {
@@ -337,16 +376,20 @@ func anyAbsent(v *View, names map[string]struct{}) bool {
 	return false
 }
 
-func byName(a, b *Resource) int { return strings.Compare(a.Name, b.Name) }
+func byName(a, b *Resource) int { return strings.Compare(a.key(), b.key()) }
 
-// selectionKey names a selection of a View for the response memo.
-func selectionKey(wildcard bool, rs []*Resource) string {
+// selectionKey names a selection of a View for the response memo; the keys
+// in wrapped are marked (sent as TP2 variants).
+func selectionKey(wildcard bool, rs []*Resource, wrapped map[string]struct{}) string {
 	var sb strings.Builder
 	if wildcard {
 		sb.WriteString("*\x00")
 	}
 	for _, r := range rs {
-		sb.WriteString(r.Name)
+		if _, tp2 := wrapped[r.key()]; tp2 {
+			sb.WriteByte(1)
+		}
+		sb.WriteString(r.key())
 		sb.WriteByte(0)
 	}
 	return sb.String()

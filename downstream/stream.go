@@ -6,10 +6,13 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
@@ -59,6 +62,9 @@ type stream struct {
 
 	// owned by the handler goroutine
 	node *corev3.Node
+	// params are the TP2 dynamic parameters (canonical) derived from node
+	// for the names it subscribes to without a locator.
+	params string
 
 	mu        sync.Mutex
 	types     map[string]*typeState // guarded by mu
@@ -113,6 +119,12 @@ type typeState struct {
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
 	staleDropped map[string]struct{}
+
+	// TP2: wrapped holds the subscribed keys that came as resource locators:
+	// their variants are sent in a Resource with name and constraints.
+	// heldTP2 (Delta) is the variant the client holds for each of them.
+	wrapped map[string]struct{}
+	heldTP2 map[string]*Resource
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
@@ -313,6 +325,9 @@ func (st *stream) bind(node *corev3.Node) error {
 	}
 	if st.node == nil {
 		st.node = node
+		if f := st.srv.opts.NodeParameters; f != nil {
+			st.params = keying.CanonicalParams(f(node))
+		}
 		st.mu.Lock()
 		st.nodeID, st.cluster = node.GetId(), node.GetCluster()
 		st.mu.Unlock()
@@ -528,9 +543,55 @@ func (st *stream) info() StreamInfo {
 	for t, ts := range st.types {
 		ti := TypeInfo{Wildcard: ts.wildcard, SentVersion: ts.sentVersion, SentNonce: ts.lastNonce,
 			AckedVersion: ts.ackedVersion, LastNACK: ts.lastNACK}
-		ti.Names = keys(ts.names)
+		ti.Names = make([]string, 0, len(ts.names))
+		for k := range ts.names {
+			ti.Names = append(ti.Names, keying.DisplayKey(k))
+		}
 		slices.Sort(ti.Names)
 		info.Types[t] = ti
 	}
 	return info
+}
+
+// key returns the subscription key of a name the stream subscribes to
+// without a locator: canonical, with the parameters derived from its node.
+func (st *stream) key(name string) string {
+	if name == "" || name == keying.Wildcard {
+		return name
+	}
+	c := canonical(name)
+	if st.params == "" || isGlob(c) {
+		return c
+	}
+	return unique.Make(keying.SubscriptionKey(c, st.params)).Value()
+}
+
+// locatorKey returns the subscription key of a TP2 resource locator.
+func locatorKey(l *discoverypb.ResourceLocator) string {
+	c := canonical(l.GetName())
+	if c == keying.Wildcard || len(l.GetDynamicParameters()) == 0 {
+		return c
+	}
+	return unique.Make(keying.SubscriptionKey(c, keying.CanonicalParams(l.GetDynamicParameters()))).Value()
+}
+
+// checkNames refuses names that cannot be subscription keys (the key
+// separator inside a name would make it another name's parameters).
+func (st *stream) checkNames(names []string, locs ...[]*discoverypb.ResourceLocator) error {
+	bad := func(n string) error {
+		return st.reject("malformed_name", codes.InvalidArgument, "resource name %q contains a NUL byte", n)
+	}
+	for _, n := range names {
+		if strings.IndexByte(n, 0) >= 0 {
+			return bad(n)
+		}
+	}
+	for _, ls := range locs {
+		for _, l := range ls {
+			if strings.IndexByte(l.GetName(), 0) >= 0 {
+				return bad(l.GetName())
+			}
+		}
+	}
+	return nil
 }

@@ -31,10 +31,60 @@ type Resource struct {
 	// UpstreamVersion is the version the upstream gave the resource (Delta),
 	// sent back upstream as initial_resource_versions after a reconnect.
 	UpstreamVersion string
+	// Constraints is the canonical form of the variant's TP2 dynamic
+	// parameter constraints ("" for none) and ConstraintsWire their
+	// encoding, sent with the variant to subscribers that use locators.
+	Constraints     string
+	ConstraintsWire []byte
+	// Key is the resource's key in its View when that is not Name: a TP2
+	// subscription key (keying.SubscriptionKey) this variant was selected for.
+	Key string
+
+	// base is the stored variant a selection (Selected) shares its encodings
+	// with; nil for the stored variant itself.
+	base *Resource
 
 	deltaOnce sync.Once
 	delta     []byte // the Resource wrapper, encoded on first use
+	tp2Once   sync.Once
+	tp2       []byte // the Resource wrapper with resource_name, encoded on first use
+	tp2Any    []byte // tp2 as a google.protobuf.Any, for SotW
 }
+
+// key returns the resource's key in its View.
+func (r *Resource) key() string {
+	if r.Key != "" {
+		return r.Key
+	}
+	return r.Name
+}
+
+// plain reports whether r is keyed by its name: what wildcard and glob
+// subscriptions select (selections for TP2 parameters are not).
+func (r *Resource) plain() bool { return r.Key == "" || r.Key == r.Name }
+
+// Selected returns r as the variant selected for the subscription key: the
+// same resource (and shared encodings) under another key of the View.
+func (r *Resource) Selected(key string) *Resource {
+	if key == r.Name && r.base == nil {
+		return r
+	}
+	root := r.root()
+	return &Resource{Name: root.Name, Version: root.Version, Any: root.Any, Authority: root.Authority, Glob: root.Glob,
+		UpstreamVersion: root.UpstreamVersion, Constraints: root.Constraints, ConstraintsWire: root.ConstraintsWire,
+		Key: key, base: root}
+}
+
+// root returns the stored variant whose encodings r shares.
+func (r *Resource) root() *Resource {
+	if r.base != nil {
+		return r.base
+	}
+	return r
+}
+
+// Root returns the stored variant r selects (r itself when it is one).
+func (r *Resource) Root() *Resource { return r.root() }
 
 // View is an immutable snapshot of one type's resources, published by the
 // Source after every change of that type. Streams hold Views in their queues,
@@ -74,7 +124,7 @@ type View struct {
 func (v *View) wildcard() []*Resource {
 	v.wildOnce.Do(func() {
 		for _, r := range v.Resources {
-			if r.Authority == "" {
+			if r.Authority == "" && r.plain() {
 				v.wild = append(v.wild, r)
 			}
 		}
@@ -87,7 +137,7 @@ func (v *View) wildcard() []*Resource {
 func (v *View) members(glob string) []*Resource {
 	var out []*Resource
 	for _, r := range v.Resources {
-		if r.Glob == glob {
+		if r.Glob == glob && r.plain() {
 			out = append(out, r)
 		}
 	}
@@ -104,11 +154,13 @@ type body struct {
 
 // sotw returns the SotW response body for the selection identified by key,
 // encoding it with pick the first time.
-func (v *View) sotw(key string, pick func() []*Resource, errs []*ResourceError) *body {
+// wrapped (nil for none) tells the keys of the resources to send wrapped in
+// a Resource with their TP2 name and constraints; key must tell them too.
+func (v *View) sotw(key string, pick func() []*Resource, errs []*ResourceError, wrapped map[string]struct{}) *body {
 	if len(errs) > 0 {
 		key += errorKey(errs)
 	}
-	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick(), errs) })
+	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick(), errs, wrapped) })
 }
 
 // errorKey extends a memo key with the errors a response carries.
@@ -140,7 +192,7 @@ func (v *View) memoized(key string, encode func() *body) *body {
 func setVersion(rs []*Resource, errs []*ResourceError) string {
 	h := sha256.New()
 	for _, r := range rs {
-		h.Write([]byte(r.Name))
+		h.Write([]byte(r.key()))
 		h.Write([]byte{0})
 		h.Write([]byte(r.Version))
 		h.Write([]byte{0})
@@ -168,19 +220,24 @@ const (
 
 // encodeSotW encodes a DiscoveryResponse without its nonce; the nonce is
 // appended per stream (protobuf allows fields in any order).
-func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError) *body {
+func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError, wrapped map[string]struct{}) *body {
 	version := setVersion(rs, errs)
+	anys := make([][]byte, len(rs))
 	n := protowire.SizeTag(sotwVersionInfo) + protowire.SizeBytes(len(version)) +
 		protowire.SizeTag(sotwTypeURL) + protowire.SizeBytes(len(typeURL))
-	for _, r := range rs {
-		n += protowire.SizeTag(sotwResources) + protowire.SizeBytes(len(r.Any))
+	for i, r := range rs {
+		anys[i] = r.Any
+		if _, wrap := wrapped[r.key()]; wrap {
+			anys[i] = r.tp2Bytes(true)
+		}
+		n += protowire.SizeTag(sotwResources) + protowire.SizeBytes(len(anys[i]))
 	}
 	b := make([]byte, 0, n)
 	b = protowire.AppendTag(b, sotwVersionInfo, protowire.BytesType)
 	b = protowire.AppendString(b, version)
-	for _, r := range rs {
+	for _, a := range anys {
 		b = protowire.AppendTag(b, sotwResources, protowire.BytesType)
-		b = protowire.AppendBytes(b, r.Any)
+		b = protowire.AppendBytes(b, a)
 	}
 	b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)

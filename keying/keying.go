@@ -103,3 +103,34 @@ func GlobOf(name string) string {
 	}
 	return u.Glob().String()
 }
+
+// paramSep separates a subscription key's name from its dynamic parameters.
+// It cannot be confused with a name in practice (xDS names are printable).
+const paramSep = "\x00"
+
+// SubscriptionKey is the relay's key for a subscription to name with TP2
+// dynamic parameters (canonical, from CanonicalParams): the name itself when
+// there are none, so that a plain name and a locator without parameters are
+// one subscription. Subscriptions with equal keys are one cache entry and
+// one upstream subscription.
+func SubscriptionKey(name, params string) string {
+	if params == "" {
+		return name
+	}
+	return name + paramSep + params
+}
+
+// SplitSubscriptionKey returns the name and the canonical parameters of a
+// key made by SubscriptionKey.
+func SplitSubscriptionKey(key string) (name, params string) {
+	name, params, _ = strings.Cut(key, paramSep)
+	return name, params
+}
+
+// DisplayKey formats a subscription key for people: "name{k=v&…}".
+func DisplayKey(key string) string {
+	if name, params := SplitSubscriptionKey(key); params != "" {
+		return name + "{" + params + "}"
+	}
+	return key
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +45,15 @@ type typeCache struct {
 	// unavail holds, per name subscribed while its authority was
 	// unreachable and nothing was cached, the timer that reports UNAVAILABLE.
 	unavail map[string]*time.Timer
+
+	// TP2 (see variants.go): variants holds the stored variants of the
+	// names that have constrained variants or subscriptions with parameters;
+	// the View's entries for such a name (its plain key and its keys with
+	// parameters) are selections from them. Any other name's View entry is
+	// its only variant. params holds, per name, its subscription keys with
+	// parameters.
+	variants map[string][]variant
+	params   map[string]map[string]struct{}
 }
 
 type lingerEntry struct{ timer *time.Timer }
@@ -93,15 +103,33 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	now := time.Now()
 	// Encode outside the lock: the Any wrapper around the upstream's bytes.
 	fresh := make([]*downstream.Resource, 0, len(u.Resources))
+	constraints := make(map[*downstream.Resource]*discoverypb.DynamicParameterConstraints)
+	var heartbeats []string // TTL heartbeats: unchanged, still present
 	for _, res := range u.Resources {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res.Any)
+		if res.Heartbeat {
+			heartbeats = append(heartbeats, res.Name)
+			continue
+		}
+		b, err := marshalDeterministic(res.Any)
 		if err != nil {
 			return err
 		}
-		fresh = append(fresh, &downstream.Resource{
-			Name: res.Name, Version: downstream.ResourceVersion(b), Any: b, Authority: authority,
-			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name),
-		})
+		cs, cw, err := constraintsOf(res.Constraints)
+		if err != nil {
+			return err
+		}
+		version := downstream.ResourceVersion(b)
+		if cs != "" {
+			version = downstream.ResourceVersion(append(b[:len(b):len(b)], cs...))
+		}
+		nr := &downstream.Resource{
+			Name: res.Name, Version: version, Any: b, Authority: authority,
+			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name), Constraints: cs, ConstraintsWire: cw,
+		}
+		if cs != "" {
+			constraints[nr] = res.Constraints
+		}
+		fresh = append(fresh, nr)
 	}
 	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
 	r.m.UpstreamLastUpdate.WithLabelValues(authority).SetToCurrentTime()
@@ -116,6 +144,9 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	res := maps.Clone(old.Resources)
 	changed := make(map[string]struct{})
 	seen := make(map[string]struct{}, len(fresh))
+	for _, n := range heartbeats {
+		seen[n] = struct{}{}
+	}
 	touched := false
 	absent, copied := old.Absent, false
 	ownAbsent := func() {
@@ -135,6 +166,12 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 	}
+	// TP2: variants of names in variant mode are stored apart and selected
+	// for every key of the name once the response is applied, so
+	// that a delete and a create of variants reach subscribers as one change.
+	fullSotW := !u.Delta && keying.FullState(u.TypeURL)
+	resolved := make(map[string]bool)
+	sent := make(map[string]map[string]bool) // name → constraints of the variants received
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
 		if _, ok := absent[e.Name]; ok {
@@ -145,6 +182,16 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			ownErrs() // the resource is back: its error is over
 			delete(errs, e.Name)
 			changed[e.Name] = struct{}{}
+		}
+		if e.Constraints != "" || tc.variantMode(e.Name) {
+			tc.enterVariantMode(e.Name, res)
+			tc.putVariant(variant{res: e, c: constraints[e]})
+			resolved[e.Name] = true
+			if sent[e.Name] == nil {
+				sent[e.Name] = make(map[string]bool)
+			}
+			sent[e.Name][e.Constraints] = true
+			continue
 		}
 		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority {
 			if cur.UpstreamVersion != e.UpstreamVersion {
@@ -157,6 +204,11 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		changed[e.Name] = struct{}{}
 	}
 	remove := func(name string) {
+		if tc.variantMode(name) {
+			tc.variants[name] = nil
+			resolved[name] = true
+			return
+		}
 		if cur, ok := res[name]; ok && cur.Authority == authority {
 			delete(res, name)
 			changed[name] = struct{}{}
@@ -185,13 +237,24 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		// xDS: a resource missing from a SotW LDS/CDS response is deleted —
 		// if it is covered by what this relay subscribed, and not merely
 		// unavailable for now.
-		for name, cur := range old.Resources {
+		for key, cur := range old.Resources {
+			name, _ := keying.SplitSubscriptionKey(key)
 			if _, ok := seen[name]; !ok && !transient[name] && cur.Authority == authority &&
-				(u.Wildcard || tc.up[name] || (cur.Glob != "" && tc.up[cur.Glob])) {
+				(u.Wildcard || tc.up[key] || (cur.Glob != "" && tc.up[cur.Glob])) {
 				remove(name)
 			}
 		}
 	} else {
+		for _, rv := range u.RemovedVariants {
+			cs, _, _ := constraintsOf(rv.Constraints)
+			switch {
+			case tc.variantMode(rv.Name):
+				tc.dropVariant(rv.Name, cs)
+				resolved[rv.Name] = true
+			case cs == "":
+				remove(rv.Name)
+			}
+		}
 		for _, name := range u.Removed {
 			if _, ok := res[name]; ok {
 				remove(name)
@@ -201,6 +264,20 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 				ownAbsent()
 				absent[name] = struct{}{}
 				changed[name] = struct{}{}
+			}
+		}
+	}
+	for name := range resolved {
+		if fullSotW && sent[name] != nil {
+			// A full-state response carries every variant of what it names.
+			tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return !sent[name][v.res.Constraints] })
+		}
+		r.resolveVariants(tc, name, res, changed)
+		for k := range tc.params[name] {
+			if _, ok := res[k]; !ok && tc.up[k] && u.Delta && slices.Contains(u.Removed, name) {
+				ownAbsent() // the upstream says the name does not exist
+				absent[k] = struct{}{}
+				changed[k] = struct{}{}
 			}
 		}
 	}
@@ -312,7 +389,7 @@ func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[strin
 	}
 	out := make(map[string]string)
 	for name, res := range tc.view.Resources {
-		if res.Authority == authority && res.UpstreamVersion != "" {
+		if res.Authority == authority && res.UpstreamVersion != "" && name == res.Name && res.Constraints == "" {
 			out[name] = res.UpstreamVersion
 		}
 	}
@@ -338,4 +415,8 @@ func (r *Relay) publish(tc *typeCache, v *downstream.View) {
 		r.persist.touch()
 	}
 	r.m.CacheBytes.WithLabelValues(tl).Add(float64(tc.bytes - before))
+}
+
+func marshalDeterministic(m proto.Message) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
 }

@@ -22,6 +22,9 @@ type CacheEntryInfo struct {
 	Version     string `json:"version"`
 	Bytes       int    `json:"bytes"`
 	Subscribers int    `json:"subscribers"`
+	// Selected lists, for a TP2 variant, the subscriptions it is sent to:
+	// the name (no parameters) or "name{k=v&…}".
+	Selected []string `json:"selected,omitempty"`
 }
 
 // CacheFilter narrows /debug/cache. Empty fields match everything.
@@ -57,19 +60,31 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 				continue
 			}
 			for name, res := range tc.view.Resources {
+				if name != res.Name || tc.variantMode(name) {
+					continue // a TP2 selection, or a name listed by its variants below
+				}
 				if !strings.HasPrefix(name, f.NamePrefix) || (f.Authority != "" && res.Authority != f.Authority) {
 					continue
 				}
-				subs := len(tc.watchers[name])
-				if res.Authority == "" && keying.WildcardCapable(t) {
-					for id := range tc.wild {
-						if _, dup := tc.watchers[name][id]; !dup {
-							subs++
-						}
-					}
-				}
 				out = append(out, CacheEntryInfo{Scope: sc.key, Type: t, Name: name, Authority: res.Authority,
-					Version: res.Version, Bytes: len(res.Any), Subscribers: subs})
+					Version: res.Version, Bytes: len(res.Any), Subscribers: tc.subscribers(name, res)})
+			}
+			for name := range tc.variants {
+				if !strings.HasPrefix(name, f.NamePrefix) {
+					continue
+				}
+				for res, keys := range tc.variantInfo(name) {
+					if f.Authority != "" && res.Authority != f.Authority {
+						continue
+					}
+					e := CacheEntryInfo{Scope: sc.key, Type: t, Name: name, Constraints: res.Constraints,
+						Authority: res.Authority, Version: res.Version, Bytes: len(res.Any)}
+					for _, k := range keys {
+						e.Subscribers += tc.subscribers(k, tc.view.Resources[k])
+						e.Selected = append(e.Selected, keying.DisplayKey(k))
+					}
+					out = append(out, e)
+				}
 			}
 		}
 	}
@@ -80,9 +95,26 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 		if out[i].Type != out[j].Type {
 			return out[i].Type < out[j].Type
 		}
-		return out[i].Name < out[j].Name
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Constraints < out[j].Constraints
 	})
 	return out
+}
+
+// subscribers counts the streams that watch key, by name or by wildcard.
+// Called with mu held.
+func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
+	subs := len(tc.watchers[key])
+	if res.Authority == "" && key == res.Name && keying.WildcardCapable(tc.typeURL) {
+		for id := range tc.wild {
+			if _, dup := tc.watchers[key][id]; !dup {
+				subs++
+			}
+		}
+	}
+	return subs
 }
 
 // DebugClients lists the downstream streams, only those of nodeID when it is

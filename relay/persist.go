@@ -125,7 +125,10 @@ func encodeCache(views []*downstream.View) []byte {
 			t = protowire.AppendTag(t, 2, protowire.VarintType)
 			t = protowire.AppendVarint(t, 1)
 		}
-		for _, r := range v.Resources {
+		for key, r := range v.Resources {
+			if key != r.Name || r.Constraints != "" {
+				continue // TP2 variants are fetched again after a restart
+			}
 			var rb []byte
 			rb = protowire.AppendTag(rb, 1, protowire.BytesType)
 			rb = protowire.AppendString(rb, r.Name)

@@ -190,6 +190,7 @@ func (r *Relay) ref(tc *typeCache, name string) {
 		delete(tc.linger, name)
 	}
 	r.referenced(tc, name)
+	r.addParamKey(tc, name)
 	if tc.up[name] {
 		return
 	}
@@ -285,6 +286,9 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
 	r.unreferenced(tc, name)
+	if _, cached := tc.view.Resources[name]; !cached {
+		tc.dropParamKey(name)
+	}
 }
 
 // referenced takes name (or, for the wildcard, every default-authority
@@ -359,6 +363,13 @@ func (r *Relay) evict() {
 			TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: old.Absent, Errors: old.Errors,
 			Complete: complete, Received: old.Received,
 		})
+		for _, n := range names {
+			if isParamKey(n) {
+				tc.dropParamKey(n)
+			} else if len(tc.params[n]) == 0 {
+				delete(tc.variants, n) // nothing selects its variants any more
+			}
+		}
 		r.m.CacheEvictions.Add(float64(len(names)))
 	}
 }

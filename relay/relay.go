@@ -130,6 +130,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		MaxSubscriptions:    lim.MaxSubscriptionsPerStream,
 		NewStreamsPerSecond: lim.NewStreamsPerSecond,
 		Authorize:           authorizer(cfg.Authorization),
+		NodeParameters:      nodeParameters(cfg.Keying),
 		Logger:              log.Named("downstream"),
 		Metrics:             r.m,
 	})

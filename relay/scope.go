@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
@@ -55,6 +56,8 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 			up:       make(map[string]bool),
 			linger:   make(map[string]*lingerEntry),
 			unavail:  make(map[string]*time.Timer),
+			variants: make(map[string][]variant),
+			params:   make(map[string]map[string]struct{}),
 		}
 		sc.types[typeURL] = tc
 	}
@@ -111,30 +114,64 @@ func groupKey(fields []string, node *corev3.Node) string {
 	return strings.Join(parts, ",")
 }
 
-// nodeField reads one group_by field of node.
+// nodeField reads one group_by field of node ("" when it has none).
 func nodeField(node *corev3.Node, field string) string {
+	v, _ := lookupNodeField(node, field)
+	return v
+}
+
+// lookupNodeField reads a node field of keying (id, cluster,
+// locality.region|zone|sub_zone, metadata.KEY) and reports whether the node
+// has it: a non-empty string field, or a metadata key that is present.
+// Metadata values that are not strings read as their JSON.
+func lookupNodeField(node *corev3.Node, field string) (string, bool) {
+	var v string
 	switch field {
 	case "id":
-		return node.GetId()
+		v = node.GetId()
 	case "cluster":
-		return node.GetCluster()
+		v = node.GetCluster()
 	case "locality.region":
-		return node.GetLocality().GetRegion()
+		v = node.GetLocality().GetRegion()
 	case "locality.zone":
-		return node.GetLocality().GetZone()
+		v = node.GetLocality().GetZone()
 	case "locality.sub_zone":
-		return node.GetLocality().GetSubZone()
-	}
-	if key, ok := strings.CutPrefix(field, "metadata."); ok {
-		if v, ok := node.GetMetadata().GetFields()[key]; ok {
-			if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-				return s.StringValue
-			}
-			b, _ := v.MarshalJSON()
-			return string(b)
+		v = node.GetLocality().GetSubZone()
+	default:
+		key, ok := strings.CutPrefix(field, "metadata.")
+		if !ok {
+			return "", false
 		}
+		mv, ok := node.GetMetadata().GetFields()[key]
+		if !ok {
+			return "", false
+		}
+		if s, ok := mv.GetKind().(*structpb.Value_StringValue); ok {
+			return s.StringValue, true
+		}
+		b, _ := mv.MarshalJSON()
+		return string(b), true
 	}
-	return ""
+	return v, v != ""
+}
+
+// nodeParameters returns the keying.dynamic_parameters_from_node
+// translation of a node into TP2 dynamic parameters, nil when none is
+// configured. A field the node lacks is left out.
+func nodeParameters(k *config.Keying) func(*corev3.Node) map[string]string {
+	if k == nil || len(k.DynamicParametersFromNode) == 0 {
+		return nil
+	}
+	from := k.DynamicParametersFromNode
+	return func(node *corev3.Node) map[string]string {
+		out := make(map[string]string, len(from))
+		for param, field := range from {
+			if v, ok := lookupNodeField(node, field); ok {
+				out[param] = v
+			}
+		}
+		return out
+	}
 }
 
 // groupNode is the node a group's upstream streams present: the relay's own,

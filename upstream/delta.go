@@ -123,12 +123,9 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		if len(sub) == 0 && len(unsub) == 0 && len(acks) == 0 {
 			continue
 		}
-		req := &discoveryv3.DeltaDiscoveryRequest{
-			TypeUrl:                  t,
-			ResourceNamesSubscribe:   sub,
-			ResourceNamesUnsubscribe: unsub,
-			InitialResourceVersions:  iv,
-		}
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, InitialResourceVersions: iv}
+		req.ResourceNamesSubscribe, req.ResourceLocatorsSubscribe = locators(sub)
+		req.ResourceNamesUnsubscribe, req.ResourceLocatorsUnsubscribe = locators(unsub)
 		for i, a := range acks {
 			if i > 0 {
 				req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
@@ -211,13 +208,14 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		return
 	}
 	u := Update{
-		Server:    server,
-		TypeURL:   typeURL,
-		Resources: resources,
-		Removed:   resp.GetRemovedResources(),
-		Wildcard:  st.wildcard(),
-		Delta:     true,
-		Errors:    resourceErrors(resp.GetResourceErrors()),
+		Server:          server,
+		TypeURL:         typeURL,
+		Resources:       resources,
+		Removed:         resp.GetRemovedResources(),
+		RemovedVariants: removedVariants(resp.GetRemovedResourceNames()),
+		Wildcard:        st.wildcard(),
+		Delta:           true,
+		Errors:          resourceErrors(resp.GetResourceErrors()),
 	}
 	c.mu.Unlock()
 
@@ -237,4 +235,29 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	} else {
 		log.Debug("accepted delta response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
 	}
+}
+
+// removedVariants converts Delta's removed_resource_names.
+func removedVariants(rns []*discoveryv3.ResourceName) []Variant {
+	var out []Variant
+	for _, rn := range rns {
+		if rn.GetName() != "" {
+			out = append(out, Variant{Name: rn.GetName(), Constraints: rn.GetDynamicParameterConstraints()})
+		}
+	}
+	return out
+}
+
+// locators splits subscription keys into plain names and TP2 locators.
+func locators(keys []string) (names []string, locs []*discoveryv3.ResourceLocator) {
+	for _, k := range keys {
+		name, params := keying.SplitSubscriptionKey(k)
+		if params == "" {
+			names = append(names, k)
+			continue
+		}
+		p, _ := keying.ParseParams(params) // made by CanonicalParams
+		locs = append(locs, &discoveryv3.ResourceLocator{Name: name, DynamicParameters: p})
+	}
+	return names, locs
 }

@@ -43,6 +43,20 @@ type Resource struct {
 	// Heartbeat reports a TTL heartbeat: a wrapper without a resource, which
 	// says that the named resource is unchanged and refreshes its TTL.
 	Heartbeat bool
+	// Constraints are the TP2 dynamic-parameter constraints of this variant
+	// (the wrapper's resource_name); nil when it has none.
+	Constraints *discoveryv3.DynamicParameterConstraints
+}
+
+// variantID identifies a resource variant within a response.
+func (r Resource) variantID() string {
+	return r.Name + "\x00" + keying.CanonicalConstraints(r.Constraints)
+}
+
+// Variant names one variant of a resource: TP2 removed_resource_names.
+type Variant struct {
+	Name        string
+	Constraints *discoveryv3.DynamicParameterConstraints
 }
 
 // Update is one accepted response for one type from one server.
@@ -63,6 +77,8 @@ type Update struct {
 	Wildcard bool
 	// Delta reports an incremental response.
 	Delta bool
+	// RemovedVariants are Delta's removed_resource_names: variants deleted.
+	RemovedVariants []Variant
 	// Errors are the response's TP3 resource_errors.
 	Errors []ResourceError
 }
@@ -128,10 +144,10 @@ func decodeSotW(resp *discoveryv3.DiscoveryResponse) ([]Resource, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upstream: resource %d: %w", i, err)
 		}
-		if _, dup := seen[r.Name]; dup {
+		if _, dup := seen[r.variantID()]; dup {
 			return nil, fmt.Errorf("upstream: resource %d: duplicate name %q", i, r.Name)
 		}
-		seen[r.Name] = struct{}{}
+		seen[r.variantID()] = struct{}{}
 		out = append(out, r)
 	}
 	return out, nil
@@ -147,10 +163,10 @@ func decodeDelta(resp *discoveryv3.DeltaDiscoveryResponse) ([]Resource, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upstream: resource %d: %w", i, err)
 		}
-		if _, dup := seen[r.Name]; dup {
+		if _, dup := seen[r.variantID()]; dup {
 			return nil, fmt.Errorf("upstream: resource %d: duplicate name %q", i, r.Name)
 		}
-		seen[r.Name] = struct{}{}
+		seen[r.variantID()] = struct{}{}
 		out = append(out, r)
 	}
 	return out, nil
@@ -167,8 +183,11 @@ func fromWrapper(typeURL string, w *discoveryv3.Resource) (Resource, error) {
 		TTL:        w.GetTtl().AsDuration(),
 		DoNotCache: w.GetCacheControl().GetDoNotCache(),
 	}
-	if r.Name == "" {
-		r.Name = w.GetResourceName().GetName()
+	if rn := w.GetResourceName(); rn != nil {
+		if r.Name != "" {
+			return Resource{}, errors.New("Resource wrapper has both name and resource_name")
+		}
+		r.Name, r.Constraints = rn.GetName(), rn.GetDynamicParameterConstraints()
 	}
 	if w.GetResource() == nil {
 		// xDS TTL: a wrapper without a resource is a heartbeat.

@@ -61,20 +61,21 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			continue
 		}
 		st.requested = true
-		names := st.sortedNames()
-		if st.wildcard() && len(names) == 1 && !st.named {
+		names, locs := locators(st.sortedNames())
+		if st.wildcard() && len(names) == 1 && len(locs) == 0 && !st.named {
 			// A wildcard alone goes out as the legacy empty list, which every
 			// server understands (go-control-plane's SnapshotCache answers an
 			// explicit "*" with nothing); "*" is explicit once names were sent.
 			names = nil
-		} else if len(names) > 0 {
+		} else if len(names)+len(locs) > 0 {
 			st.named = true
 		}
 		req := &discoveryv3.DiscoveryRequest{
-			TypeUrl:       t,
-			ResourceNames: names,
-			VersionInfo:   st.version,
-			ResponseNonce: st.nonce,
+			TypeUrl:          t,
+			ResourceNames:    names,
+			ResourceLocators: locs,
+			VersionInfo:      st.version,
+			ResponseNonce:    st.nonce,
 		}
 		if nack != nil {
 			req.ErrorDetail = nackStatus(nack)
@@ -162,8 +163,13 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		if full {
 			wildcard := st.wildcard()
 			st.known = make(map[string]struct{}, len(resources))
+			named := make(map[string]struct{}, len(st.names))
+			for k := range st.names {
+				n, _ := keying.SplitSubscriptionKey(k) // TP2 locators too
+				named[n] = struct{}{}
+			}
 			for _, r := range resources {
-				if _, ok := st.names[r.Name]; ok || wildcard {
+				if _, ok := named[r.Name]; ok || wildcard {
 					st.known[r.Name] = struct{}{}
 				}
 			}

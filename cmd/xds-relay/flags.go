@@ -142,7 +142,7 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
   keying:
     group_by: []                node fields splitting clients into upstream groups: id, cluster,
                                 locality.region|zone|sub_zone, metadata.KEY (default: one group)
-    dynamic_parameters_from_node: {}   TP2 parameters from node fields (not supported yet)
+    dynamic_parameters_from_node: {}   TP2 parameter name -> node field, for clients without locators
   authorization:                what each client may subscribe to (default: all but secrets without mTLS)
     allow_secrets_without_mtls: false
     rules: [{identities, nodes, clusters, types, authorities, names}]   globs; first match allows

@@ -182,7 +182,7 @@ func TestHelp(t *testing.T) {
 			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
 			"--log-format FORMAT", "--version", "xds-relay validate",
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
-			"group_by", "canary_fraction", "not supported yet",
+			"group_by", "canary_fraction", "dynamic_parameters_from_node",
 			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
 		} {
 			if !strings.Contains(stdout, want) {
@@ -220,8 +220,8 @@ func TestValidate(t *testing.T) {
 			exitError, "", "upstream.xds_servers[0].channel_creds[0].config.ca_certificate_file: required for type tls", true},
 		{"unknown key", []string{"validate", "--config", writeFile(t, "upstream: {xds_server: []}\n")},
 			exitError, "", "upstream.xds_server: unknown field (line 1)", true},
-		{"later section", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "keying: {dynamic_parameters_from_node: {env: metadata.env}}\n")},
-			exitError, "", "config: keying.dynamic_parameters_from_node: not supported yet", true},
+		{"later section", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "keying: {dynamic_parameters_from_node: {env: colour}}\n")},
+			exitError, "", `config: keying.dynamic_parameters_from_node.env: unknown node field "colour"`, true},
 		{"rollout", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "rollout: {hold: 0s, canary_fraction: 2}\n")},
 			exitError, "", "config: rollout.canary_fraction: must be in (0, 1], got 2", true},
 		{"flag fixes the file", []string{"validate", "--config", writeFile(t, "listen: nope\nupstream: {xds_servers: [{server_uri: 'a:1'}]}\n"),

@@ -87,6 +87,8 @@ type Metrics struct {
 	Rollouts        *prometheus.CounterVec
 	// CacheEvictions is xds_relay_cache_evictions_total.
 	CacheEvictions prometheus.Counter
+	// TP2Ambiguous is xds_relay_tp2_ambiguous_matches_total.
+	TP2Ambiguous prometheus.Counter
 
 	// Propagation is xds_relay_propagation_seconds: from the receipt of an
 	// upstream response to a client's ACK of the version that carries it.
@@ -158,6 +160,8 @@ func New() *Metrics {
 			"type_url", "result"),
 		CacheEvictions: f.counter("cache_evictions_total",
 			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),
+		TP2Ambiguous: f.counter("tp2_ambiguous_matches_total",
+			"Subscriptions whose TP2 parameters matched several variants of a resource (the most specific was sent)."),
 
 		Propagation: f.histogram("propagation_seconds",
 			"Seconds from the receipt of an upstream response to a downstream client's ACK of the update it carries.",

@@ -39,6 +39,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	m.CacheResources.WithLabelValues(lds).Set(3)
 	m.CacheBytes.WithLabelValues(lds).Set(300)
 	m.CacheEvictions.Inc()
+	m.TP2Ambiguous.Inc()
 	m.Propagation.Observe(0.02)
 
 	families, err := m.Registry.Gather()
@@ -69,6 +70,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_cache_lookups_total":                    dto.MetricType_COUNTER,
 		"xds_relay_rollouts_started_total":                 dto.MetricType_COUNTER,
 		"xds_relay_rollouts_total":                         dto.MetricType_COUNTER,
+		"xds_relay_tp2_ambiguous_matches_total":            dto.MetricType_COUNTER,
 		"xds_relay_upstream_connected":                     dto.MetricType_GAUGE,
 		"xds_relay_upstream_responses_total":               dto.MetricType_COUNTER,
 		"xds_relay_upstream_reconnects_total":              dto.MetricType_COUNTER,

@@ -44,10 +44,11 @@ type ADSClient struct {
 
 	// Guarded by mu.
 	mu       sync.Mutex
-	sentNode bool                // the node went out on the first request
-	names    map[string][]string // type URL → last subscribed names
-	acked    map[string]string   // type URL → last ACKed version
-	nonces   map[string]string   // type URL → last nonce received
+	sentNode bool                                        // the node went out on the first request
+	names    map[string][]string                         // type URL → last subscribed names
+	locators map[string][]*discoverygrpc.ResourceLocator // type URL → last subscribed TP2 locators
+	acked    map[string]string                           // type URL → last ACKed version
+	nonces   map[string]string                           // type URL → last nonce received
 	closed   bool
 }
 
@@ -125,17 +126,18 @@ func DialSotW(tb testing.TB, addr string, node *core.Node, typeURL string) *ADSC
 		tb.Fatalf("xdstest: open SotW stream to %s: %v", addr, err)
 	}
 	c := &ADSClient{
-		tb:      tb,
-		node:    node,
-		typeURL: typeURL,
-		conn:    conn,
-		stream:  stream,
-		cancel:  cancel,
-		recvCh:  make(chan recvResult, 64),
-		done:    make(chan struct{}),
-		names:   map[string][]string{},
-		acked:   map[string]string{},
-		nonces:  map[string]string{},
+		tb:       tb,
+		node:     node,
+		typeURL:  typeURL,
+		conn:     conn,
+		stream:   stream,
+		cancel:   cancel,
+		recvCh:   make(chan recvResult, 64),
+		done:     make(chan struct{}),
+		names:    map[string][]string{},
+		locators: map[string][]*discoverygrpc.ResourceLocator{},
+		acked:    map[string]string{},
+		nonces:   map[string]string{},
 	}
 	go c.recvLoop(ctx)
 	tb.Cleanup(c.Close)
@@ -209,10 +211,11 @@ func (c *ADSClient) key(typeURL string) string {
 func (c *ADSClient) requestLocked(typeURL string) *discoverygrpc.DiscoveryRequest {
 	k := c.key(typeURL)
 	req := &discoverygrpc.DiscoveryRequest{
-		TypeUrl:       typeURL,
-		VersionInfo:   c.acked[k],
-		ResponseNonce: c.nonces[k],
-		ResourceNames: c.names[k],
+		TypeUrl:          typeURL,
+		VersionInfo:      c.acked[k],
+		ResponseNonce:    c.nonces[k],
+		ResourceNames:    c.names[k],
+		ResourceLocators: c.locators[k],
 	}
 	if !c.sentNode {
 		req.Node = c.node
@@ -231,6 +234,28 @@ func (c *ADSClient) Subscribe(typeURL string, names ...string) {
 	req := c.requestLocked(typeURL)
 	c.mu.Unlock()
 	c.mustSend(req)
+}
+
+// SubscribeLocators is Subscribe with xRFC TP2 resource locators: it sets
+// the type's subscription to names and locs.
+func (c *ADSClient) SubscribeLocators(typeURL string, names []string, locs ...*discoverygrpc.ResourceLocator) {
+	c.tb.Helper()
+	c.mu.Lock()
+	c.names[c.key(typeURL)] = names
+	c.locators[c.key(typeURL)] = locs
+	req := c.requestLocked(typeURL)
+	c.mu.Unlock()
+	c.mustSend(req)
+}
+
+// Locator returns a TP2 resource locator of name with params given as
+// alternating keys and values.
+func Locator(name string, kv ...string) *discoverygrpc.ResourceLocator {
+	l := &discoverygrpc.ResourceLocator{Name: name, DynamicParameters: map[string]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		l.DynamicParameters[kv[i]] = kv[i+1]
+	}
+	return l
 }
 
 // Ack ACKs resp: its version and nonce, the current names, no error_detail.

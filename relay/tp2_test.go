@@ -1,0 +1,302 @@
+package relay_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/relay"
+)
+
+// xRFC TP2 through the relay, against a TP2-capable upstream
+// (xdstest.StartTP2; go-control-plane ignores locators).
+
+func eq(key, value string) *discoverygrpc.DynamicParameterConstraints {
+	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_Constraint{
+		Constraint: &discoverygrpc.DynamicParameterConstraints_SingleConstraint{Key: key,
+			ConstraintType: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Value{Value: value}}}}
+}
+
+func exists(key string) *discoverygrpc.DynamicParameterConstraints {
+	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_Constraint{
+		Constraint: &discoverygrpc.DynamicParameterConstraints_SingleConstraint{Key: key,
+			ConstraintType: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Exists_{
+				Exists: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Exists{}}}}}
+}
+
+func and(cs ...*discoverygrpc.DynamicParameterConstraints) *discoverygrpc.DynamicParameterConstraints {
+	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_AndConstraints{
+		AndConstraints: &discoverygrpc.DynamicParameterConstraints_ConstraintList{Constraints: cs}}}
+}
+
+func not(c *discoverygrpc.DynamicParameterConstraints) *discoverygrpc.DynamicParameterConstraints {
+	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_NotConstraints{NotConstraints: c}}
+}
+
+// routes is variant vh of the RouteConfiguration "routes": its one virtual
+// host is named vh, so a test can tell variants apart.
+func routes(vh string) *route.RouteConfiguration {
+	return &route.RouteConfiguration{Name: "routes", VirtualHosts: []*route.VirtualHost{{Name: vh, Domains: []string{"*"}}}}
+}
+
+// got is one received resource: its variant (virtual host name) and, when it
+// came wrapped for a TP2 subscriber, its canonical constraints.
+type got struct {
+	vh, constraints string
+	wrapped         bool
+}
+
+func decodeRoute(t *testing.T, typeURL string, value []byte) string {
+	t.Helper()
+	if typeURL != resource.RouteType {
+		t.Fatalf("inner type %s", typeURL)
+	}
+	rc := &route.RouteConfiguration{}
+	if err := proto.Unmarshal(value, rc); err != nil {
+		t.Fatal(err)
+	}
+	return rc.GetVirtualHosts()[0].GetName()
+}
+
+func fromWrapper(t *testing.T, w *discoverygrpc.Resource) got {
+	t.Helper()
+	g := got{vh: decodeRoute(t, w.GetResource().GetTypeUrl(), w.GetResource().GetValue())}
+	if rn := w.GetResourceName(); rn != nil {
+		g.wrapped = true
+		g.constraints = keying.CanonicalConstraints(rn.GetDynamicParameterConstraints())
+		if rn.GetName() != "routes" || w.GetName() != "" {
+			t.Fatalf("wrapper names %q / %q", rn.GetName(), w.GetName())
+		}
+	}
+	return g
+}
+
+// sotwRoutes decodes a SotW RDS response.
+func sotwRoutes(t *testing.T, resp *discoverygrpc.DiscoveryResponse) []got {
+	t.Helper()
+	var out []got
+	for _, a := range resp.GetResources() {
+		if a.GetTypeUrl() == keying.ResourceWrapperType {
+			w := &discoverygrpc.Resource{}
+			if err := proto.Unmarshal(a.GetValue(), w); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fromWrapper(t, w))
+			continue
+		}
+		out = append(out, got{vh: decodeRoute(t, a.GetTypeUrl(), a.GetValue())})
+	}
+	return out
+}
+
+func recvRoutes(t *testing.T, c *xdstest.ADSClient) []got {
+	t.Helper()
+	resp := c.RecvType(resource.RouteType)
+	c.Ack(resp)
+	return sotwRoutes(t, resp)
+}
+
+func wantGot(t *testing.T, what string, have []got, want ...got) {
+	t.Helper()
+	if !slices.Equal(have, want) {
+		t.Fatalf("%s: got %+v, want %+v", what, have, want)
+	}
+}
+
+func forProtocols(t *testing.T, f func(t *testing.T, protocol string)) {
+	for _, p := range []string{"sotw", "delta"} {
+		t.Run("upstream "+p, func(t *testing.T) { f(t, p) })
+	}
+}
+
+// Two clients with different parameters get different variants, each with
+// its constraints; one upstream subscription per distinct (name, params); a
+// client whose parameters match a cached variant is answered at once; an
+// update of one variant reaches only its subscribers; /debug/cache shows the
+// variants with their constraints and subscribers.
+func TestTP2VariantsPerParameters(t *testing.T) {
+	forProtocols(t, func(t *testing.T, protocol string) {
+		up := xdstest.StartTP2(t)
+		up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("prod"))
+		up.Set(resource.RouteType, "routes", eq("env", "test"), routes("test"))
+		r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = protocol }))
+
+		prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod-1"})
+		prod.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "prod"))
+		wantGot(t, "prod", recvRoutes(t, prod), got{"prod", "env=prod", true})
+
+		test := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test-1"})
+		test.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "test"))
+		wantGot(t, "test", recvRoutes(t, test), got{"test", "env=test", true})
+
+		// Same parameters: no new upstream subscription. Other parameters
+		// matching a cached variant: answered from the cache, subscribed once.
+		prod2 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod-2"})
+		prod2.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "prod"))
+		wantGot(t, "prod-2", recvRoutes(t, prod2), got{"prod", "env=prod", true})
+		zoned := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod-zoned"})
+		zoned.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "prod", "zone", "a"))
+		wantGot(t, "prod zoned", recvRoutes(t, zoned), got{"prod", "env=prod", true})
+		xdstest.Eventually(t, func() bool {
+			return slices.Equal(up.Subscriptions(resource.RouteType),
+				[]string{"routes{env=prod&zone=a}", "routes{env=prod}", "routes{env=test}"})
+		}, "upstream subscriptions", func() any { return up.Subscriptions(resource.RouteType) })
+
+		// A change of the prod variant reaches the prod subscribers only.
+		up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("prod-v2"))
+		for _, c := range []*xdstest.ADSClient{prod, prod2, zoned} {
+			wantGot(t, "prod update", recvRoutes(t, c), got{"prod-v2", "env=prod", true})
+		}
+		test.ExpectNoResponse(quiet)
+
+		entries := r.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"})
+		want := map[string]int{"env=prod": 3, "env=test": 1}
+		if len(entries) != 2 {
+			t.Fatalf("/debug/cache: %+v", entries)
+		}
+		for _, e := range entries {
+			if e.Name != "routes" || want[e.Constraints] != e.Subscribers {
+				t.Errorf("/debug/cache entry %+v, want subscribers %v", e, want)
+			}
+		}
+	})
+}
+
+// The TP2 transition example: the server replaces the variant "env=prod"
+// with "env=prod and version=v1" and "env=prod and no version" in one
+// response. Each subscriber sees one update: the variant it now selects (a
+// Delta client also the removal of the old variant, in the same response).
+func TestTP2Transition(t *testing.T) {
+	forProtocols(t, func(t *testing.T, protocol string) {
+		up := xdstest.StartTP2(t)
+		up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("prod"))
+		r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = protocol }))
+
+		old := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "old"})
+		old.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "prod"))
+		wantGot(t, "old client", recvRoutes(t, old), got{"prod", "env=prod", true})
+
+		d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "new"})
+		d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+			ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("routes", "env", "prod", "version", "v1")}})
+		resp := d.MustRecv()
+		d.Ack(resp)
+		if len(resp.GetResources()) != 1 || fromWrapper(t, resp.GetResources()[0]) != (got{"prod", "env=prod", true}) {
+			t.Fatalf("delta client before the transition: %v", resp)
+		}
+
+		withVersion := and(eq("env", "prod"), eq("version", "v1"))
+		noVersion := and(eq("env", "prod"), not(exists("version")))
+		up.Apply(resource.RouteType, []xdstest.VariantRef{{Name: "routes", Constraints: eq("env", "prod")}},
+			[]xdstest.TP2Variant{{Name: "routes", Constraints: withVersion, Resource: routes("prod-v1")},
+				{Name: "routes", Constraints: noVersion, Resource: routes("prod-unversioned")}})
+
+		wantGot(t, "old client after", recvRoutes(t, old), got{"prod-unversioned", keying.CanonicalConstraints(noVersion), true})
+		old.ExpectNoResponse(quiet)
+
+		resp = d.MustRecv()
+		d.Ack(resp)
+		if len(resp.GetResources()) != 1 || fromWrapper(t, resp.GetResources()[0]) != (got{"prod-v1", keying.CanonicalConstraints(withVersion), true}) {
+			t.Fatalf("delta client after the transition: %v", resp)
+		}
+		rm := resp.GetRemovedResourceNames()
+		if len(rm) != 1 || rm[0].GetName() != "routes" || keying.CanonicalConstraints(rm[0].GetDynamicParameterConstraints()) != "env=prod" ||
+			len(resp.GetRemovedResources()) != 0 {
+			t.Fatalf("delta removals after the transition: %v / %v", rm, resp.GetRemovedResources())
+		}
+		d.ExpectNoResponse(quiet)
+	})
+}
+
+// keying.dynamic_parameters_from_node: a client that cannot send locators
+// gets the variant its node metadata selects, as a plain resource, and the
+// relay subscribes upstream with those parameters.
+func TestTP2ParametersFromNode(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("prod"))
+	up.Set(resource.RouteType, "routes", not(exists("env")), routes("default"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Keying = &config.Keying{DynamicParametersFromNode: map[string]string{"env": "metadata.env"}}
+	}))
+
+	md, err := structpb.NewStruct(map[string]any{"env": "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy-prod", Metadata: md})
+	envoy.Subscribe(resource.RouteType, "routes")
+	wantGot(t, "prod node", recvRoutes(t, envoy), got{vh: "prod"})
+
+	plain := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy-plain"})
+	plain.Subscribe(resource.RouteType, "routes")
+	wantGot(t, "node without env", recvRoutes(t, plain), got{vh: "default"})
+
+	if subs := up.Subscriptions(resource.RouteType); !slices.Equal(subs, []string{"routes", "routes{env=prod}"}) {
+		t.Fatalf("upstream subscriptions %v", subs)
+	}
+	clients := r.DebugClients("envoy-prod")
+	if len(clients) != 1 || !slices.Equal(clients[0].Types[resource.RouteType].Names, []string{"routes{env=prod}"}) {
+		t.Fatalf("/debug/clients: %+v", clients)
+	}
+}
+
+// Several variants matching one subscription: the most specific is sent,
+// whatever the order they arrived in, and the ambiguity is counted.
+func TestTP2Ambiguity(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.RouteType, "routes", and(eq("env", "prod"), exists("zone")), routes("specific"))
+	r := xdstest.StartRelay(t, up.Addr())
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	c.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "prod", "zone", "a"))
+	wantGot(t, "first", recvRoutes(t, c), got{"specific", "and(env=prod,exists(zone))", true})
+
+	// A second, less specific variant, which another client selects, also
+	// matches the first client: it keeps the specific one.
+	up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("broad"))
+	c2 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b"})
+	c2.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "prod"))
+	wantGot(t, "second", recvRoutes(t, c2), got{"broad", "env=prod", true})
+	c.ExpectNoResponse(quiet)
+	xdstest.Eventually(t, func() bool { return counter(t, r, "xds_relay_tp2_ambiguous_matches_total") > 0 },
+		"ambiguous matches not counted", nil)
+}
+
+// counter reads a counter family of the relay's registry (summed).
+func counter(t *testing.T, r *xdstest.Relay, family string) float64 {
+	t.Helper()
+	fams, err := r.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() == family {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// A name with a NUL byte cannot be a subscription key: the stream gets a
+// clear INVALID_ARGUMENT, other streams go on.
+func TestNameWithNULRejected(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	r := xdstest.StartRelay(t, up.Addr())
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	c.Subscribe(resource.RouteType, "routes\x00env=prod")
+	if err := c.Err(); err == nil || !strings.Contains(err.Error(), "NUL") {
+		t.Fatalf("stream error %v", err)
+	}
+}

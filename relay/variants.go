@@ -1,0 +1,205 @@
+package relay
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// xRFC TP2: the cache key is (type, name, constraints). A type's View holds,
+// per subscription key — a name, or a name with dynamic parameters
+// (keying.SubscriptionKey) — the variant that key selects; the variants
+// themselves are stored once, in typeCache.variants, for the names that
+// have more than their one unconstrained variant. Every selection of a
+// variant shares its bytes and encodings (downstream.Resource.Selected).
+
+// variant is one stored variant of a resource.
+type variant struct {
+	res *downstream.Resource
+	c   *discoverypb.DynamicParameterConstraints
+}
+
+// variantMode reports whether name's View entries are selections from
+// stored variants.
+func (tc *typeCache) variantMode(name string) bool {
+	_, ok := tc.variants[name]
+	return ok
+}
+
+// enterVariantMode starts storing name's variants apart from the View,
+// seeded with its plain entry in res. Called with mu held.
+func (tc *typeCache) enterVariantMode(name string, res map[string]*downstream.Resource) {
+	if tc.variantMode(name) {
+		return
+	}
+	var vs []variant
+	if r, ok := res[name]; ok && r.Constraints == "" {
+		vs = append(vs, variant{res: r.Root()})
+	}
+	tc.variants[name] = vs
+}
+
+// putVariant stores v, replacing the variant with the same constraints
+// unless that one has the same bytes (it stays: nothing changed).
+func (tc *typeCache) putVariant(v variant) {
+	name := v.res.Name
+	vs := tc.variants[name]
+	for i := range vs {
+		if vs[i].res.Constraints == v.res.Constraints {
+			if vs[i].res.Version != v.res.Version || vs[i].res.Authority != v.res.Authority {
+				vs[i] = v
+			}
+			return
+		}
+	}
+	tc.variants[name] = append(vs, v)
+}
+
+// dropVariant removes the variant of name with canonical constraints c.
+func (tc *typeCache) dropVariant(name, c string) {
+	tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return v.res.Constraints == c })
+}
+
+// keysOf returns name's keys the View may hold: the name itself and its
+// keys with parameters, sorted.
+func (tc *typeCache) keysOf(name string) []string {
+	keys := append([]string{name}, slices.Sorted(maps.Keys(tc.params[name]))...)
+	return keys
+}
+
+// resolveVariants recomputes the View entries (in res) of every key of name from its
+// stored variants, recording what changed. A name left with one
+// unconstrained variant and no keys with parameters leaves variant mode.
+// Called with mu held.
+func (r *Relay) resolveVariants(tc *typeCache, name string, res map[string]*downstream.Resource, changed map[string]struct{}) {
+	vs := tc.variants[name]
+	for _, k := range tc.keysOf(name) {
+		sel := r.selectVariant(tc, k, vs)
+		cur, had := res[k]
+		switch {
+		case sel == nil && had:
+			delete(res, k)
+			changed[k] = struct{}{}
+		case sel != nil && (!had || cur.Root() != sel):
+			res[k] = sel.Selected(k)
+			changed[k] = struct{}{}
+		}
+	}
+	if len(tc.params[name]) == 0 && !slices.ContainsFunc(vs, func(v variant) bool { return v.res.Constraints != "" }) {
+		delete(tc.variants, name)
+	}
+}
+
+// selectVariant returns the variant the subscription key selects, nil for
+// none. TP2 leaves several matches undefined: the most specific wins
+// (keying.Select), and the ambiguity is counted and logged.
+func (r *Relay) selectVariant(tc *typeCache, key string, vs []variant) *downstream.Resource {
+	if len(vs) == 0 {
+		return nil
+	}
+	_, ps := keying.SplitSubscriptionKey(key)
+	params, _ := keying.ParseParams(ps) // made by keying.CanonicalParams
+	cands := make([]keying.Variant, len(vs))
+	for i, v := range vs {
+		cands[i] = keying.Variant{Constraints: v.c, Key: v.res.Constraints}
+	}
+	best, ambiguous, ok := keying.Select(cands, params)
+	if !ok {
+		return nil
+	}
+	var sel *downstream.Resource
+	for _, v := range vs {
+		if v.res.Constraints == best.Key {
+			sel = v.res
+		}
+	}
+	if ambiguous {
+		r.m.TP2Ambiguous.Inc()
+		if cur, ok := tc.view.Resources[key]; !ok || cur.Root() != sel {
+			r.log.Warn("TP2: several variants match a subscription; sending the most specific",
+				zap.String("type", tc.typeURL), zap.String("subscription", keying.DisplayKey(key)),
+				zap.String("constraints", best.Key))
+		}
+	}
+	return sel
+}
+
+// addParamKey registers a subscription key with parameters at its first
+// watcher and answers it from the stored variants at once: the View gets
+// its selection before the watcher is notified. Called with mu held.
+func (r *Relay) addParamKey(tc *typeCache, key string) {
+	name, ps := keying.SplitSubscriptionKey(key)
+	if ps == "" {
+		return
+	}
+	if tc.params[name] == nil {
+		tc.params[name] = make(map[string]struct{})
+	}
+	tc.params[name][key] = struct{}{}
+	tc.enterVariantMode(name, tc.view.Resources)
+	if _, ok := tc.view.Resources[key]; ok {
+		return
+	}
+	sel := r.selectVariant(tc, key, tc.variants[name])
+	if sel == nil {
+		return
+	}
+	old := tc.view
+	res := maps.Clone(old.Resources)
+	res[key] = sel.Selected(key)
+	r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: res,
+		Changed: map[string]struct{}{key: {}}, Absent: old.Absent, Errors: old.Errors, Complete: old.Complete, Received: old.Received})
+}
+
+// dropParamKey forgets a subscription key with parameters that nothing
+// watches or caches any more. Called with mu held.
+func (tc *typeCache) dropParamKey(key string) {
+	name, ps := keying.SplitSubscriptionKey(key)
+	if ps == "" || tc.params[name] == nil {
+		return
+	}
+	delete(tc.params[name], key)
+	if len(tc.params[name]) == 0 {
+		delete(tc.params, name)
+		if _, plain := tc.view.Resources[name]; !plain && !tc.up[name] {
+			delete(tc.variants, name)
+		}
+	}
+}
+
+// variantInfo lists name's stored variants for /debug/cache, each with the
+// keys that select it.
+func (tc *typeCache) variantInfo(name string) map[*downstream.Resource][]string {
+	out := make(map[*downstream.Resource][]string)
+	for _, v := range tc.variants[name] {
+		out[v.res] = nil
+	}
+	for _, k := range tc.keysOf(name) {
+		if r, ok := tc.view.Resources[k]; ok {
+			out[r.Root()] = append(out[r.Root()], k)
+		}
+	}
+	return out
+}
+
+// constraintsOf returns the canonical form and the encoding of a variant's
+// constraints ("" and nil for none).
+func constraintsOf(c *discoverypb.DynamicParameterConstraints) (string, []byte, error) {
+	if c == nil {
+		return "", nil, nil
+	}
+	b, err := marshalDeterministic(c)
+	if err != nil {
+		return "", nil, err
+	}
+	return keying.CanonicalConstraints(c), b, nil
+}
+
+// isParamKey reports whether key carries dynamic parameters.
+func isParamKey(key string) bool { return strings.IndexByte(key, 0) >= 0 }
