@@ -54,6 +54,11 @@ type typeCache struct {
 	// parameters.
 	variants map[string][]variant
 	params   map[string]map[string]struct{}
+
+	// noCache holds the names the upstream marked do_not_cache (see
+	// nocache.go); noCacheWild that one of them is in the wildcard set.
+	noCache     map[string]bool
+	noCacheWild bool
 }
 
 type lingerEntry struct{ timer *time.Timer }
@@ -105,10 +110,14 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	fresh := make([]*downstream.Resource, 0, len(u.Resources))
 	constraints := make(map[*downstream.Resource]*discoverypb.DynamicParameterConstraints)
 	var heartbeats []string // TTL heartbeats: unchanged, still present
+	noCache := make(map[string]bool)
 	for _, res := range u.Resources {
 		if res.Heartbeat {
 			heartbeats = append(heartbeats, res.Name)
 			continue
+		}
+		if res.DoNotCache {
+			noCache[res.Name] = true
 		}
 		b, err := marshalDeterministic(res.Any)
 		if err != nil {
@@ -172,8 +181,25 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	fullSotW := !u.Delta && keying.FullState(u.TypeURL)
 	resolved := make(map[string]bool)
 	sent := make(map[string]map[string]bool) // name → constraints of the variants received
+	var moveNames []string                   // do_not_cache names whose watchers move to their own scopes
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
+		if noCache[e.Name] {
+			if tc.noCache == nil {
+				tc.noCache = make(map[string]bool)
+			}
+			tc.noCache[e.Name] = true
+			if !sc.own {
+				// Never stored here; its watchers move before anyone is
+				// notified, so nobody is told of its removal.
+				if _, had := res[e.Name]; had {
+					delete(res, e.Name)
+					r.unref.Remove(tc.lruKey(e.Name))
+				}
+				moveNames = append(moveNames, e.Name)
+				continue
+			}
+		}
 		if _, ok := absent[e.Name]; ok {
 			ownAbsent()
 			delete(absent, e.Name)
@@ -283,7 +309,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	}
 	// Guarded rollout: changes of cached resources go to canaries first.
 	var rolled []string
-	if r.cfg.Rollout != nil && !sc.secrets {
+	if r.cfg.Rollout != nil && !sc.own {
 		for name := range changed {
 			nr, ok := res[name]
 			cur, had := old.Resources[name]
@@ -301,9 +327,10 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	}
 	complete := old.Complete || (u.Wildcard && authority == "")
 	if len(changed) == 0 && complete == old.Complete {
-		if touched {
+		if touched || len(res) != len(old.Resources) {
 			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Errors: errs, Complete: complete, Received: old.Received})
 		}
+		r.moveNoCache(tc, moveNames)
 		return nil
 	}
 	v := &downstream.View{
@@ -311,6 +338,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		Complete: complete, Received: now,
 	}
 	r.publish(tc, v)
+	r.moveNoCache(tc, moveNames)
 	if tc.ro == nil && len(rolled) > 0 {
 		r.startRollout(tc, old, v, rolled, r.watchersOf(tc, rolled))
 	} else if tc.ro != nil && len(rolled) > 0 {

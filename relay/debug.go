@@ -13,7 +13,7 @@ import (
 // CacheEntryInfo is one cached resource variant in /debug/cache.
 type CacheEntryInfo struct {
 	// Scope is "" for the shared cache, "group:..." for a node group's,
-	// "secrets:NODE" for one node's secrets.
+	// "node:ID" for one node's own (secrets, do_not_cache).
 	Scope       string `json:"scope,omitempty"`
 	Type        string `json:"type"`
 	Name        string `json:"name"`

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
@@ -19,27 +20,41 @@ import (
 type fakeCDS struct {
 	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
 	answer func(names []string) (*discoverygrpc.DiscoveryResponse, error)
+	// answerNode, when set instead of answer, also gets the stream's node.
+	answerNode func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error)
 
 	mu    sync.Mutex
 	asked [][]string
+	nodes []string // the node id of every request that changed names
 }
 
 func (f *fakeCDS) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	var last []string
+	asked := false // the wildcard's names are empty too
+	var node *core.Node
 	for nonce := 1; ; {
 		req, err := s.Recv()
 		if err != nil {
 			return nil
 		}
+		if node == nil {
+			node = req.GetNode()
+		}
 		names := slices.Sorted(slices.Values(req.GetResourceNames()))
-		if req.GetTypeUrl() != resource.ClusterType || slices.Equal(names, last) {
+		if req.GetTypeUrl() != resource.ClusterType || (asked && slices.Equal(names, last)) {
 			continue
 		}
-		last = names
+		last, asked = names, true
 		f.mu.Lock()
 		f.asked = append(f.asked, names)
+		f.nodes = append(f.nodes, node.GetId())
 		f.mu.Unlock()
-		resp, err := f.answer(names)
+		var resp *discoverygrpc.DiscoveryResponse
+		if f.answerNode != nil {
+			resp, err = f.answerNode(node, names)
+		} else {
+			resp, err = f.answer(names)
+		}
 		if err != nil {
 			return err
 		}

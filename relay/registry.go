@@ -37,8 +37,8 @@ func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
 	return nil
 }
 
-// Cancel implements downstream.Source: the stream has ended. A secret scope
-// whose last stream ended is closed: secrets are not kept for another node.
+// Cancel implements downstream.Source: the stream has ended. A node's own
+// scope whose last stream ended is closed: nothing of it is kept.
 func (r *Relay) Cancel(w downstream.Watcher) {
 	r.mu.Lock()
 	b := r.bound[w]
@@ -46,7 +46,7 @@ func (r *Relay) Cancel(w downstream.Watcher) {
 	var clients []*upstream.Client
 	if b != nil {
 		b.group.streams--
-		if s := b.secrets; s != nil {
+		if s := b.own; s != nil {
 			if s.streams--; s.streams == 0 {
 				clients = r.stopScope(s)
 				delete(r.scopes, s.key)
@@ -90,7 +90,12 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	if r.closed {
 		return
 	}
-	tc := r.scopeOf(w, typeURL).typeCache(typeURL)
+	sc := r.scopeOf(w, typeURL)
+	if !sc.own && sc.types[typeURL].wantsOwn(c) {
+		r.moveToOwn(w, typeURL) // it asks for a do_not_cache resource
+		sc = r.scopeOf(w, typeURL)
+	}
+	tc := sc.typeCache(typeURL)
 	var force []string
 	hits := 0
 	defer func() {
@@ -265,6 +270,10 @@ func (r *Relay) release(tc *typeCache, name string) {
 		r.unreferenced(tc, name)
 		return
 	}
+	if tc.sc.own && tc.noCache[name] {
+		r.dropNow(tc, name) // do_not_cache: never kept
+		return
+	}
 	l := &lingerEntry{}
 	l.timer = time.AfterFunc(r.linger, func() { r.expire(tc, name, l) })
 	tc.linger[name] = l
@@ -280,6 +289,10 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 	delete(tc.linger, name)
 	delete(tc.up, name)
+	delete(tc.noCache, name) // a later subscriber tries the shared cache again
+	if name == keying.Wildcard {
+		tc.noCacheWild = false
+	}
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
 		auth, _ := keying.Authority(name)

@@ -19,9 +19,10 @@ import (
 //   - the shared scope, which every stream uses by default;
 //   - a node group's (keying.group_by), whose upstream node carries the
 //     group's projected fields;
-//   - one client node's secrets: xDS secrets are never shared across node
-//     ids, and the upstream sees that client's own node. A secret scope is
-//     closed when the last stream of its node ends.
+//   - one client node's own ("node:ID"): its secrets — xDS secrets are never
+//     shared across node ids — and the types it subscribes to that hold a
+//     do_not_cache resource (see nocache.go); the upstream sees that client's
+//     own node. It is closed when the last stream of its node ends.
 //
 // Guarded by Relay.mu.
 type scope struct {
@@ -33,15 +34,18 @@ type scope struct {
 	connected map[string]bool
 	// streams counts the streams bound to the scope.
 	streams int
-	// secrets marks a per-node secret scope.
-	secrets bool
+	// own marks a node's own scope.
+	own bool
 }
 
 // binding is what the relay knows of a stream: its node and its scopes.
 type binding struct {
-	node    *corev3.Node
-	group   *scope // LDS, CDS, ... (the shared scope without group_by)
-	secrets *scope // created at the first secret subscription
+	node  *corev3.Node
+	group *scope // LDS, CDS, ... (the shared scope without group_by)
+	own   *scope // the node's own scope, created at first use
+	// ownTypes are the types (besides secrets) this stream gets from its
+	// node's own scope: it subscribed to a do_not_cache resource of them.
+	ownTypes map[string]bool
 }
 
 func (sc *scope) typeCache(typeURL string) *typeCache {
@@ -66,9 +70,9 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 
 // newScope creates a scope presenting node upstream, with a client per
 // configured authority. Called with mu held (clients dial lazily).
-func (r *Relay) newScope(key string, node *corev3.Node, secrets bool) *scope {
+func (r *Relay) newScope(key string, node *corev3.Node, own bool) *scope {
 	sc := &scope{key: key, node: node, types: make(map[string]*typeCache),
-		upstreams: make(map[string]*upstream.Client), connected: make(map[string]bool), secrets: secrets}
+		upstreams: make(map[string]*upstream.Client), connected: make(map[string]bool), own: own}
 	sc.upstreams[""] = r.newClient(sc, "", r.cfg.Upstream.XDSServers)
 	for auth, a := range r.cfg.Upstream.Authorities {
 		servers := a.XDSServers
@@ -87,19 +91,25 @@ func (r *Relay) scopeOf(w downstream.Watcher, typeURL string) *scope {
 	if b == nil {
 		return r.shared
 	}
-	if typeURL != keying.SecretType {
+	if typeURL != keying.SecretType && !b.ownTypes[typeURL] {
 		return b.group
 	}
-	if b.secrets == nil {
-		key := "secrets:" + b.node.GetId()
+	return r.ownScope(b)
+}
+
+// ownScope returns the stream's node's own scope, creating it. Called with
+// mu held.
+func (r *Relay) ownScope(b *binding) *scope {
+	if b.own == nil {
+		key := "node:" + b.node.GetId()
 		sc := r.scopes[key]
 		if sc == nil {
 			sc = r.newScope(key, proto.Clone(b.node).(*corev3.Node), true)
 		}
 		sc.streams++
-		b.secrets = sc
+		b.own = sc
 	}
-	return b.secrets
+	return b.own
 }
 
 // groupKey projects node onto the group_by fields: "" without group_by.

@@ -195,6 +195,12 @@ func TestTP2Transition(t *testing.T) {
 			t.Fatalf("delta client before the transition: %v", resp)
 		}
 
+		// (The relay answered from its cache; its own subscription with these
+		// parameters reaches the upstream asynchronously.)
+		xdstest.Eventually(t, func() bool {
+			return slices.Contains(up.Subscriptions(resource.RouteType), "routes{env=prod&version=v1}")
+		}, "upstream subscriptions", func() any { return up.Subscriptions(resource.RouteType) })
+
 		withVersion := and(eq("env", "prod"), eq("version", "v1"))
 		noVersion := and(eq("env", "prod"), not(exists("version")))
 		up.Apply(resource.RouteType, []xdstest.VariantRef{{Name: "routes", Constraints: eq("env", "prod")}},

@@ -1,0 +1,159 @@
+package relay
+
+import (
+	"maps"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Resource.cache_control.do_not_cache: an xDS proxy may not cache such a
+// resource. The shared (or group) scope never stores one: when one arrives,
+// every stream that watches it gets that type from its node's own scope
+// from then on — its own upstream subscription, presenting its own node —
+// and so does every later subscriber to it. A whole type moves, not just the
+// name, because a SotW LDS/CDS response carries the type's full state and is
+// built from one cache. In the own scope the resource is held only while the
+// node watches it: it is dropped, and unsubscribed upstream, with its last
+// watcher (no linger, no LRU), and never persisted.
+
+// wantsOwn reports whether the subscription change c of a stream in tc's
+// (shared or group) scope must be served from the stream's own scope.
+// Called with mu held.
+func (tc *typeCache) wantsOwn(c downstream.Change) bool {
+	if tc == nil || (len(tc.noCache) == 0 && !tc.noCacheWild) {
+		return false
+	}
+	if c.Wildcard != nil && *c.Wildcard && tc.noCacheWild {
+		return true
+	}
+	for _, n := range c.Add {
+		if tc.noCache[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// moveNoCache moves the watchers of the do_not_cache names of tc (a shared
+// or group scope), and its wildcard watchers when one of them is in the
+// wildcard set of a full-state type, to their own scopes. Called with mu
+// held, after tc's View is published and before it is notified.
+func (r *Relay) moveNoCache(tc *typeCache, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	moving := make(watcherSet)
+	for _, n := range names {
+		maps.Copy(moving, tc.watchers[n])
+		if auth, _ := keying.Authority(n); auth == "" && keying.FullState(tc.typeURL) {
+			tc.noCacheWild = true
+			maps.Copy(moving, tc.wild)
+		}
+	}
+	for _, w := range moving {
+		r.moveToOwn(w, tc.typeURL)
+	}
+}
+
+// moveToOwn moves w's subscription of typeURL from its group scope to its
+// node's own scope. The own View is seeded with what the stream already
+// has, so that it is never told of a deletion in between; the own upstream
+// subscriptions replace it. Called with mu held.
+func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
+	b := r.bound[w]
+	if b == nil || b.ownTypes[typeURL] {
+		return
+	}
+	if b.ownTypes == nil {
+		b.ownTypes = make(map[string]bool)
+	}
+	b.ownTypes[typeURL] = true
+	to := r.ownScope(b).typeCache(typeURL)
+	from := b.group.types[typeURL]
+	if from == nil {
+		return
+	}
+	var names []string
+	for n, ws := range from.watchers {
+		if ws.has(w) {
+			names = append(names, n)
+		}
+	}
+	wild := from.wild.has(w)
+
+	old := to.view
+	res := maps.Clone(old.Resources)
+	seeded := make(map[string]struct{})
+	seed := func(n string, rs *downstream.Resource) {
+		if _, ok := res[n]; !ok && !from.noCache[n] {
+			res[n] = rs
+			seeded[n] = struct{}{}
+		}
+	}
+	for _, n := range names {
+		if rs, ok := from.view.Resources[n]; ok {
+			seed(n, rs)
+		}
+	}
+	complete := old.Complete
+	if wild {
+		for n, rs := range from.view.Resources {
+			if rs.Authority == "" && n == rs.Name {
+				seed(n, rs)
+			}
+		}
+		complete = complete || from.view.Complete
+	}
+	if len(seeded) > 0 || complete != old.Complete {
+		r.publish(to, &downstream.View{TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: seeded,
+			Absent: old.Absent, Errors: old.Errors, Complete: complete, Received: old.Received})
+	}
+
+	for _, n := range names {
+		ws := from.watchers[n]
+		delete(ws, w.ID())
+		if len(ws) == 0 {
+			delete(from.watchers, n)
+			r.release(from, n)
+		}
+		if to.watchers[n] == nil {
+			to.watchers[n] = make(watcherSet)
+		}
+		to.watchers[n][w.ID()] = w
+		if len(to.watchers[n]) == 1 {
+			r.ref(to, n)
+		}
+	}
+	if wild {
+		delete(from.wild, w.ID())
+		if len(from.wild) == 0 {
+			r.release(from, keying.Wildcard)
+		}
+		to.wild[w.ID()] = w
+		if len(to.wild) == 1 {
+			r.ref(to, keying.Wildcard)
+		}
+	}
+}
+
+// dropNow ends a do_not_cache resource's last watch in an own scope: it is
+// unsubscribed upstream and dropped from the View at once. Called with mu
+// held.
+func (r *Relay) dropNow(tc *typeCache, name string) {
+	delete(tc.up, name)
+	delete(tc.noCache, name)
+	if c := tc.clientFor(name); c != nil {
+		c.Unsubscribe(tc.typeURL, name)
+		auth, _ := keying.Authority(name)
+		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
+	}
+	old := tc.view
+	if _, ok := old.Resources[name]; !ok {
+		return
+	}
+	res := maps.Clone(old.Resources)
+	delete(res, name)
+	r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: res,
+		Changed: map[string]struct{}{name: {}}, Absent: old.Absent, Errors: old.Errors, Complete: old.Complete, Received: old.Received})
+}

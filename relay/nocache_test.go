@@ -1,0 +1,132 @@
+package relay_test
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
+)
+
+// startNoCacheUpstream serves the clusters "shared" and "personal"; the
+// latter is marked do_not_cache and tailored to the requesting node (its EDS
+// service is "eds-NODE").
+func startNoCacheUpstream(t *testing.T) (*fakeCDS, string) {
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		if len(names) == 0 {
+			names = []string{"personal", "shared"} // wildcard
+		}
+		resp := &discoverygrpc.DiscoveryResponse{}
+		for _, n := range names {
+			switch n {
+			case "shared":
+				a, err := anypb.New(xdstest.EDSCluster(n, "eds-shared"))
+				if err != nil {
+					return nil, err
+				}
+				resp.Resources = append(resp.Resources, a)
+			case "personal":
+				inner, err := anypb.New(xdstest.EDSCluster(n, "eds-"+node.GetId()))
+				if err != nil {
+					return nil, err
+				}
+				a, err := anypb.New(&discoverygrpc.Resource{Name: n, Resource: inner,
+					CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}})
+				if err != nil {
+					return nil, err
+				}
+				resp.Resources = append(resp.Resources, a)
+			}
+		}
+		return resp, nil
+	}}
+	return f, startFakeCDS(t, f)
+}
+
+// edsNames maps each cluster of a CDS response to its EDS service name.
+func edsNames(t *testing.T, resp *discoverygrpc.DiscoveryResponse) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, a := range resp.GetResources() {
+		c := &cluster.Cluster{}
+		if err := proto.Unmarshal(a.GetValue(), c); err != nil {
+			t.Fatal(err)
+		}
+		out[c.GetName()] = c.GetEdsClusterConfig().GetServiceName()
+	}
+	return out
+}
+
+// recvClusters ACKs CDS responses until one maps the clusters as want.
+func recvClusters(t *testing.T, c *xdstest.ADSClient, want map[string]string) {
+	t.Helper()
+	var last map[string]string
+	for range 5 {
+		resp := c.RecvType(resource.ClusterType)
+		c.Ack(resp)
+		if last = edsNames(t, resp); maps.Equal(last, want) {
+			return
+		}
+	}
+	t.Fatalf("CDS state %v, want %v", last, want)
+}
+
+func cachedIn(r *xdstest.Relay, scope, name string) bool {
+	for _, e := range r.DebugCache(relay.CacheFilter{Type: resource.ClusterType}) {
+		if e.Scope == scope && e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Resource.cache_control.do_not_cache: each client gets its own copy through
+// its own upstream subscription (presenting its own node), the shared cache
+// never holds it, LDS/CDS full state still carries every other resource, and
+// the copy is dropped with the client's last watch.
+func TestDoNotCache(t *testing.T) {
+	up, addr := startNoCacheUpstream(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	a.Subscribe(resource.ClusterType, "shared", "personal")
+	recvClusters(t, a, map[string]string{"shared": "eds-shared", "personal": "eds-a"})
+
+	b := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b"})
+	b.Subscribe(resource.ClusterType, "shared", "personal")
+	recvClusters(t, b, map[string]string{"shared": "eds-shared", "personal": "eds-b"})
+
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c"})
+	wild.Subscribe(resource.ClusterType)
+	recvClusters(t, wild, map[string]string{"shared": "eds-shared", "personal": "eds-c"})
+
+	if cachedIn(r, "", "personal") {
+		t.Fatal("the shared cache holds a do_not_cache resource")
+	}
+	up.mu.Lock()
+	nodes := slices.Clone(up.nodes)
+	up.mu.Unlock()
+	for _, id := range []string{"a", "b", "c"} {
+		if !slices.Contains(nodes, id) {
+			t.Errorf("the upstream saw no subscription of node %q (saw %v)", id, nodes)
+		}
+	}
+
+	// The copy lives while the client watches it.
+	if !cachedIn(r, "node:a", "personal") {
+		t.Fatal("node a's own scope does not hold its copy")
+	}
+	a.Subscribe(resource.ClusterType, "shared")
+	recvClusters(t, a, map[string]string{"shared": "eds-shared"})
+	xdstest.Eventually(t, func() bool { return !cachedIn(r, "node:a", "personal") }, "node a's copy kept after its last watch", nil)
+	b.ExpectNoResponse(quiet)
+}
