@@ -250,6 +250,21 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		if _, sent := seen[e.Name]; sent {
 			continue
 		}
+		if e.Constraints != nil {
+			// TP2: an error for one variant holds for the subscriptions whose
+			// parameters match its constraints.
+			ownErrs()
+			for _, k := range tc.errorKeys(e.Name, e.Constraints) {
+				errs[k] = &downstream.ResourceError{Name: k, Code: e.Code, Message: e.Message}
+				changed[k] = struct{}{}
+			}
+			if cs, _, _ := constraintsOf(e.Constraints); tc.variantMode(e.Name) &&
+				(e.Code == codes.NotFound || e.Code == codes.PermissionDenied) {
+				tc.dropVariant(e.Name, cs)
+				resolved[e.Name] = true
+			}
+			continue
+		}
 		ownErrs()
 		errs[e.Name] = &downstream.ResourceError{Name: e.Name, Code: e.Code, Message: e.Message}
 		changed[e.Name] = struct{}{}
@@ -299,6 +314,13 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return !sent[name][v.res.Constraints] })
 		}
 		r.resolveVariants(tc, name, res, changed)
+		for k := range tc.params[name] {
+			if sel, ok := res[k]; ok && errs[k] != nil && slices.Contains(fresh, sel.Root()) {
+				ownErrs() // the variant it selects arrived: its error is over
+				delete(errs, k)
+				changed[k] = struct{}{}
+			}
+		}
 		for k := range tc.params[name] {
 			if _, ok := res[k]; !ok && tc.up[k] && u.Delta && slices.Contains(u.Removed, name) {
 				ownAbsent() // the upstream says the name does not exist

@@ -11,6 +11,8 @@ import (
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // fakeCDS is a tiny SotW ADS upstream for what go-control-plane cannot do
@@ -40,7 +42,11 @@ func (f *fakeCDS) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryS
 		if node == nil {
 			node = req.GetNode()
 		}
-		names := slices.Sorted(slices.Values(req.GetResourceNames()))
+		names := slices.Clone(req.GetResourceNames())
+		for _, l := range req.GetResourceLocators() { // TP2 locators as "name{k=v&…}"
+			names = append(names, l.GetName()+"{"+keying.CanonicalParams(l.GetDynamicParameters())+"}")
+		}
+		slices.Sort(names)
 		if req.GetTypeUrl() != resource.ClusterType || (asked && slices.Equal(names, last)) {
 			continue
 		}

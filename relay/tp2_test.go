@@ -9,7 +9,10 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -304,5 +307,59 @@ func TestNameWithNULRejected(t *testing.T) {
 	c.Subscribe(resource.RouteType, "routes\x00env=prod")
 	if err := c.Err(); err == nil || !strings.Contains(err.Error(), "NUL") {
 		t.Fatalf("stream error %v", err)
+	}
+}
+
+// TP3 per variant: an upstream error for a variant (resource_name with
+// constraints) reaches the subscriptions whose parameters match it, and is
+// replayed to a later subscriber with those parameters; others are served.
+func TestTP2VariantErrors(t *testing.T) {
+	addr := startFakeCDS(t, &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		resp := &discoverygrpc.DiscoveryResponse{}
+		for _, n := range names {
+			switch n {
+			case "c1{env=prod}":
+				resp.ResourceErrors = append(resp.ResourceErrors, &discoverygrpc.ResourceError{
+					ResourceName: &discoverygrpc.ResourceName{Name: "c1", DynamicParameterConstraints: eq("env", "prod")},
+					ErrorDetail:  &status.Status{Code: int32(codes.NotFound), Message: "no prod c1"}})
+			case "c1{env=test}":
+				inner, err := anypb.New(xdstest.EDSCluster("c1", "eds-test"))
+				if err != nil {
+					return nil, err
+				}
+				a, err := anypb.New(&discoverygrpc.Resource{Resource: inner,
+					ResourceName: &discoverygrpc.ResourceName{Name: "c1", DynamicParameterConstraints: eq("env", "test")}})
+				if err != nil {
+					return nil, err
+				}
+				resp.Resources = append(resp.Resources, a)
+			}
+		}
+		return resp, nil
+	}})
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	resp := prod.RecvType(resource.ClusterType)
+	if got := errorsByName(resp); got["c1"] != codes.NotFound || len(resp.GetResources()) != 0 {
+		t.Fatalf("prod: %v", resp)
+	}
+
+	test := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test"})
+	test.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "test"))
+	resp = test.RecvType(resource.ClusterType)
+	for len(resp.GetResources()) == 0 {
+		test.Ack(resp)
+		resp = test.RecvType(resource.ClusterType)
+	}
+	if len(resp.GetResourceErrors()) != 0 || len(resp.GetResources()) != 1 {
+		t.Fatalf("test: %v", resp)
+	}
+
+	late := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "late-prod"})
+	late.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	if got := errorsByName(late.RecvType(resource.ClusterType)); got["c1"] != codes.NotFound {
+		t.Fatalf("replayed errors %v", got)
 	}
 }

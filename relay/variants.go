@@ -203,3 +203,17 @@ func constraintsOf(c *discoverypb.DynamicParameterConstraints) (string, []byte, 
 
 // isParamKey reports whether key carries dynamic parameters.
 func isParamKey(key string) bool { return strings.IndexByte(key, 0) >= 0 }
+
+// errorKeys returns the keys of name whose parameters match the constraints
+// of a TP2 variant's resource error. Called with mu held.
+func (tc *typeCache) errorKeys(name string, c *discoverypb.DynamicParameterConstraints) []string {
+	var out []string
+	for _, k := range tc.keysOf(name) {
+		_, ps := keying.SplitSubscriptionKey(k)
+		params, _ := keying.ParseParams(ps)
+		if keying.Match(c, params) {
+			out = append(out, k)
+		}
+	}
+	return out
+}

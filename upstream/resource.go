@@ -88,6 +88,9 @@ type ResourceError struct {
 	Name    string
 	Code    codes.Code
 	Message string
+	// Constraints are the TP2 constraints of the variant the error is for;
+	// nil: the name.
+	Constraints *discoveryv3.DynamicParameterConstraints
 }
 
 // resourceErrors converts a response's resource_errors.
@@ -99,7 +102,7 @@ func resourceErrors(errs []*discoveryv3.ResourceError) []ResourceError {
 	for _, e := range errs {
 		if n := e.GetResourceName().GetName(); n != "" {
 			out = append(out, ResourceError{Name: n, Code: codes.Code(e.GetErrorDetail().GetCode()),
-				Message: e.GetErrorDetail().GetMessage()})
+				Message: e.GetErrorDetail().GetMessage(), Constraints: e.GetResourceName().GetDynamicParameterConstraints()})
 		}
 	}
 	return out
