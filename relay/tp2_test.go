@@ -363,3 +363,35 @@ func TestTP2VariantErrors(t *testing.T) {
 		t.Fatalf("replayed errors %v", got)
 	}
 }
+
+// Locators mix with plain names, even for one name: each subscription gets
+// its own variant, wrapped only for the locator.
+func TestTP2MixedWithNames(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.RouteType, "routes", eq("env", "test"), routes("test"))
+	up.Set(resource.RouteType, "routes", not(exists("env")), routes("default"))
+	r := xdstest.StartRelay(t, up.Addr())
+
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "mixed"})
+	c.SubscribeLocators(resource.RouteType, []string{"routes"}, xdstest.Locator("routes", "env", "test"))
+	var all []got
+	for len(all) < 2 {
+		all = append(all, recvRoutes(t, c)...)
+	}
+	slices.SortFunc(all, func(a, b got) int { return strings.Compare(a.vh, b.vh) })
+	wantGot(t, "mixed", all, got{vh: "default"}, got{"test", "env=test", true})
+
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "mixed-delta"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{"routes"},
+		ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("routes", "env", "test")}})
+	var delta []got
+	for len(delta) < 2 {
+		resp := d.MustRecv()
+		d.Ack(resp)
+		for _, w := range resp.GetResources() {
+			delta = append(delta, fromWrapper(t, w))
+		}
+	}
+	slices.SortFunc(delta, func(a, b got) int { return strings.Compare(a.vh, b.vh) })
+	wantGot(t, "mixed delta", delta, got{vh: "default"}, got{"test", "env=test", true})
+}
