@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -30,6 +31,13 @@ const drainTimeout = 10 * time.Second
 
 func main() {
 	relay.Version = version
+	if os.Getenv("GOGC") == "" {
+		// A relay's memory is mostly long-lived stream state and its work
+		// comes in bursts (connection storms, fan-outs): collect when the heap
+		// has grown by half instead of doubled, for a lower steady RSS per
+		// client at a small CPU cost. GOGC in the environment overrides it.
+		debug.SetGCPercent(50)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	// After the first signal, a second one kills the process at once.
 	context.AfterFunc(ctx, stop)
