@@ -64,6 +64,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb.DeltaDiscoveryRequest) (add, remove []string, wildcard *bool) {
 	if ts.has == nil {
 		ts.has = make(map[string]string)
+		ts.names = make(map[string]struct{})
 	}
 	first := !ts.requested
 	ts.requested = true

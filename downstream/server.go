@@ -101,6 +101,7 @@ type Server struct {
 	m    *metrics.Metrics
 	pool *pool
 	adm  *admission
+	sets nameSets // interned SotW subscriptions
 
 	nextID atomic.Uint64
 

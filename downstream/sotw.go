@@ -60,7 +60,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			st.acked(ts, typeURL, req.GetVersionInfo())
 		}
 	}
-	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed)
+	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
@@ -71,8 +71,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 // coming without names; once a request named resources, an empty list means
 // nothing.
 //
-// keyed says that names are subscription keys already (see sotwKeys).
-func (ts *typeState) subscribeSotW(typeURL string, names []string, keyed bool) (add, remove []string, wildcard *bool) {
+// keyed says that names are subscription keys already (see sotwKeys); the
+// new set is interned in sets (nil: not interned).
+func (ts *typeState) subscribeSotW(typeURL string, names []string, keyed bool, sets *nameSets) (add, remove []string, wildcard *bool) {
 	if ts.sameSubscription(typeURL, names) {
 		return nil, nil, nil // the common ACK: nothing changed
 	}
@@ -113,7 +114,7 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string, keyed bool) (
 			remove = append(remove, n)
 		}
 	}
-	ts.names = want
+	ts.names = sets.intern(&ts.set, want)
 	ts.hasGlobs = false
 	for n := range want {
 		if isGlob(n) {

@@ -84,9 +84,12 @@ type typeState struct {
 	// subscription
 	wildcard       bool
 	legacyWildcard bool // SotW: no request with names yet, so empty means wildcard
-	names          map[string]struct{}
-	hasGlobs       bool // names holds an xdstp glob collection
-	requested      bool // a request for this type was seen
+	// names are the subscribed keys; a SotW stream's set is interned in
+	// set and read-only (Delta streams own theirs).
+	names     map[string]struct{}
+	set       *nameSet
+	hasGlobs  bool // names holds an xdstp glob collection
+	requested bool // a request for this type was seen
 
 	// SotW bookkeeping
 	lastNonce    string // the nonce of the latest response sent
@@ -300,7 +303,7 @@ func (st *stream) state(typeURL string) *typeState {
 	ts := st.types[typeURL]
 	if ts == nil {
 		tl := metrics.TypeLabel(typeURL)
-		ts = &typeState{names: make(map[string]struct{}), legacyWildcard: true, counters: typeCounters{
+		ts = &typeState{legacyWildcard: true, counters: typeCounters{
 			responses: st.srv.m.Responses.WithLabelValues(tl, st.proto),
 			bytes:     st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto),
 		}}
@@ -503,6 +506,8 @@ func (st *stream) close() {
 	subs := make([]sub, 0, len(st.types))
 	for t, ts := range st.types {
 		subs = append(subs, sub{t, keys(ts.names), ts.wildcard})
+		st.srv.sets.release(ts.set)
+		ts.set = nil
 		st.srv.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(t), st.proto).Dec()
 	}
 	st.mu.Unlock()
