@@ -63,8 +63,9 @@ type typeCache struct {
 
 type lingerEntry struct{ timer *time.Timer }
 
-// watcherSet is a set of streams by id.
-type watcherSet map[uint64]downstream.Watcher
+// watcherSet is a set of streams by id (Relay.watcher resolves them): a
+// stream is in one set per name it watches, so entries are kept small.
+type watcherSet map[uint64]struct{}
 
 func (s watcherSet) has(w downstream.Watcher) bool {
 	_, ok := s[w.ID()]
@@ -391,17 +392,18 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 // A stream watching several is notified several times: its queue merges
 // them. Called with mu held.
 func (r *Relay) notify(tc *typeCache, v *downstream.View) {
-	for _, w := range tc.wild {
-		w.Notify(v, nil)
-	}
-	for name := range v.Changed {
-		for _, w := range tc.watchers[name] {
-			w.Notify(v, nil)
-		}
-		if g := globOf(v, name); g != "" {
-			for _, w := range tc.watchers[g] {
+	notify := func(ws watcherSet) {
+		for id := range ws {
+			if w := r.watcher(id); w != nil {
 				w.Notify(v, nil)
 			}
+		}
+	}
+	notify(tc.wild)
+	for name := range v.Changed {
+		notify(tc.watchers[name])
+		if g := globOf(v, name); g != "" {
+			notify(tc.watchers[g])
 		}
 	}
 }
@@ -425,7 +427,22 @@ func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
 			maps.Copy(set, tc.watchers[g])
 		}
 	}
-	return slices.Collect(maps.Values(set))
+	out := make([]downstream.Watcher, 0, len(set))
+	for id := range set {
+		if w := r.watcher(id); w != nil {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// watcher returns the bound stream with id, nil if it has ended. Called
+// with mu held.
+func (r *Relay) watcher(id uint64) downstream.Watcher {
+	if b := r.bound[id]; b != nil {
+		return b.w
+	}
+	return nil
 }
 
 // upstreamVersions returns the upstream's versions of the resources of

@@ -51,8 +51,10 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 			maps.Copy(moving, tc.wild)
 		}
 	}
-	for _, w := range moving {
-		r.moveToOwn(w, tc.typeURL)
+	for id := range moving {
+		if w := r.watcher(id); w != nil {
+			r.moveToOwn(w, tc.typeURL)
+		}
 	}
 }
 
@@ -61,7 +63,7 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 // has, so that it is never told of a deletion in between; the own upstream
 // subscriptions replace it. Called with mu held.
 func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
-	b := r.bound[w]
+	b := r.bound[w.ID()]
 	if b == nil || b.ownTypes[typeURL] {
 		return
 	}
@@ -120,7 +122,7 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		if to.watchers[n] == nil {
 			to.watchers[n] = make(watcherSet)
 		}
-		to.watchers[n][w.ID()] = w
+		to.watchers[n][w.ID()] = struct{}{}
 		if len(to.watchers[n]) == 1 {
 			r.ref(to, n)
 		}
@@ -130,7 +132,7 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		if len(from.wild) == 0 {
 			r.release(from, keying.Wildcard)
 		}
-		to.wild[w.ID()] = w
+		to.wild[w.ID()] = struct{}{}
 		if len(to.wild) == 1 {
 			r.ref(to, keying.Wildcard)
 		}

@@ -33,7 +33,7 @@ func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
 		}
 	}
 	sc.streams++
-	r.bound[w] = &binding{node: node, group: sc}
+	r.bound[w.ID()] = &binding{w: w, node: node, group: sc}
 	return nil
 }
 
@@ -41,8 +41,8 @@ func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
 // scope whose last stream ended is closed: nothing of it is kept.
 func (r *Relay) Cancel(w downstream.Watcher) {
 	r.mu.Lock()
-	b := r.bound[w]
-	delete(r.bound, w)
+	b := r.bound[w.ID()]
+	delete(r.bound, w.ID())
 	var clients []*upstream.Client
 	if b != nil {
 		b.group.streams--
@@ -115,7 +115,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 			force = append(force, name) // asked again: send it again
 			continue
 		}
-		ws[w.ID()] = w
+		ws[w.ID()] = struct{}{}
 		if len(ws) == 1 {
 			r.ref(tc, name)
 		}
@@ -144,7 +144,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		had := tc.wild.has(w)
 		switch {
 		case *wildcard && !had:
-			tc.wild[w.ID()] = w
+			tc.wild[w.ID()] = struct{}{}
 			if len(tc.wild) == 1 {
 				r.ref(tc, keying.Wildcard)
 			}

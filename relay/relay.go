@@ -62,7 +62,7 @@ type Relay struct {
 	mu      sync.Mutex
 	scopes  map[string]*scope                // guarded by mu; by scope key
 	shared  *scope                           // the scope every stream uses by default
-	bound   map[downstream.Watcher]*binding  // guarded by mu: streams and their scopes
+	bound   map[uint64]*binding              // guarded by mu: streams (by id) and their scopes
 	unref   *simplelru.LRU[lruKey, struct{}] // guarded by mu: unreferenced resources
 	evicted []lruKey                         // guarded by mu: collected by the LRU callback
 	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
@@ -98,7 +98,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		node:    relayNode(cfg),
 		upCreds: upCreds,
 		scopes:  make(map[string]*scope),
-		bound:   make(map[downstream.Watcher]*binding),
+		bound:   make(map[uint64]*binding),
 	}
 	if r.linger <= 0 {
 		r.linger = DefaultLinger

@@ -250,7 +250,7 @@ func (ro *rollout) add(old, v *downstream.View, names []string) {
 }
 
 func (r *Relay) nodeID(w downstream.Watcher) string {
-	if b := r.bound[w]; b != nil {
+	if b := r.bound[w.ID()]; b != nil {
 		return b.node.GetId()
 	}
 	return ""

@@ -40,6 +40,7 @@ type scope struct {
 
 // binding is what the relay knows of a stream: its node and its scopes.
 type binding struct {
+	w     downstream.Watcher
 	node  *corev3.Node
 	group *scope // LDS, CDS, ... (the shared scope without group_by)
 	own   *scope // the node's own scope, created at first use
@@ -87,7 +88,7 @@ func (r *Relay) newScope(key string, node *corev3.Node, own bool) *scope {
 
 // scopeOf returns the scope that serves typeURL to w. Called with mu held.
 func (r *Relay) scopeOf(w downstream.Watcher, typeURL string) *scope {
-	b := r.bound[w]
+	b := r.bound[w.ID()]
 	if b == nil {
 		return r.shared
 	}
