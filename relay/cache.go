@@ -28,9 +28,9 @@ type typeCache struct {
 
 	// watchers holds, per name, the streams that subscribe to it by name, by
 	// stream id (integer keys hash faster than interfaces on the hot path).
-	watchers map[string]watcherSet
+	watchers map[string]*watcherSet
 	// wild holds the streams with a wildcard subscription.
-	wild watcherSet
+	wild *watcherSet
 	// up holds the names (and keying.Wildcard) subscribed upstream.
 	up map[string]bool
 	// linger holds the pending unsubscriptions of names no stream watches.
@@ -62,15 +62,6 @@ type typeCache struct {
 }
 
 type lingerEntry struct{ timer *time.Timer }
-
-// watcherSet is a set of streams by id (Relay.watcher resolves them): a
-// stream is in one set per name it watches, so entries are kept small.
-type watcherSet map[uint64]struct{}
-
-func (s watcherSet) has(w downstream.Watcher) bool {
-	_, ok := s[w.ID()]
-	return ok
-}
 
 func (tc *typeCache) lruKey(name string) lruKey {
 	return lruKey{scope: tc.sc.key, Key: keying.Key{TypeURL: tc.typeURL, Name: name}}
@@ -392,8 +383,8 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 // A stream watching several is notified several times: its queue merges
 // them. Called with mu held.
 func (r *Relay) notify(tc *typeCache, v *downstream.View) {
-	notify := func(ws watcherSet) {
-		for id := range ws {
+	notify := func(ws *watcherSet) {
+		for id := range ws.all {
 			if w := r.watcher(id); w != nil {
 				w.Notify(v, nil)
 			}
@@ -419,12 +410,17 @@ func globOf(v *downstream.View, name string) string {
 // watchersOf returns, once each, the streams watching one of names or the
 // wildcard. Called with mu held.
 func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
-	set := make(watcherSet, len(tc.wild))
-	maps.Copy(set, tc.wild)
+	set := make(map[uint64]struct{}, tc.wild.len())
+	add := func(ws *watcherSet) {
+		for id := range ws.all {
+			set[id] = struct{}{}
+		}
+	}
+	add(tc.wild)
 	for _, n := range names {
-		maps.Copy(set, tc.watchers[n])
+		add(tc.watchers[n])
 		if g := globOf(tc.view, n); g != "" {
-			maps.Copy(set, tc.watchers[g])
+			add(tc.watchers[g])
 		}
 	}
 	out := make([]downstream.Watcher, 0, len(set))

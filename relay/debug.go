@@ -106,10 +106,10 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 // subscribers counts the streams that watch key, by name or by wildcard.
 // Called with mu held.
 func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
-	subs := len(tc.watchers[key])
+	subs := tc.watchers[key].len()
 	if res.Authority == "" && key == res.Name && keying.WildcardCapable(tc.typeURL) {
-		for id := range tc.wild {
-			if _, dup := tc.watchers[key][id]; !dup {
+		for id := range tc.wild.all {
+			if !tc.watchers[key].contains(id) {
 				subs++
 			}
 		}

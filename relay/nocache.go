@@ -43,12 +43,17 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 	if len(names) == 0 {
 		return
 	}
-	moving := make(watcherSet)
+	moving := make(map[uint64]struct{})
+	add := func(ws *watcherSet) {
+		for id := range ws.all {
+			moving[id] = struct{}{}
+		}
+	}
 	for _, n := range names {
-		maps.Copy(moving, tc.watchers[n])
+		add(tc.watchers[n])
 		if auth, _ := keying.Authority(n); auth == "" && keying.FullState(tc.typeURL) {
 			tc.noCacheWild = true
-			maps.Copy(moving, tc.wild)
+			add(tc.wild)
 		}
 	}
 	for id := range moving {
@@ -114,26 +119,26 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 
 	for _, n := range names {
 		ws := from.watchers[n]
-		delete(ws, w.ID())
-		if len(ws) == 0 {
+		ws.remove(w.ID())
+		if ws.len() == 0 {
 			delete(from.watchers, n)
 			r.release(from, n)
 		}
 		if to.watchers[n] == nil {
-			to.watchers[n] = make(watcherSet)
+			to.watchers[n] = &watcherSet{}
 		}
-		to.watchers[n][w.ID()] = struct{}{}
-		if len(to.watchers[n]) == 1 {
+		to.watchers[n].add(w.ID())
+		if to.watchers[n].len() == 1 {
 			r.ref(to, n)
 		}
 	}
 	if wild {
-		delete(from.wild, w.ID())
-		if len(from.wild) == 0 {
+		from.wild.remove(w.ID())
+		if from.wild.len() == 0 {
 			r.release(from, keying.Wildcard)
 		}
-		to.wild[w.ID()] = struct{}{}
-		if len(to.wild) == 1 {
+		to.wild.add(w.ID())
+		if to.wild.len() == 1 {
 			r.ref(to, keying.Wildcard)
 		}
 	}

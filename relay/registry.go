@@ -108,15 +108,15 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	for _, name := range add {
 		ws := tc.watchers[name]
 		if ws == nil {
-			ws = make(watcherSet)
+			ws = &watcherSet{}
 			tc.watchers[name] = ws
 		}
 		if ws.has(w) {
 			force = append(force, name) // asked again: send it again
 			continue
 		}
-		ws[w.ID()] = struct{}{}
-		if len(ws) == 1 {
+		ws.add(w.ID())
+		if ws.len() == 1 {
 			r.ref(tc, name)
 		}
 		if _, ok := tc.view.Resources[name]; ok {
@@ -129,8 +129,8 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		if !ws.has(w) {
 			continue
 		}
-		delete(ws, w.ID())
-		if len(ws) == 0 {
+		ws.remove(w.ID())
+		if ws.len() == 0 {
 			delete(tc.watchers, name)
 			r.release(tc, name)
 		}
@@ -144,14 +144,14 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		had := tc.wild.has(w)
 		switch {
 		case *wildcard && !had:
-			tc.wild[w.ID()] = struct{}{}
-			if len(tc.wild) == 1 {
+			tc.wild.add(w.ID())
+			if tc.wild.len() == 1 {
 				r.ref(tc, keying.Wildcard)
 			}
 			force = append(force, keying.Wildcard)
 		case !*wildcard && had:
-			delete(tc.wild, w.ID())
-			if len(tc.wild) == 0 {
+			tc.wild.remove(w.ID())
+			if tc.wild.len() == 0 {
 				r.release(tc, keying.Wildcard)
 			}
 			// The stream answers the end of its wildcard (Delta: removals of
@@ -236,7 +236,7 @@ func (r *Relay) armUnavailable(tc *typeCache, name string) {
 		delete(tc.unavail, name)
 		_, cached := tc.view.Resources[name]
 		_, failed := tc.view.Errors[name]
-		if cached || failed || tc.sc.connected[auth] || (len(tc.watchers[name]) == 0 && len(tc.wild) == 0) {
+		if cached || failed || tc.sc.connected[auth] || (tc.watchers[name].len() == 0 && tc.wild.len() == 0) {
 			return
 		}
 		r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
@@ -325,7 +325,7 @@ func (r *Relay) unreferenced(tc *typeCache, name string) {
 		if _, cached := tc.view.Resources[n]; !cached || tc.watchers[n] != nil {
 			return
 		}
-		if res := tc.view.Resources[n]; res.Authority == "" && len(tc.wild) > 0 {
+		if res := tc.view.Resources[n]; res.Authority == "" && tc.wild.len() > 0 {
 			return // still covered by a wildcard watcher
 		}
 		r.unref.Add(tc.lruKey(n), struct{}{})
