@@ -48,5 +48,8 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.SharedWriteBuffer(true),
 		grpc.ReadBufferSize(4 << 10), // xDS requests are small; 4 KiB per connection, not 32
 		grpc.WriteBufferSize(16 << 10),
+		// An xDS stream sends one HEADERS frame in its life: clients need no
+		// HPACK dynamic table for it, and the relay keeps none per connection.
+		grpc.HeaderTableSize(0),
 	}
 }
