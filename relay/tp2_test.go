@@ -394,4 +394,13 @@ func TestTP2MixedWithNames(t *testing.T) {
 	}
 	slices.SortFunc(delta, func(a, b got) int { return strings.Compare(a.vh, b.vh) })
 	wantGot(t, "mixed delta", delta, got{vh: "default"}, got{"test", "env=test", true})
+
+	// Unsubscribing the locator leaves the plain name; nothing is sent.
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+		ResourceLocatorsUnsubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("routes", "env", "test")}})
+	d.ExpectNoResponse(quiet)
+	clients := r.DebugClients("mixed-delta")
+	if len(clients) != 1 || !slices.Equal(clients[0].Types[resource.RouteType].Names, []string{"routes"}) {
+		t.Fatalf("/debug/clients after the unsubscription: %+v", clients)
+	}
 }
