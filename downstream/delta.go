@@ -180,7 +180,10 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 		r, present := v.Resources[n]
 		named := ts.watches(v, n)
-		covered := ts.wildcard && (!present || r.Authority == "")
+		// The wildcard covers default-authority names, never a subscription
+		// with TP2 parameters.
+		plainKey := strings.IndexByte(n, 0) < 0
+		covered := plainKey && ts.wildcard && (!present || r.Authority == "")
 		switch {
 		case named || (covered && present):
 			if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
@@ -198,7 +201,7 @@ func (st *stream) buildDelta(it item) *encoded {
 			} else if _, gone := v.Absent[n]; gone && named {
 				removed = append(removed, n) // the upstream says it does not exist
 			}
-		case forced && ts.wildcard:
+		case forced && ts.wildcard && plainKey:
 			// xDS: unsubscribing a name the wildcard may cover is answered
 			// by the resource or by its removal.
 			removed = append(removed, n)

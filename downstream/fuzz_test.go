@@ -60,7 +60,26 @@ func fuzzView(typeURL string, names ...string) *View {
 		b, _ := proto.Marshal(a)
 		v.Resources[n] = &Resource{Name: n, Version: ResourceVersion(b), Any: b}
 	}
+	// A TP2 variant of "a", selected for the subscription a{env=prod}.
+	if a := v.Resources["a"]; a != nil {
+		c := &discoverypb.DynamicParameterConstraints{Type: &discoverypb.DynamicParameterConstraints_Constraint{
+			Constraint: &discoverypb.DynamicParameterConstraints_SingleConstraint{Key: "env",
+				ConstraintType: &discoverypb.DynamicParameterConstraints_SingleConstraint_Value{Value: "prod"}}}}
+		cw, _ := proto.Marshal(c)
+		variant := &Resource{Name: "a", Version: ResourceVersion(append(a.Any, 'v')), Any: a.Any,
+			Constraints: keying.CanonicalConstraints(c), ConstraintsWire: cw}
+		key := keying.SubscriptionKey("a", "env=prod")
+		v.Resources[key] = variant.Selected(key)
+	}
 	return v
+}
+
+// fuzzLocators are the TP2 locators a fuzzed request may carry.
+var fuzzLocators = []*discoverypb.ResourceLocator{
+	{Name: "a", DynamicParameters: map[string]string{"env": "prod"}},
+	{Name: "a"},
+	{Name: "*", DynamicParameters: map[string]string{"env": "prod"}},
+	{Name: "b", DynamicParameters: map[string]string{"env": "test", "zone": "z"}},
 }
 
 // FuzzSotWRequests feeds arbitrary request sequences to one SotW stream. It
@@ -69,6 +88,7 @@ func fuzzView(typeURL string, names ...string) *View {
 func FuzzSotWRequests(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7})
 	f.Add([]byte{1, 1, 1, 9, 200, 3, 17, 33, 65})
+	f.Add([]byte{0, 1, 0x21, 1, 1, 0x41, 0, 0, 0x61})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		src := &fakeSource{views: map[string]*View{
 			keying.ClusterType:  fuzzView(keying.ClusterType, "a", "b", "c"),
@@ -86,6 +106,9 @@ func FuzzSotWRequests(f *testing.F) {
 			req := &discoverypb.DiscoveryRequest{TypeUrl: types[int(a)%len(types)]}
 			for i := range int(b % 5) {
 				req.ResourceNames = append(req.ResourceNames, pool[(int(a)+i*int(b))%len(pool)])
+			}
+			for i := range int(b>>5) % 3 {
+				req.ResourceLocators = append(req.ResourceLocators, fuzzLocators[(int(a)+i)%len(fuzzLocators)])
 			}
 			before := len(rec.sent)
 			stale := false
@@ -117,14 +140,114 @@ func FuzzSotWRequests(f *testing.F) {
 			for _, resp := range rec.sent[before:] {
 				seen := map[string]bool{}
 				for _, a := range resp.Resources {
+					id := ""
+					if a.GetTypeUrl() == keying.ResourceWrapperType {
+						// A TP2 variant: unique by name and constraints.
+						w := &discoverypb.Resource{}
+						if err := a.UnmarshalTo(w); err != nil {
+							t.Fatal(err)
+						}
+						if w.GetResourceName().GetName() == "" {
+							t.Fatalf("wrapped resource without resource_name: %v", w)
+						}
+						id = "tp2:" + keying.CanonicalConstraints(w.GetResourceName().GetDynamicParameterConstraints()) + ":"
+						a = w.GetResource()
+					}
 					v := &wrapperspb.StringValue{}
 					if err := a.UnmarshalTo(v); err != nil {
 						t.Fatal(err)
 					}
-					if seen[v.Value] {
-						t.Fatalf("name %q twice in one response", v.Value)
+					id += v.Value
+					if seen[id] {
+						t.Fatalf("resource %q twice in one response", id)
 					}
-					seen[v.Value] = true
+					seen[id] = true
+				}
+			}
+		}
+	})
+}
+
+// deltaRecorder is a grpc.ServerStream that keeps the Delta responses sent.
+type deltaRecorder struct {
+	recordingStream
+	sent []*discoverypb.DeltaDiscoveryResponse
+}
+
+func (r *deltaRecorder) SendMsg(m any) error {
+	e := m.(*encoded)
+	resp := &discoverypb.DeltaDiscoveryResponse{}
+	if err := proto.Unmarshal(append(append([]byte{}, e.body...), e.nonce...), resp); err != nil {
+		return err
+	}
+	r.sent = append(r.sent, resp)
+	return nil
+}
+
+// FuzzDeltaRequests feeds arbitrary incremental request sequences, names and
+// TP2 locators mixed, to one Delta stream. It must never panic, never send
+// and remove one resource in a response, and send a TP2 variant only with
+// its resource_name.
+func FuzzDeltaRequests(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add([]byte{0, 1, 0x21, 1, 1, 0x41, 2, 0, 0x61, 3, 2, 0x22})
+	f.Fuzz(func(t *testing.T, script []byte) {
+		src := &fakeSource{views: map[string]*View{
+			keying.ClusterType:  fuzzView(keying.ClusterType, "a", "b", "c"),
+			keying.EndpointType: fuzzView(keying.EndpointType, "a", "b"),
+		}}
+		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
+		defer srv.Close()
+		rec := &deltaRecorder{}
+		st := &stream{srv: srv, ss: rec, delta: true, proto: "delta", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+		pool := []string{"a", "b", "c", "d", "*", ""}
+		types := []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
+		for len(script) >= 3 {
+			op, a, b := script[0], script[1], script[2]
+			script = script[3:]
+			req := &discoverypb.DeltaDiscoveryRequest{TypeUrl: types[int(a)%len(types)]}
+			for i := range int(b % 4) {
+				n := pool[(int(a)+i*int(b))%len(pool)]
+				if op&4 == 0 {
+					req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
+				} else {
+					req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, n)
+				}
+			}
+			for i := range int(b>>5) % 3 {
+				l := fuzzLocators[(int(a)+i)%len(fuzzLocators)]
+				if op&8 == 0 {
+					req.ResourceLocatorsSubscribe = append(req.ResourceLocatorsSubscribe, l)
+				} else {
+					req.ResourceLocatorsUnsubscribe = append(req.ResourceLocatorsUnsubscribe, l)
+				}
+			}
+			if n := len(rec.sent); n > 0 && op&1 == 1 {
+				req.ResponseNonce, req.TypeUrl = rec.sent[n-1].Nonce, rec.sent[n-1].TypeUrl
+				if op&2 == 2 {
+					req.ErrorDetail = &status.Status{Message: "no"}
+				}
+			}
+			before := len(rec.sent)
+			if err := st.handleDelta(req); err != nil {
+				return // the stream would end here
+			}
+			st.flush()
+			for _, resp := range rec.sent[before:] {
+				sent := map[string]bool{}
+				for _, r := range resp.GetResources() {
+					if rn := r.GetResourceName(); rn != nil {
+						if r.GetName() != "" || rn.GetName() == "" {
+							t.Fatalf("TP2 variant with name %q and resource_name %v", r.GetName(), rn)
+						}
+						continue
+					}
+					sent[r.GetName()] = true
+				}
+				for _, n := range resp.GetRemovedResources() {
+					if sent[n] {
+						t.Fatalf("%q sent and removed in one response", n)
+					}
 				}
 			}
 		}
