@@ -53,7 +53,7 @@ type typeCache struct {
 	// its only variant. params holds, per name, its subscription keys with
 	// parameters.
 	variants map[string][]variant
-	params   map[string]map[string]struct{}
+	params   map[string]map[string]map[string]string // name → key → its parameters
 
 	// noCache holds the names the upstream marked do_not_cache (see
 	// nocache.go); noCacheWild that one of them is in the wildcard set.

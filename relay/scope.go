@@ -62,7 +62,7 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 			linger:   make(map[string]*lingerEntry),
 			unavail:  make(map[string]*time.Timer),
 			variants: make(map[string][]variant),
-			params:   make(map[string]map[string]struct{}),
+			params:   make(map[string]map[string]map[string]string),
 		}
 		sc.types[typeURL] = tc
 	}

@@ -73,14 +73,21 @@ func (tc *typeCache) keysOf(name string) []string {
 	return keys
 }
 
+// paramsOf returns the dynamic parameters of a key of name (nil for the
+// name itself), parsed when the key was added.
+func (tc *typeCache) paramsOf(name, key string) map[string]string {
+	return tc.params[name][key]
+}
+
 // resolveVariants recomputes the View entries (in res) of every key of name from its
 // stored variants, recording what changed. A name left with one
 // unconstrained variant and no keys with parameters leaves variant mode.
 // Called with mu held.
 func (r *Relay) resolveVariants(tc *typeCache, name string, res map[string]*downstream.Resource, changed map[string]struct{}) {
 	vs := tc.variants[name]
+	cands := candidates(vs)
 	for _, k := range tc.keysOf(name) {
-		sel := r.selectVariant(tc, k, vs)
+		sel := r.selectVariant(tc, k, tc.paramsOf(name, k), vs, cands)
 		cur, had := res[k]
 		switch {
 		case sel == nil && had:
@@ -96,27 +103,28 @@ func (r *Relay) resolveVariants(tc *typeCache, name string, res map[string]*down
 	}
 }
 
-// selectVariant returns the variant the subscription key selects, nil for
-// none. TP2 leaves several matches undefined: the most specific wins
-// (keying.Select), and the ambiguity is counted and logged.
-func (r *Relay) selectVariant(tc *typeCache, key string, vs []variant) *downstream.Resource {
-	if len(vs) == 0 {
-		return nil
-	}
-	_, ps := keying.SplitSubscriptionKey(key)
-	params, _ := keying.ParseParams(ps) // made by keying.CanonicalParams
+// candidates returns vs as keying.Select takes them.
+func candidates(vs []variant) []keying.Variant {
 	cands := make([]keying.Variant, len(vs))
 	for i, v := range vs {
 		cands[i] = keying.Variant{Constraints: v.c, Key: v.res.Constraints}
 	}
+	return cands
+}
+
+// selectVariant returns the variant of vs (cands, as candidates returns
+// them) that the subscription key with params selects, nil for none. TP2
+// leaves several matches undefined: the most specific wins (keying.Select),
+// and the ambiguity is counted and logged.
+func (r *Relay) selectVariant(tc *typeCache, key string, params map[string]string, vs []variant, cands []keying.Variant) *downstream.Resource {
 	best, ambiguous, ok := keying.Select(cands, params)
 	if !ok {
 		return nil
 	}
 	var sel *downstream.Resource
-	for _, v := range vs {
-		if v.res.Constraints == best.Key {
-			sel = v.res
+	for i := range cands {
+		if cands[i].Key == best.Key {
+			sel = vs[i].res
 		}
 	}
 	if ambiguous {
@@ -139,14 +147,15 @@ func (r *Relay) addParamKey(tc *typeCache, key string) {
 		return
 	}
 	if tc.params[name] == nil {
-		tc.params[name] = make(map[string]struct{})
+		tc.params[name] = make(map[string]map[string]string)
 	}
-	tc.params[name][key] = struct{}{}
+	params, _ := keying.ParseParams(ps) // made by keying.CanonicalParams
+	tc.params[name][key] = params
 	tc.enterVariantMode(name, tc.view.Resources)
 	if _, ok := tc.view.Resources[key]; ok {
 		return
 	}
-	sel := r.selectVariant(tc, key, tc.variants[name])
+	sel := r.selectVariant(tc, key, params, tc.variants[name], candidates(tc.variants[name]))
 	if sel == nil {
 		return
 	}
@@ -209,9 +218,7 @@ func isParamKey(key string) bool { return strings.IndexByte(key, 0) >= 0 }
 func (tc *typeCache) errorKeys(name string, c *discoverypb.DynamicParameterConstraints) []string {
 	var out []string
 	for _, k := range tc.keysOf(name) {
-		_, ps := keying.SplitSubscriptionKey(k)
-		params, _ := keying.ParseParams(ps)
-		if keying.Match(c, params) {
+		if keying.Match(c, tc.paramsOf(name, k)) {
 			out = append(out, k)
 		}
 	}
