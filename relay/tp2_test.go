@@ -404,3 +404,45 @@ func TestTP2MixedWithNames(t *testing.T) {
 		t.Fatalf("/debug/clients after the unsubscription: %+v", clients)
 	}
 }
+
+// TP2 variants of a full-state type (CDS over SotW): a variant the upstream
+// stops sending is gone for its subscribers, the others keep theirs.
+func TestTP2FullStateVariants(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.ClusterType, "c1", eq("env", "prod"), xdstest.EDSCluster("c1", "eds-prod"))
+	up.Set(resource.ClusterType, "c1", eq("env", "test"), xdstest.EDSCluster("c1", "eds-test"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	recv := func(c *xdstest.ADSClient) []string {
+		t.Helper()
+		resp := c.RecvType(resource.ClusterType)
+		c.Ack(resp)
+		var out []string
+		for _, a := range resp.GetResources() {
+			w := &discoverygrpc.Resource{}
+			if err := proto.Unmarshal(a.GetValue(), w); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, edsNames(t, &discoverygrpc.DiscoveryResponse{Resources: []*anypb.Any{w.GetResource()}})["c1"])
+		}
+		return out
+	}
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	if got := recv(prod); !slices.Equal(got, []string{"eds-prod"}) {
+		t.Fatalf("prod: %v", got)
+	}
+	test := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test"})
+	test.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "test"))
+	if got := recv(test); !slices.Equal(got, []string{"eds-test"}) {
+		t.Fatalf("test: %v", got)
+	}
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.ClusterType)) == 2 },
+		"upstream subscriptions", func() any { return up.Subscriptions(resource.ClusterType) })
+
+	up.Delete(resource.ClusterType, "c1", eq("env", "test"))
+	if got := recv(test); len(got) != 0 {
+		t.Fatalf("test after its variant was deleted: %v", got)
+	}
+	prod.ExpectNoResponse(quiet)
+}
