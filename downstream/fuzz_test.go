@@ -33,19 +33,21 @@ func (f *fakeSource) Watch(w Watcher, typeURL string, c Change) {
 	}
 }
 
-// recordingStream is a grpc.ServerStream that keeps what is sent.
-type recordingStream struct {
-	sent []*discoverypb.DiscoveryResponse
+// recorder is a grpc.ServerStream that keeps the responses sent, decoded
+// into fresh() messages.
+type recorder[T proto.Message] struct {
+	fresh func() T
+	sent  []T
 }
 
-func (r *recordingStream) SetHeader(metadata.MD) error  { return nil }
-func (r *recordingStream) SendHeader(metadata.MD) error { return nil }
-func (r *recordingStream) SetTrailer(metadata.MD)       {}
-func (r *recordingStream) Context() context.Context     { return context.Background() }
-func (r *recordingStream) RecvMsg(any) error            { return fmt.Errorf("unused") }
-func (r *recordingStream) SendMsg(m any) error {
+func (r *recorder[T]) SetHeader(metadata.MD) error  { return nil }
+func (r *recorder[T]) SendHeader(metadata.MD) error { return nil }
+func (r *recorder[T]) SetTrailer(metadata.MD)       {}
+func (r *recorder[T]) Context() context.Context     { return context.Background() }
+func (r *recorder[T]) RecvMsg(any) error            { return fmt.Errorf("unused") }
+func (r *recorder[T]) SendMsg(m any) error {
 	e := m.(*encoded)
-	resp := &discoverypb.DiscoveryResponse{}
+	resp := r.fresh()
 	if err := proto.Unmarshal(append(append([]byte{}, e.body...), e.nonce...), resp); err != nil {
 		return err
 	}
@@ -96,7 +98,7 @@ func FuzzSotWRequests(f *testing.F) {
 		}}
 		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
 		defer srv.Close()
-		rec := &recordingStream{}
+		rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
 		st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
 		pool := []string{"a", "b", "c", "d", "*", ""}
 		types := []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
@@ -168,22 +170,6 @@ func FuzzSotWRequests(f *testing.F) {
 	})
 }
 
-// deltaRecorder is a grpc.ServerStream that keeps the Delta responses sent.
-type deltaRecorder struct {
-	recordingStream
-	sent []*discoverypb.DeltaDiscoveryResponse
-}
-
-func (r *deltaRecorder) SendMsg(m any) error {
-	e := m.(*encoded)
-	resp := &discoverypb.DeltaDiscoveryResponse{}
-	if err := proto.Unmarshal(append(append([]byte{}, e.body...), e.nonce...), resp); err != nil {
-		return err
-	}
-	r.sent = append(r.sent, resp)
-	return nil
-}
-
 // FuzzDeltaRequests feeds arbitrary incremental request sequences, names and
 // TP2 locators mixed, to one Delta stream. It must never panic, never send
 // and remove one resource in a response, and send a TP2 variant only with
@@ -198,7 +184,7 @@ func FuzzDeltaRequests(f *testing.F) {
 		}}
 		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
 		defer srv.Close()
-		rec := &deltaRecorder{}
+		rec := &recorder[*discoverypb.DeltaDiscoveryResponse]{fresh: func() *discoverypb.DeltaDiscoveryResponse { return &discoverypb.DeltaDiscoveryResponse{} }}
 		st := &stream{srv: srv, ss: rec, delta: true, proto: "delta", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
 		pool := []string{"a", "b", "c", "d", "*", ""}
 		types := []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
