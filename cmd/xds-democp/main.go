@@ -75,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&spec.Routes, "routes", 1, "number of route configurations")
 	fs.IntVar(&spec.EndpointsPerCluster, "endpoints-per-cluster", 2, "endpoints in each ClusterLoadAssignment")
 	fs.StringVar(&style, "style", string(fleet.StyleEnvoy), "listener style: envoy (socket listeners) or grpc (api_listener)")
+	fs.StringVar(&spec.Authority, "authority", "", "name every resource xdstp://AUTHORITY/TYPE/NAME (federation; empty: legacy names)")
 	fs.StringVar(&churn, "churn", "0", "change rate like 5/s, 30/m (0: no changes)")
 	fs.StringVar(&churnTypes, "churn-types", "eds", "resource types changed in turn, e.g. cds,eds (lds, rds, cds, eds)")
 	fs.IntVar(&o.server.ChurnCount, "churn-count", 1, "resources changed per change")

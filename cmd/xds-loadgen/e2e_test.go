@@ -24,9 +24,14 @@ func testContext(t *testing.T) context.Context {
 
 // startDemoCP serves a churning fleet on 127.0.0.1:0 until the test ends and returns its address.
 func startDemoCP(t *testing.T, style fleet.Style) string {
+	return startFleet(t, fleet.Spec{Listeners: 2, Routes: 2, Clusters: 20, EndpointsPerCluster: 2, Style: style})
+}
+
+// startFleet serves spec, churning, on 127.0.0.1:0 until the test ends and returns its address.
+func startFleet(t *testing.T, spec fleet.Spec) string {
 	t.Helper()
 	srv, err := fleet.NewServer(fleet.ServerConfig{
-		Spec:       fleet.Spec{Listeners: 2, Routes: 2, Clusters: 20, EndpointsPerCluster: 2, Style: style},
+		Spec:       spec,
 		Churn:      50,
 		ChurnKinds: []fleet.Kind{fleet.Clusters, fleet.Endpoints, fleet.Routes, fleet.Listeners},
 		ChurnCount: 2,

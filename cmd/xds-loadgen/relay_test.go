@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/fleet"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
@@ -42,4 +43,44 @@ func TestThroughRelay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A federated fleet (every name xdstp://auth.example/...) through the relay:
+// gRPC-like clients resolve LDS→RDS→CDS→EDS by xdstp name, Envoy-like ones
+// mix the default authority's wildcards with named xdstp subscriptions.
+func TestThroughRelayFederated(t *testing.T) {
+	const clients = 50
+	spec := fleet.Spec{Listeners: 2, Routes: 2, Clusters: 20, EndpointsPerCluster: 2, Style: fleet.StyleGRPC, Authority: "auth.example"}
+	cp := startFleet(t, spec)
+	r := xdstest.StartRelay(t, cp, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}} // the default servers
+	}))
+	for _, mode := range []Mode{ModeGRPC, ModeEnvoy} {
+		t.Run(string(mode), func(t *testing.T) {
+			e, err := NewEngine(Config{
+				Target: r.Addr(), Clients: clients, Mode: mode, Protocol: ProtocolSotW, LDSName: spec.Name(fleet.Listeners, 0),
+				Duration: 5 * time.Second, Updates: 1, SyncTimeout: 20 * time.Second,
+				Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			s, err := e.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Synced != clients || s.Failed != 0 || s.Updates < clients {
+				t.Fatalf("synced %d failed %d updates %d of %d clients", s.Synced, s.Failed, s.Updates, clients)
+			}
+		})
+	}
+	// The xdstp names went to the authority's own upstream stream.
+	for _, u := range r.DebugUpstreams() {
+		if u.Authority == "auth.example" && len(u.Types) > 0 {
+			return
+		}
+	}
+	t.Fatalf("no upstream subscriptions for auth.example: %+v", r.DebugUpstreams())
 }

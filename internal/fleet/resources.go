@@ -100,7 +100,7 @@ func (s Spec) httpConnectionManager(i int) *hcmv3.HttpConnectionManager {
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
-			RouteConfigName: RouteName(i % s.Routes),
+			RouteConfigName: s.Name(Routes, i%s.Routes),
 		}},
 		HttpFilters: []*hcmv3.HttpFilter{{
 			Name:       "envoy.filters.http.router",
@@ -113,7 +113,7 @@ func (s Spec) httpConnectionManager(i int) *hcmv3.HttpConnectionManager {
 // with an HttpConnectionManager filter; StyleGRPC: an api_listener.
 func (s Spec) Listener(i int, created time.Time) *listenerv3.Listener {
 	hcm := mustAny(s.httpConnectionManager(i))
-	l := &listenerv3.Listener{Name: ListenerName(i), Metadata: Stamp(created)}
+	l := &listenerv3.Listener{Name: s.Name(Listeners, i), Metadata: Stamp(created)}
 	if s.Style == StyleGRPC {
 		l.ApiListener = &listenerv3.ApiListener{ApiListener: hcm}
 		return l
@@ -135,11 +135,11 @@ func (s Spec) Listener(i int, created time.Time) *listenerv3.Listener {
 func (s Spec) RouteConfiguration(j int, created time.Time) *routev3.RouteConfiguration {
 	var routes []*routev3.Route
 	for k := j; k < s.Clusters; k += s.Routes {
-		routes = append(routes, clusterRoute("/"+ClusterName(k)+"/", ClusterName(k)))
+		routes = append(routes, clusterRoute("/"+ClusterName(k)+"/", s.Name(Clusters, k)))
 	}
-	routes = append(routes, clusterRoute("", ClusterName(j%s.Clusters)))
+	routes = append(routes, clusterRoute("", s.Name(Clusters, j%s.Clusters)))
 	return &routev3.RouteConfiguration{
-		Name: RouteName(j),
+		Name: s.Name(Routes, j),
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    "vhost-" + strconv.Itoa(j),
 			Domains: []string{"*"},
@@ -161,11 +161,11 @@ func clusterRoute(prefix, cluster string) *routev3.Route {
 // Cluster returns cluster k: an EDS cluster over ADS with round-robin balancing.
 func (s Spec) Cluster(k int, created time.Time) *clusterv3.Cluster {
 	return &clusterv3.Cluster{
-		Name:                 ClusterName(k),
+		Name:                 s.Name(Clusters, k),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
 			EdsConfig:   adsSource(),
-			ServiceName: ClusterName(k),
+			ServiceName: s.Name(Endpoints, k),
 		},
 		ConnectTimeout: durationpb.New(time.Second),
 		LbPolicy:       clusterv3.Cluster_ROUND_ROBIN,
@@ -194,7 +194,7 @@ func (s Spec) ClusterLoadAssignment(k int, created time.Time) *endpointv3.Cluste
 	}
 	lbs[0].Metadata = Stamp(created)
 	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: ClusterName(k),
+		ClusterName: s.Name(Endpoints, k),
 		Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			Locality:            &corev3.Locality{Region: "region-1", Zone: "zone-" + strconv.Itoa(k%3)},
 			LbEndpoints:         lbs,

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/internal/fleet"
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 type validator interface{ ValidateAll() error }
@@ -147,5 +149,37 @@ func TestCreatedUnixNanoAbsent(t *testing.T) {
 	c.Metadata.FilterMetadata[fleet.StampNamespace].Fields[fleet.StampField].Kind = nil
 	if _, ok := fleet.CreatedUnixNano(c); ok {
 		t.Error("stamp read from a non-string value")
+	}
+}
+
+// With an Authority every name, and every reference between resources, is
+// an xdstp:// URN of it, in canonical form.
+func TestXDSTPNames(t *testing.T) {
+	spec := fleet.Spec{Listeners: 1, Routes: 1, Clusters: 2, EndpointsPerCluster: 1, Style: fleet.StyleGRPC, Authority: "auth.example"}
+	now := time.Now()
+	const l = "xdstp://auth.example/envoy.config.listener.v3.Listener/listener-0"
+	if got := spec.Name(fleet.Listeners, 0); got != l {
+		t.Fatalf("listener name %q, want %q", got, l)
+	}
+	refs := []string{spec.Listener(0, now).GetName()}
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := spec.Listener(0, now).GetApiListener().GetApiListener().UnmarshalTo(hcm); err != nil {
+		t.Fatal(err)
+	}
+	refs = append(refs, hcm.GetRds().GetRouteConfigName(), spec.RouteConfiguration(0, now).GetName())
+	for _, r := range spec.RouteConfiguration(0, now).GetVirtualHosts()[0].GetRoutes() {
+		refs = append(refs, r.GetRoute().GetCluster())
+	}
+	c := spec.Cluster(1, now)
+	refs = append(refs, c.GetName(), c.GetEdsClusterConfig().GetServiceName(), spec.ClusterLoadAssignment(1, now).GetClusterName())
+	for _, n := range refs {
+		canon, err := keying.Canonical(n)
+		if err != nil || canon != n || !strings.HasPrefix(n, "xdstp://auth.example/envoy.config.") {
+			t.Errorf("name %q: canonical %q, %v", n, canon, err)
+		}
+	}
+	if hcm.GetRds().GetRouteConfigName() != spec.RouteConfiguration(0, now).GetName() ||
+		c.GetEdsClusterConfig().GetServiceName() != spec.ClusterLoadAssignment(1, now).GetClusterName() {
+		t.Errorf("references do not match the names: %v", refs)
 	}
 }

@@ -108,6 +108,10 @@ type Spec struct {
 	EndpointsPerCluster int
 	// Style selects envoy or grpc listeners; empty means StyleEnvoy.
 	Style Style
+	// Authority, when set, names every resource as an xdstp:// URN of that
+	// authority (xDS federation): xdstp://AUTHORITY/TYPE/listener-0, where
+	// TYPE is the resource type without the type.googleapis.com/ prefix.
+	Authority string
 }
 
 // Limits checked by Validate.
@@ -130,6 +134,8 @@ func (s Spec) Validate() error {
 			s.EndpointsPerCluster, 1<<24-2)
 	case s.Style != "" && s.Style != StyleEnvoy && s.Style != StyleGRPC:
 		return fmt.Errorf("fleet: unknown style %q", s.Style)
+	case strings.ContainsAny(s.Authority, "/?#"):
+		return fmt.Errorf("fleet: authority %q holds a URI delimiter", s.Authority)
 	}
 	return nil
 }
@@ -147,16 +153,23 @@ func (s Spec) Count(k Kind) int {
 	return 0
 }
 
-// Name returns the name of resource i of kind k.
+// Name returns the name of resource i of kind k: the legacy name, or its
+// xdstp:// URN when the Spec has an Authority. Every reference between the
+// fleet's resources uses these names.
 func (s Spec) Name(k Kind, i int) string {
+	var n string
 	switch k {
 	case Listeners:
-		return ListenerName(i)
+		n = ListenerName(i)
 	case Routes:
-		return RouteName(i)
+		n = RouteName(i)
 	default:
-		return ClusterName(i)
+		n = ClusterName(i)
 	}
+	if s.Authority == "" {
+		return n
+	}
+	return "xdstp://" + s.Authority + "/" + strings.TrimPrefix(k.TypeURL(), "type.googleapis.com/") + "/" + n
 }
 
 // ListenerName returns the name of listener i.

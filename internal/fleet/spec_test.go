@@ -25,6 +25,8 @@ func TestSpecValidate(t *testing.T) {
 		{"no endpoints", func(s *fleet.Spec) { s.EndpointsPerCluster = 0 }, "endpoints-per-cluster"},
 		{"too many endpoints", func(s *fleet.Spec) { s.Clusters, s.EndpointsPerCluster = 1<<22, 8 }, "endpoints-per-cluster"},
 		{"bad style", func(s *fleet.Spec) { s.Style = "nginx" }, "style"},
+		{"authority", func(s *fleet.Spec) { s.Authority = "auth.example" }, ""},
+		{"bad authority", func(s *fleet.Spec) { s.Authority = "a/b" }, "authority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok
