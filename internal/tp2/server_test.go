@@ -1,4 +1,4 @@
-package xdstest_test
+package tp2_test
 
 import (
 	"context"
