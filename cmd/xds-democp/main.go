@@ -66,7 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(fs.Output(), usageHeader)
 		printDefaults(fs)
 	}
-	var style, churn, churnTypes string
+	var style, churn, churnTypes, variants string
 	spec := &o.server.Spec
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:18000", "xDS gRPC listen address")
 	fs.StringVar(&o.control, "control", "", "HTTP address of the control endpoint for load tools (POST /change?type=cds&count=1); empty disables")
@@ -76,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&spec.EndpointsPerCluster, "endpoints-per-cluster", 2, "endpoints in each ClusterLoadAssignment")
 	fs.StringVar(&style, "style", string(fleet.StyleEnvoy), "listener style: envoy (socket listeners) or grpc (api_listener)")
 	fs.StringVar(&spec.Authority, "authority", "", "name every resource xdstp://AUTHORITY/TYPE/NAME (federation; empty: legacy names)")
+	fs.StringVar(&variants, "variants", "", "serve every resource as TP2 variants, one per value: key=v1,v2 (ADS only; clients\nsubscribe by name with parameters, e.g. xds-loadgen --mode grpc --params key=v1|key=v2)")
 	fs.StringVar(&churn, "churn", "0", "change rate like 5/s, 30/m (0: no changes)")
 	fs.StringVar(&churnTypes, "churn-types", "eds", "resource types changed in turn, e.g. cds,eds (lds, rds, cds, eds)")
 	fs.IntVar(&o.server.ChurnCount, "churn-count", 1, "resources changed per change")
@@ -97,6 +98,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := spec.Validate(); err != nil {
 		return o, fmt.Errorf("democp: %w", err)
+	}
+	if o.server.Variants, err = fleet.ParseVariants(variants); err != nil {
+		return o, fmt.Errorf("democp: --variants: %w", err)
 	}
 	if o.server.Churn, err = fleet.ParseRate(churn); err != nil {
 		return o, fmt.Errorf("democp: --churn: %w", err)

@@ -33,13 +33,13 @@ func TestParseFlagsDefaults(t *testing.T) {
 
 func TestParseFlags(t *testing.T) {
 	o, err := parseFlags(strings.Fields("--listen :1 --clusters 5 --listeners 2 --routes 3 --endpoints-per-cluster 4 "+
-		"--style grpc --churn 10/s --churn-types cds|lds --churn-count 2 --duration 1m --log-level debug --authority a.example"), &bytes.Buffer{})
+		"--style grpc --churn 10/s --churn-types cds|lds --churn-count 2 --duration 1m --log-level debug --authority a.example --variants env=prod,test"), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := fleet.Spec{Listeners: 2, Routes: 3, Clusters: 5, EndpointsPerCluster: 4, Style: fleet.StyleGRPC, Authority: "a.example"}
 	if o.listen != ":1" || o.server.Spec != want || o.server.Churn != 10 || o.server.ChurnCount != 2 ||
-		len(o.server.ChurnKinds) != 2 || o.server.ChurnKinds[1] != fleet.Listeners || o.duration != time.Minute {
+		len(o.server.ChurnKinds) != 2 || o.server.Variants.String() != "env=prod,test" || o.server.ChurnKinds[1] != fleet.Listeners || o.duration != time.Minute {
 		t.Errorf("parsed %+v", o)
 	}
 }
@@ -47,7 +47,7 @@ func TestParseFlags(t *testing.T) {
 func TestParseFlagsErrors(t *testing.T) {
 	for _, args := range []string{
 		"--clusters 0", "--listeners -1", "--routes 0", "--endpoints-per-cluster 0", "--style nginx",
-		"--churn often", "--churn-types sds", "--churn-count 0", "--duration -1s", "--bogus", "extra", "--authority a/b",
+		"--churn often", "--churn-types sds", "--churn-count 0", "--duration -1s", "--bogus", "extra", "--authority a/b", "--variants env", "--variants env=a,a", "--variants =a",
 	} {
 		if _, err := parseFlags(strings.Fields(args), &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", args)
@@ -58,7 +58,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, f := range []string{"--listen", "--clusters", "--listeners", "--routes", "--endpoints-per-cluster", "--style",
-		"--authority", "--churn", "--churn-types", "--churn-count", "--duration", "--version"} {
+		"--authority", "--variants", "--churn", "--churn-types", "--churn-count", "--duration", "--version"} {
 		if !strings.Contains(usage.String(), "  "+f) {
 			t.Errorf("usage does not document %s", f)
 		}

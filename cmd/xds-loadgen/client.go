@@ -45,6 +45,7 @@ type client struct {
 	conn       *grpc.ClientConn
 	node       *corev3.Node
 	nack, slow bool
+	params     map[string]string // TP2 dynamic parameters: names go out as locators
 
 	// Owned by the client goroutine (read by Engine.Run after it returns).
 	st            *clientState
@@ -169,12 +170,22 @@ func (c *client) sotwRequest(k fleet.Kind) *discoveryv3.DiscoveryRequest {
 	r := &discoveryv3.DiscoveryRequest{TypeUrl: k.TypeURL(), VersionInfo: t.version, ResponseNonce: t.nonce}
 	if !t.wildcard {
 		// Envoy-style legacy wildcard: no names. Named subscriptions list every name.
-		r.ResourceNames = c.st.names(k)
-		if r.ResourceNames == nil {
-			r.ResourceNames = []string{}
-		}
+		r.ResourceNames, r.ResourceLocators = c.subscription(c.st.names(k))
 	}
 	return r
+}
+
+// subscription returns names as the client subscribes to them: plain names,
+// or TP2 resource locators with its parameters.
+func (c *client) subscription(names []string) ([]string, []*discoveryv3.ResourceLocator) {
+	if c.params == nil {
+		return names, nil
+	}
+	locs := make([]*discoveryv3.ResourceLocator, len(names))
+	for i, n := range names {
+		locs[i] = &discoveryv3.ResourceLocator{Name: n, DynamicParameters: c.params}
+	}
+	return nil, locs
 }
 
 func nackStatus() *statuspb.Status {
@@ -342,7 +353,7 @@ func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscove
 			InitialResourceVersions: c.st.initialVersions(k),
 		}
 		if !t.wildcard {
-			r.ResourceNamesSubscribe = c.st.names(k)
+			r.ResourceNamesSubscribe, r.ResourceLocatorsSubscribe = c.subscription(c.st.names(k))
 		}
 		reqs = append(reqs, r)
 	}
@@ -409,11 +420,10 @@ func (c *client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, now time.
 			continue
 		}
 		ct.requested = true
-		reqs = append(reqs, &discoveryv3.DeltaDiscoveryRequest{
-			TypeUrl:                  ch.kind.TypeURL(),
-			ResourceNamesSubscribe:   ch.subscribe,
-			ResourceNamesUnsubscribe: ch.unsubscribe,
-		})
+		r := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: ch.kind.TypeURL()}
+		r.ResourceNamesSubscribe, r.ResourceLocatorsSubscribe = c.subscription(ch.subscribe)
+		r.ResourceNamesUnsubscribe, r.ResourceLocatorsUnsubscribe = c.subscription(ch.unsubscribe)
+		reqs = append(reqs, r)
 	}
 	c.checkSynced(now)
 	return reqs

@@ -27,11 +27,17 @@ func startDemoCP(t *testing.T, style fleet.Style) string {
 	return startFleet(t, fleet.Spec{Listeners: 2, Routes: 2, Clusters: 20, EndpointsPerCluster: 2, Style: style})
 }
 
-// startFleet serves spec, churning, on 127.0.0.1:0 until the test ends and returns its address.
-func startFleet(t *testing.T, spec fleet.Spec) string {
+// startFleet serves spec (as TP2 variants, if any), churning, on 127.0.0.1:0
+// until the test ends and returns its address.
+func startFleet(t *testing.T, spec fleet.Spec, variants ...string) string {
 	t.Helper()
+	var vs fleet.Variants
+	if len(variants) > 0 {
+		vs = fleet.Variants{Key: "env", Values: variants}
+	}
 	srv, err := fleet.NewServer(fleet.ServerConfig{
 		Spec:       spec,
+		Variants:   vs,
 		Churn:      50,
 		ChurnKinds: []fleet.Kind{fleet.Clusters, fleet.Endpoints, fleet.Routes, fleet.Listeners},
 		ChurnCount: 2,

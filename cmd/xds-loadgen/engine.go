@@ -49,6 +49,10 @@ type Config struct {
 	SlowDelay time.Duration
 	// NodePrefix prefixes node ids: PREFIX-0, PREFIX-1, ...; empty means "xds-loadgen".
 	NodePrefix string
+	// Params, when set, are xRFC TP2 dynamic parameters: client i subscribes
+	// to every name as a resource locator with Params[i mod len(Params)]
+	// (grpc mode only: wildcard subscriptions carry no parameters).
+	Params []map[string]string
 	// Logger receives per-stream events at Debug; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -90,6 +94,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("loadgen: ramp %v: want a non-negative rate", c.Ramp)
 	case c.Mode != ModeEnvoy && c.Mode != ModeGRPC:
 		return c, fmt.Errorf("loadgen: mode %q: want envoy or grpc", c.Mode)
+	case len(c.Params) > 0 && c.Mode != ModeGRPC:
+		return c, errors.New("loadgen: params need grpc mode (Envoy-like wildcard subscriptions carry no parameters)")
 	case c.Protocol != ProtocolSotW && c.Protocol != ProtocolDelta:
 		return c, fmt.Errorf("loadgen: protocol %q: want sotw or delta", c.Protocol)
 	case c.Duration < 0:
@@ -224,6 +230,9 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 			nack: picked(i, cfg.NACKRatio),
 			slow: picked(i, cfg.SlowRatio),
 			st:   newClientState(cfg.Mode, cfg.LDSName),
+		}
+		if len(cfg.Params) > 0 {
+			c.params = cfg.Params[i%len(cfg.Params)]
 		}
 		c.node = newNode(cfg, cfg.NodePrefix+"-"+strconv.Itoa(i))
 		c.startedAt = time.Now()

@@ -43,7 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(fs.Output(), usageHeader)
 		printDefaults(fs)
 	}
-	var ramp, mode, protocol string
+	var ramp, mode, protocol, params string
 	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
 	fs.IntVar(&o.cfg.Clients, "clients", 100, "number of simulated clients")
 	fs.IntVar(&o.cfg.StreamsPerConn, "streams-per-conn", 1, "clients sharing one gRPC connection (1: a connection per client)")
@@ -59,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.SlowDelay, "slow-delay", 250*time.Millisecond, "pause of a slow client before each read")
 	fs.BoolVar(&o.json, "json", false, "print the final summary as JSON")
 	fs.StringVar(&o.cfg.NodePrefix, "node-prefix", "xds-loadgen", "node id prefix (ids are PREFIX-0, PREFIX-1, ...)")
+	fs.StringVar(&params, "params", "", "TP2 dynamic parameters, grpc mode: k=v,k2=v2 for every client, or sets split by | dealt\nround-robin (env=prod|env=test); names go out as resource locators")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -75,6 +76,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("loadgen: --ramp: %w", err)
 	}
 	o.cfg.Mode, o.cfg.Protocol = Mode(mode), Protocol(protocol)
+	if o.cfg.Params, err = parseParams(params); err != nil {
+		return o, err
+	}
 	if o.cfg.StreamsPerConn < 1 {
 		return o, fmt.Errorf("loadgen: --streams-per-conn %d: want at least 1", o.cfg.StreamsPerConn)
 	}
@@ -101,4 +105,24 @@ func printDefaults(fs *flag.FlagSet) {
 		}
 		fmt.Fprintln(fs.Output(), line)
 	})
+}
+
+// parseParams parses --params: parameter sets split by '|', each "k=v,k=v".
+func parseParams(s string) ([]map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []map[string]string
+	for _, set := range strings.Split(s, "|") {
+		m := map[string]string{}
+		for _, kv := range strings.Split(set, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("loadgen: --params %q: want k=v[,k=v][|k=v…]", s)
+			}
+			m[k] = v
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

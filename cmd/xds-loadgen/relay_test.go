@@ -11,6 +11,7 @@ import (
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/fleet"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 // A few hundred simulated clients through the relay, SotW and Delta: every
@@ -83,4 +84,48 @@ func TestThroughRelayFederated(t *testing.T) {
 		}
 	}
 	t.Fatalf("no upstream subscriptions for auth.example: %+v", r.DebugUpstreams())
+}
+
+// A fleet served as TP2 variants (env=prod, env=test) through the relay:
+// gRPC-like clients with either parameter set subscribe with resource
+// locators and all sync and see updates, over SotW and Delta; the relay holds
+// one upstream subscription per (name, parameter set).
+func TestThroughRelayTP2(t *testing.T) {
+	const clients = 40
+	spec := fleet.Spec{Listeners: 1, Routes: 1, Clusters: 10, EndpointsPerCluster: 1, Style: fleet.StyleGRPC}
+	r := xdstest.StartRelay(t, startFleet(t, spec, "prod", "test"))
+	for _, proto := range []Protocol{ProtocolSotW, ProtocolDelta} {
+		t.Run(string(proto), func(t *testing.T) {
+			e, err := NewEngine(Config{
+				Target: r.Addr(), Clients: clients, Mode: ModeGRPC, Protocol: proto,
+				Params:   []map[string]string{{"env": "prod"}, {"env": "test"}},
+				Duration: 5 * time.Second, Updates: 1, SyncTimeout: 20 * time.Second,
+				Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			s, err := e.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Synced != clients || s.Failed != 0 || s.Updates < clients {
+				t.Fatalf("synced %d failed %d updates %d of %d clients", s.Synced, s.Failed, s.Updates, clients)
+			}
+		})
+	}
+	// Every cached variant is one of the two, with its constraint, and both
+	// are cached for every resource.
+	seen := map[string]int{}
+	for _, e := range r.DebugCache(relay.CacheFilter{}) {
+		if e.Constraints != "env=prod" && e.Constraints != "env=test" {
+			t.Errorf("cached %s %s with constraints %q", e.Type, e.Name, e.Constraints)
+		}
+		seen[e.Constraints]++
+	}
+	if want := 1 + 1 + 10 + 10; seen["env=prod"] != want || seen["env=test"] != want {
+		t.Errorf("cached variants %v, want %d of each", seen, want)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"go.uber.org/zap"
 )
 
@@ -24,16 +23,15 @@ func (s *Server) ChangeKind(k Kind, count int) (Change, error) {
 	s.seq++
 	c := Change{Seq: s.seq, Kind: k, Created: time.Now()}
 	n := s.cfg.Spec.Count(k)
-	update := make(map[string]types.Resource, min(count, n))
+	var changed []int
 	for range min(count, n) {
 		i := s.cursor[k]
 		s.cursor[k] = (i + 1) % n
-		name := s.cfg.Spec.Name(k, i)
-		c.Names = append(c.Names, name)
-		update[name] = s.cfg.Spec.Resource(k, i, c.Created)
+		c.Names = append(c.Names, s.cfg.Spec.Name(k, i))
+		changed = append(changed, i)
 	}
 	// Under mu so that changes reach the cache in Seq order.
-	err := s.caches[k.TypeURL()].UpdateResources(update, nil)
+	err := s.publishLocked(k, changed, c.Created)
 	s.mu.Unlock()
 	if err != nil {
 		return c, fmt.Errorf("fleet: change %d: %w", c.Seq, err)

@@ -36,23 +36,38 @@ func Stamp(created time.Time) *corev3.Metadata {
 	}}
 }
 
+// stampOf returns the metadata holding the stamp of a generated resource.
+func stampOf(m proto.Message) *corev3.Metadata {
+	switch r := m.(type) {
+	case *listenerv3.Listener:
+		return r.GetMetadata()
+	case *routev3.RouteConfiguration:
+		return r.GetMetadata()
+	case *clusterv3.Cluster:
+		return r.GetMetadata()
+	case *endpointv3.ClusterLoadAssignment:
+		if eps := r.GetEndpoints(); len(eps) > 0 && len(eps[0].GetLbEndpoints()) > 0 {
+			return eps[0].GetLbEndpoints()[0].GetMetadata()
+		}
+	}
+	return nil
+}
+
+// VariantField is the field of the StampNamespace struct naming a TP2
+// variant ("key=value"; see ServerConfig.Variants).
+const VariantField = "variant"
+
+// markVariant writes the variant into a generated resource's stamp.
+func markVariant(m proto.Message, variant string) {
+	if st := stampOf(m).GetFilterMetadata()[StampNamespace]; st != nil {
+		st.Fields[VariantField] = structpb.NewStringValue(variant)
+	}
+}
+
 // CreatedUnixNano returns the creation stamp of a generated Listener,
 // RouteConfiguration, Cluster or ClusterLoadAssignment, and whether it has one.
 func CreatedUnixNano(m proto.Message) (int64, bool) {
-	var md *corev3.Metadata
-	switch r := m.(type) {
-	case *listenerv3.Listener:
-		md = r.GetMetadata()
-	case *routev3.RouteConfiguration:
-		md = r.GetMetadata()
-	case *clusterv3.Cluster:
-		md = r.GetMetadata()
-	case *endpointv3.ClusterLoadAssignment:
-		if eps := r.GetEndpoints(); len(eps) > 0 && len(eps[0].GetLbEndpoints()) > 0 {
-			md = eps[0].GetLbEndpoints()[0].GetMetadata()
-		}
-	}
-	v := md.GetFilterMetadata()[StampNamespace].GetFields()[StampField]
+	v := stampOf(m).GetFilterMetadata()[StampNamespace].GetFields()[StampField]
 	if v == nil {
 		return 0, false
 	}

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/xds-relay/xds-relay/internal/tp2"
 )
 
 // ServerConfig configures a Server.
@@ -34,6 +36,11 @@ type ServerConfig struct {
 	ChurnKinds []Kind
 	// ChurnCount is the number of resources per change (capped at the kind's count); 0 means 1.
 	ChurnCount int
+	// Variants, when set, serves every resource as xRFC TP2 variants, one
+	// per value, through a TP2-capable server (internal/tp2) instead of
+	// go-control-plane's: clients must subscribe by name (no wildcard), and
+	// each gets the variant its dynamic parameters select.
+	Variants Variants
 	// Logger receives a startup line at Info and one line per change at Debug;
 	// nil means zap.NewNop().
 	Logger *zap.Logger
@@ -58,8 +65,9 @@ type Server struct {
 	// Set at creation, read-only.
 	cfg    ServerConfig
 	log    *zap.Logger
-	caches map[string]*cachev3.LinearCache // by type URL
+	caches map[string]*cachev3.LinearCache // by type URL; nil with Variants
 	cache  *demoCache
+	tp2    *tp2.Server // with Variants
 
 	// Guarded by mu.
 	mu     sync.Mutex
@@ -96,8 +104,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if err := cfg.Variants.validate(); err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, caches: map[string]*cachev3.LinearCache{}}
 	now := time.Now()
+	if len(cfg.Variants.Values) > 0 {
+		s.tp2 = tp2.New()
+		for _, k := range Kinds {
+			all := make([]int, cfg.Spec.Count(k))
+			for i := range all {
+				all[i] = i
+			}
+			if err := s.publishLocked(k, all, now); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	}
 	// A per-process version prefix, so that versions from an earlier run are never taken for current ones.
 	prefix := strconv.FormatInt(now.UnixNano(), 36) + "-"
 	glog := gcpLogger{s: s.log.Named("gcp").Sugar()}
@@ -117,28 +141,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // fresh creation stamp and publishes them. The churn loop calls it; tests may too.
 func (s *Server) Change() (Change, error) {
 	s.mu.Lock()
-	s.seq++
-	c := Change{Seq: s.seq, Kind: s.cfg.ChurnKinds[(s.seq-1)%uint64(len(s.cfg.ChurnKinds))], Created: time.Now()}
-	n := s.cfg.Spec.Count(c.Kind)
-	update := make(map[string]types.Resource, min(s.cfg.ChurnCount, n))
-	for range min(s.cfg.ChurnCount, n) {
-		i := s.cursor[c.Kind]
-		s.cursor[c.Kind] = (i + 1) % n
-		name := s.cfg.Spec.Name(c.Kind, i)
-		c.Names = append(c.Names, name)
-		update[name] = s.cfg.Spec.Resource(c.Kind, i, c.Created)
-	}
-	// Under mu so that changes reach the cache in Seq order.
-	err := s.caches[c.Kind.TypeURL()].UpdateResources(update, nil)
+	k := s.cfg.ChurnKinds[s.seq%uint64(len(s.cfg.ChurnKinds))]
 	s.mu.Unlock()
-	if err != nil {
-		return c, fmt.Errorf("fleet: change %d: %w", c.Seq, err)
+	return s.ChangeKind(k, s.cfg.ChurnCount)
+}
+
+// publishLocked publishes resources (by index) of kind k stamped with
+// created: into the kind's LinearCache, or as every TP2 variant of each.
+// Called with mu held.
+func (s *Server) publishLocked(k Kind, indices []int, created time.Time) error {
+	if s.tp2 != nil {
+		return s.tp2.Apply(k.TypeURL(), nil, s.variantsOf(k, indices, created))
 	}
-	if ce := s.log.Check(zap.DebugLevel, "change"); ce != nil {
-		ce.Write(zap.Uint64("seq", c.Seq), zap.Stringer("type", c.Kind), zap.Strings("names", c.Names),
-			zap.Int64("created_unix_nano", c.Created.UnixNano()))
+	update := make(map[string]types.Resource, len(indices))
+	for _, i := range indices {
+		update[s.cfg.Spec.Name(k, i)] = s.cfg.Spec.Resource(k, i, created)
 	}
-	return c, nil
+	return s.caches[k.TypeURL()].UpdateResources(update, nil)
 }
 
 // Changes returns the number of changes made so far.
@@ -173,11 +192,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.MaxConcurrentStreams(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, xds)
-	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xds)
-	routeservice.RegisterRouteDiscoveryServiceServer(gs, xds)
-	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xds)
-	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xds)
+	if s.tp2 != nil {
+		s.tp2.Register(gs) // ADS only
+	} else {
+		discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, xds)
+		listenerservice.RegisterListenerDiscoveryServiceServer(gs, xds)
+		routeservice.RegisterRouteDiscoveryServiceServer(gs, xds)
+		clusterservice.RegisterClusterDiscoveryServiceServer(gs, xds)
+		endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xds)
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
@@ -265,4 +288,20 @@ func (c *demoCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subs
 
 func (c *demoCache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, error) {
 	return nil, errors.New("fleet: REST fetch is not supported")
+}
+
+// variantsOf returns resources (by index) of kind k stamped with created as
+// one TP2 variant per value of s.cfg.Variants: constraint key=value, and the
+// value in the resource's stamp metadata.
+func (s *Server) variantsOf(k Kind, indices []int, created time.Time) []tp2.Variant {
+	vs := s.cfg.Variants
+	out := make([]tp2.Variant, 0, len(indices)*len(vs.Values))
+	for _, i := range indices {
+		for _, v := range vs.Values {
+			m := s.cfg.Spec.Resource(k, i, created)
+			markVariant(m, vs.Key+"="+v)
+			out = append(out, tp2.Variant{Name: s.cfg.Spec.Name(k, i), Constraints: vs.constraint(v), Resource: m})
+		}
+	}
+	return out
 }

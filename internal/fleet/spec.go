@@ -1,10 +1,12 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -181,3 +183,55 @@ func RouteName(j int) string { return "route-" + strconv.Itoa(j) }
 // ClusterName returns the name of cluster k, which is also the name of its
 // ClusterLoadAssignment (the EDS service name).
 func ClusterName(k int) string { return "cluster-" + strconv.Itoa(k) }
+
+// Variants are the xRFC TP2 variants of every resource of a fleet: one per
+// value of Key, with the constraint Key=value. The zero value is none.
+type Variants struct {
+	Key    string
+	Values []string
+}
+
+// ParseVariants parses "key=v1,v2,…"; "" is none.
+func ParseVariants(s string) (Variants, error) {
+	if s == "" {
+		return Variants{}, nil
+	}
+	key, values, ok := strings.Cut(s, "=")
+	v := Variants{Key: key, Values: strings.Split(values, ",")}
+	if !ok {
+		return Variants{}, fmt.Errorf("fleet: variants %q: want key=value,value,…", s)
+	}
+	return v, v.validate()
+}
+
+func (v Variants) validate() error {
+	if len(v.Values) == 0 {
+		return nil
+	}
+	if v.Key == "" {
+		return errors.New("fleet: variants: empty key")
+	}
+	seen := map[string]bool{}
+	for _, x := range v.Values {
+		if x == "" || seen[x] {
+			return fmt.Errorf("fleet: variants: empty or repeated value in %q", strings.Join(v.Values, ","))
+		}
+		seen[x] = true
+	}
+	return nil
+}
+
+// String formats v as ParseVariants reads it.
+func (v Variants) String() string {
+	if len(v.Values) == 0 {
+		return ""
+	}
+	return v.Key + "=" + strings.Join(v.Values, ",")
+}
+
+// constraint is the TP2 constraint of the variant for value: Key=value.
+func (v Variants) constraint(value string) *discoverypb.DynamicParameterConstraints {
+	return &discoverypb.DynamicParameterConstraints{Type: &discoverypb.DynamicParameterConstraints_Constraint{
+		Constraint: &discoverypb.DynamicParameterConstraints_SingleConstraint{Key: v.Key,
+			ConstraintType: &discoverypb.DynamicParameterConstraints_SingleConstraint_Value{Value: value}}}}
+}

@@ -139,3 +139,18 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+func TestParseVariants(t *testing.T) {
+	v, err := fleet.ParseVariants("env=prod,test")
+	if err != nil || v.Key != "env" || !slices.Equal(v.Values, []string{"prod", "test"}) || v.String() != "env=prod,test" {
+		t.Fatalf("ParseVariants = %+v, %v", v, err)
+	}
+	if v, err := fleet.ParseVariants(""); err != nil || len(v.Values) != 0 || v.String() != "" {
+		t.Fatalf("empty: %+v, %v", v, err)
+	}
+	for _, bad := range []string{"env", "=prod", "env=", "env=a,,b", "env=a,a"} {
+		if _, err := fleet.ParseVariants(bad); err == nil || !strings.HasPrefix(err.Error(), "fleet: ") {
+			t.Errorf("ParseVariants(%q) = %v", bad, err)
+		}
+	}
+}
