@@ -289,9 +289,12 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 		for _, name := range u.Removed {
-			if _, ok := res[name]; ok {
-				remove(name)
-			} else if _, known := absent[name]; !known && tc.up[name] {
+			_, cached := res[name]
+			_, known := absent[name]
+			switch {
+			case cached || tc.variantMode(name):
+				remove(name) // every variant of it, too
+			case !known && tc.up[name]:
 				// The upstream says a subscribed name does not exist: tell
 				// clients at once instead of leaving them to time out.
 				ownAbsent()
