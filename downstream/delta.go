@@ -48,9 +48,9 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 			// resent; the next change of a resource is.
 			st.nacked(ts, typeURL, nonce, d.GetMessage())
 		} else if nonce == ts.lastNonce {
-			st.acked(ts, typeURL, ts.sentVersion)
+			st.acked(ts, ts.sentVersion)
 		} else {
-			st.srv.m.ACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
+			ts.counters.acks.Inc()
 		}
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)

@@ -57,7 +57,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			// NACK: remember why; nothing is resent until the resource changes.
 			st.nacked(ts, typeURL, nonce, d.GetMessage())
 		} else {
-			st.acked(ts, typeURL, req.GetVersionInfo())
+			st.acked(ts, req.GetVersionInfo())
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)

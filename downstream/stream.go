@@ -286,9 +286,9 @@ func (st *stream) flush() {
 	}
 }
 
-// typeCounters are a stream type's send counters, looked up once (not per
-// response on the fan-out path).
-type typeCounters struct{ responses, bytes prometheus.Counter }
+// typeCounters are a stream type's counters, looked up once (not per
+// response and ACK on the fan-out path).
+type typeCounters struct{ responses, bytes, acks prometheus.Counter }
 
 func metricsType(t string) string { return metrics.TypeLabel(t) }
 
@@ -306,6 +306,7 @@ func (st *stream) state(typeURL string) *typeState {
 		ts = &typeState{legacyWildcard: true, counters: typeCounters{
 			responses: st.srv.m.Responses.WithLabelValues(tl, st.proto),
 			bytes:     st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto),
+			acks:      st.srv.m.ACKs.WithLabelValues(tl, st.proto),
 		}}
 		st.types[typeURL] = ts
 		// An ADS stream counts once per type it requested.
@@ -404,9 +405,9 @@ func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 
 // acked records an ACK of the latest response, at version, and the time the
 // change took from upstream receipt. Called with mu held.
-func (st *stream) acked(ts *typeState, typeURL, version string) {
+func (st *stream) acked(ts *typeState, version string) {
 	ts.ackedVersion = version
-	st.srv.m.ACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
+	ts.counters.acks.Inc()
 	if !ts.sentAt.IsZero() {
 		st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
 		ts.sentAt = time.Time{}
