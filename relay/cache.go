@@ -138,7 +138,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || r.scopes[sc.key] != sc {
-		return nil // closed, or a secret scope whose streams are gone
+		return nil // closed, or a node's own scope whose streams are gone
 	}
 	tc := sc.typeCache(u.TypeURL)
 	old := tc.view
