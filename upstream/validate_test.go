@@ -108,6 +108,25 @@ func TestSotWNackInvalidResponses(t *testing.T) {
 			reason: "does not match the response type_url",
 		},
 		{
+			name:    "name and resource_name both set",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				return []*anypb.Any{wrapped(t, &discoveryv3.Resource{Name: "a", ResourceName: &discoveryv3.ResourceName{Name: "a"},
+					Resource: mustAny(t, cluster("a"))})}
+			},
+			reason: "both name and resource_name",
+		},
+		{
+			name:    "duplicate TP2 variant",
+			typeURL: keying.ClusterType,
+			resources: func(t *testing.T) []*anypb.Any {
+				v := &discoveryv3.Resource{ResourceName: &discoveryv3.ResourceName{Name: "a", DynamicParameterConstraints: envIs("prod")},
+					Resource: mustAny(t, cluster("a"))}
+				return []*anypb.Any{wrapped(t, v), wrapped(t, v)}
+			},
+			reason: `duplicate name "a"`,
+		},
+		{
 			name:    "duplicate names",
 			typeURL: keying.ClusterType,
 			resources: func(t *testing.T) []*anypb.Any {
@@ -301,5 +320,43 @@ func TestSotWUnsolicitedTypeAckedAndIgnored(t *testing.T) {
 	}
 	if n := rec.numUpdates(); n != 0 {
 		t.Errorf("handler saw %d updates, want 0", n)
+	}
+}
+
+func envIs(v string) *discoveryv3.DynamicParameterConstraints {
+	return &discoveryv3.DynamicParameterConstraints{Type: &discoveryv3.DynamicParameterConstraints_Constraint{
+		Constraint: &discoveryv3.DynamicParameterConstraints_SingleConstraint{Key: "env",
+			ConstraintType: &discoveryv3.DynamicParameterConstraints_SingleConstraint_Value{Value: v}}}}
+}
+
+// xRFC TP2: subscription keys with parameters go out as resource locators
+// beside the plain names, and variants of one name (other constraints) are
+// accepted with their constraints.
+func TestSotWTP2Locators(t *testing.T) {
+	s, resp := startFake(t)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, s.addr)
+	c.Subscribe(keying.ClusterType, "plain", keying.SubscriptionKey("r", keying.CanonicalParams(map[string]string{"env": "prod"})))
+	cur, ucur := 0, 0
+	req := s.nextSotW(t, &cur, keying.ClusterType)
+	locs := req.GetResourceLocators()
+	if !slices.Equal(req.GetResourceNames(), []string{"plain"}) || len(locs) != 1 || locs[0].GetName() != "r" ||
+		locs[0].GetDynamicParameters()["env"] != "prod" || len(locs[0].GetDynamicParameters()) != 1 {
+		t.Fatalf("request names %v, locators %v", req.GetResourceNames(), locs)
+	}
+
+	variant := func(env string) *anypb.Any {
+		return wrapped(t, &discoveryv3.Resource{Resource: mustAny(t, cluster("r")),
+			ResourceName: &discoveryv3.ResourceName{Name: "r", DynamicParameterConstraints: envIs(env)}})
+	}
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v1", Nonce: "n1",
+		Resources: []*anypb.Any{variant("prod"), variant("test")}}
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if len(u.Resources) != 2 || keying.CanonicalConstraints(u.Resources[0].Constraints) != "env=prod" ||
+		keying.CanonicalConstraints(u.Resources[1].Constraints) != "env=test" || u.Resources[0].Name != "r" {
+		t.Fatalf("update %+v", u)
+	}
+	if ack := s.nextSotW(t, &cur, keying.ClusterType); ack.GetVersionInfo() != "v1" || ack.GetErrorDetail() != nil {
+		t.Fatalf("not ACKed: %v", ack)
 	}
 }
