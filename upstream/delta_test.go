@@ -192,3 +192,29 @@ func TestAutoUsesDelta(t *testing.T) {
 		}
 	}
 }
+
+// xRFC TP2 over Delta: subscription keys with parameters are subscribed and
+// unsubscribed as resource locators.
+func TestDeltaTP2Locators(t *testing.T) {
+	cp := startControlPlane(t, false)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeDelta, rec, cp.addr)
+	key := keying.SubscriptionKey("r", keying.CanonicalParams(map[string]string{"env": "prod"}))
+	c.Subscribe(keying.ClusterType, "plain", key)
+	cur := 0
+	req := cp.nextDelta(t, &cur, keying.ClusterType)
+	locs := req.GetResourceLocatorsSubscribe()
+	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"plain"}) || len(locs) != 1 || locs[0].GetName() != "r" ||
+		locs[0].GetDynamicParameters()["env"] != "prod" {
+		t.Fatalf("subscribe names %v, locators %v", req.GetResourceNamesSubscribe(), locs)
+	}
+	c.Unsubscribe(keying.ClusterType, key)
+	req = cp.nextDelta(t, &cur, keying.ClusterType)
+	for len(req.GetResourceLocatorsUnsubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
+		req = cp.nextDelta(t, &cur, keying.ClusterType) // an ACK first
+	}
+	if locs := req.GetResourceLocatorsUnsubscribe(); len(req.GetResourceNamesUnsubscribe()) != 0 || len(locs) != 1 ||
+		locs[0].GetName() != "r" || locs[0].GetDynamicParameters()["env"] != "prod" {
+		t.Fatalf("unsubscribe %v", req)
+	}
+}
