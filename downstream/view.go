@@ -222,22 +222,25 @@ const (
 // appended per stream (protobuf allows fields in any order).
 func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError, wrapped map[string]struct{}) *body {
 	version := setVersion(rs, errs)
-	anys := make([][]byte, len(rs))
+	// anyOf is what the response carries for r: its Any, or for a TP2
+	// subscriber the Resource wrapper with its name and constraints.
+	anyOf := func(r *Resource) []byte {
+		if _, wrap := wrapped[r.key()]; wrap {
+			return r.tp2Bytes(true)
+		}
+		return r.Any
+	}
 	n := protowire.SizeTag(sotwVersionInfo) + protowire.SizeBytes(len(version)) +
 		protowire.SizeTag(sotwTypeURL) + protowire.SizeBytes(len(typeURL))
-	for i, r := range rs {
-		anys[i] = r.Any
-		if _, wrap := wrapped[r.key()]; wrap {
-			anys[i] = r.tp2Bytes(true)
-		}
-		n += protowire.SizeTag(sotwResources) + protowire.SizeBytes(len(anys[i]))
+	for _, r := range rs {
+		n += protowire.SizeTag(sotwResources) + protowire.SizeBytes(len(anyOf(r)))
 	}
 	b := make([]byte, 0, n)
 	b = protowire.AppendTag(b, sotwVersionInfo, protowire.BytesType)
 	b = protowire.AppendString(b, version)
-	for _, a := range anys {
+	for _, r := range rs {
 		b = protowire.AppendTag(b, sotwResources, protowire.BytesType)
-		b = protowire.AppendBytes(b, a)
+		b = protowire.AppendBytes(b, anyOf(r))
 	}
 	b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)
