@@ -92,6 +92,29 @@ func TestBadInput(t *testing.T) {
 		wantCode(t, c, codes.ResourceExhausted, "limit is 100")
 		e.stillServed(t)
 	})
+	t.Run("too many TP2 locators", func(t *testing.T) {
+		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		locs := make([]*discoverygrpc.ResourceLocator, 101)
+		for i := range locs {
+			locs[i] = xdstest.Locator("n", "i", fmt.Sprint(i)) // 101 parameter sets of one name
+		}
+		c.SubscribeLocators(resource.EndpointType, nil, locs...)
+		wantCode(t, c, codes.ResourceExhausted, "limit is 100")
+		e.stillServed(t)
+	})
+	t.Run("name with a NUL byte", func(t *testing.T) {
+		// The NUL separates a subscription key's name from its parameters.
+		for _, locs := range [][]*discoverygrpc.ResourceLocator{nil, {xdstest.Locator("n\x00x", "env", "prod")}} {
+			c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+			var names []string
+			if locs == nil {
+				names = []string{"n\x00env=prod"}
+			}
+			c.SubscribeLocators(resource.EndpointType, names, locs...)
+			wantCode(t, c, codes.InvalidArgument, "NUL byte")
+		}
+		e.stillServed(t)
+	})
 	t.Run("too many subscriptions on one stream", func(t *testing.T) {
 		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
 		for _, typ := range []string{resource.EndpointType, resource.RouteType} {
