@@ -3,6 +3,7 @@ package downstream
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -30,6 +31,21 @@ func (f *fakeSource) Watch(w Watcher, typeURL string, c Change) {
 	force = append(force, c.Remove...)
 	if v := f.views[typeURL]; v != nil && len(force) > 0 {
 		w.Notify(v, force)
+	}
+}
+
+// waitFlushed waits until the server's sender pool has sent everything the
+// stream queued. The pool worker clears scheduled under the stream's mutex
+// after its last send, so what it recorded is visible once this returns.
+func waitFlushed(st *stream) {
+	for {
+		st.mu.Lock()
+		busy := st.scheduled
+		st.mu.Unlock()
+		if !busy {
+			return
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -135,7 +151,7 @@ func FuzzSotWRequests(f *testing.F) {
 			if err := st.handleSotW(req); err != nil {
 				return // the stream would end here
 			}
-			st.flush()
+			waitFlushed(st)
 			if stale && len(rec.sent) != before {
 				t.Fatalf("answered a stale request: %v", req)
 			}
@@ -218,7 +234,7 @@ func FuzzDeltaRequests(f *testing.F) {
 			if err := st.handleDelta(req); err != nil {
 				return // the stream would end here
 			}
-			st.flush()
+			waitFlushed(st)
 			for _, resp := range rec.sent[before:] {
 				sent := map[string]bool{}
 				for _, r := range resp.GetResources() {
