@@ -3,7 +3,6 @@ package downstream
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -31,21 +30,6 @@ func (f *fakeSource) Watch(w Watcher, typeURL string, c Change) {
 	force = append(force, c.Remove...)
 	if v := f.views[typeURL]; v != nil && len(force) > 0 {
 		w.Notify(v, force)
-	}
-}
-
-// waitFlushed waits until the server's sender pool has sent everything the
-// stream queued. The pool worker clears scheduled under the stream's mutex
-// after its last send, so what it recorded is visible once this returns.
-func waitFlushed(st *stream) {
-	for {
-		st.mu.Lock()
-		busy := st.scheduled
-		st.mu.Unlock()
-		if !busy {
-			return
-		}
-		runtime.Gosched()
 	}
 }
 
@@ -113,6 +97,7 @@ func FuzzSotWRequests(f *testing.F) {
 			keying.EndpointType: fuzzView(keying.EndpointType, "a", "b"),
 		}}
 		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
+		srv.pool = newPool(0, 0) // no sender goroutines: the test flushes the stream itself
 		defer srv.Close()
 		rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
 		st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
@@ -151,7 +136,7 @@ func FuzzSotWRequests(f *testing.F) {
 			if err := st.handleSotW(req); err != nil {
 				return // the stream would end here
 			}
-			waitFlushed(st)
+			st.flush()
 			if stale && len(rec.sent) != before {
 				t.Fatalf("answered a stale request: %v", req)
 			}
@@ -199,6 +184,7 @@ func FuzzDeltaRequests(f *testing.F) {
 			keying.EndpointType: fuzzView(keying.EndpointType, "a", "b"),
 		}}
 		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
+		srv.pool = newPool(0, 0) // no sender goroutines: the test flushes the stream itself
 		defer srv.Close()
 		rec := &recorder[*discoverypb.DeltaDiscoveryResponse]{fresh: func() *discoverypb.DeltaDiscoveryResponse { return &discoverypb.DeltaDiscoveryResponse{} }}
 		st := &stream{srv: srv, ss: rec, delta: true, proto: "delta", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
@@ -234,7 +220,7 @@ func FuzzDeltaRequests(f *testing.F) {
 			if err := st.handleDelta(req); err != nil {
 				return // the stream would end here
 			}
-			waitFlushed(st)
+			st.flush()
 			for _, resp := range rec.sent[before:] {
 				sent := map[string]bool{}
 				for _, r := range resp.GetResources() {
