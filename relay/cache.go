@@ -119,12 +119,8 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		if err != nil {
 			return err
 		}
-		version := downstream.ResourceVersion(b)
-		if cs != "" {
-			version = downstream.ResourceVersion(append(b[:len(b):len(b)], cs...))
-		}
 		nr := &downstream.Resource{
-			Name: res.Name, Version: version, Any: b, Authority: authority,
+			Name: res.Name, Version: variantVersion(b, cs), Any: b, Authority: authority,
 			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name), Constraints: cs, ConstraintsWire: cw,
 		}
 		if cs != "" {

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
@@ -22,27 +24,37 @@ import (
 //
 // File format: the magic line, then one protobuf-wire record per type
 // (field 1: type URL, 2: wildcard set complete, 3: resources, each with 1:
-// name, 2: authority, 3: upstream version, 4: the serialized Any), then the
-// SHA-256 of everything before it. Versions are not stored: they are derived
-// again from the bytes, so nothing in the file is trusted beyond its bytes.
+// name, 2: authority, 3: upstream version, 4: the serialized Any, 5: the
+// serialized TP2 constraints of a variant), then the SHA-256 of everything
+// before it. Versions are not stored: they are derived again from the bytes,
+// so nothing in the file is trusted beyond its bytes. A name with TP2
+// variants is stored as its variants; subscriptions with parameters select
+// from them again after the restart.
 
 const persistMagic = "xds-relay cache v1\n"
 
 // persistDebounce is how long after a change the file is rewritten.
 const persistDebounce = time.Second
 
+// persisted is one type of the warm-restart file: its View (the names kept
+// without variants) and its stored TP2 variants.
+type persisted struct {
+	view     *downstream.View
+	variants []variant
+}
+
 // persister rewrites the file after changes, debounced, and once at Close.
 type persister struct {
 	path  string
 	log   *zap.Logger
-	views func() []*downstream.View // the current Views, taken under Relay.mu
+	views func() []persisted // the current cache, taken under Relay.mu
 
 	wake chan struct{} // one slot: something changed
 	stop chan struct{}
 	done chan struct{}
 }
 
-func newPersister(path string, log *zap.Logger, views func() []*downstream.View) *persister {
+func newPersister(path string, log *zap.Logger, views func() []persisted) *persister {
 	p := &persister{path: path, log: log, views: views,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go p.run()
@@ -115,9 +127,10 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-func encodeCache(views []*downstream.View) []byte {
+func encodeCache(types []persisted) []byte {
 	b := []byte(persistMagic)
-	for _, v := range views {
+	for _, p := range types {
+		v := p.view
 		var t []byte
 		t = protowire.AppendTag(t, 1, protowire.BytesType)
 		t = protowire.AppendString(t, v.TypeURL)
@@ -125,10 +138,7 @@ func encodeCache(views []*downstream.View) []byte {
 			t = protowire.AppendTag(t, 2, protowire.VarintType)
 			t = protowire.AppendVarint(t, 1)
 		}
-		for key, r := range v.Resources {
-			if key != r.Name || r.Constraints != "" {
-				continue // TP2 variants are fetched again after a restart
-			}
+		appendResource := func(r *downstream.Resource) {
 			var rb []byte
 			rb = protowire.AppendTag(rb, 1, protowire.BytesType)
 			rb = protowire.AppendString(rb, r.Name)
@@ -138,8 +148,22 @@ func encodeCache(views []*downstream.View) []byte {
 			rb = protowire.AppendString(rb, r.UpstreamVersion)
 			rb = protowire.AppendTag(rb, 4, protowire.BytesType)
 			rb = protowire.AppendBytes(rb, r.Any)
+			if r.ConstraintsWire != nil {
+				rb = protowire.AppendTag(rb, 5, protowire.BytesType)
+				rb = protowire.AppendBytes(rb, r.ConstraintsWire)
+			}
 			t = protowire.AppendTag(t, 3, protowire.BytesType)
 			t = protowire.AppendBytes(t, rb)
+		}
+		withVariants := make(map[string]bool, len(p.variants))
+		for _, vr := range p.variants {
+			withVariants[vr.res.Name] = true
+			appendResource(vr.res)
+		}
+		for key, r := range v.Resources {
+			if key == r.Name && !withVariants[r.Name] {
+				appendResource(r) // (selections for parameters are not stored)
+			}
 		}
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendBytes(b, t)
@@ -151,7 +175,7 @@ func encodeCache(views []*downstream.View) []byte {
 var errForeign = errors.New("not an xds-relay cache file")
 
 // decodeCache parses a file written by encodeCache. Any damage is an error.
-func decodeCache(data []byte) ([]*downstream.View, error) {
+func decodeCache(data []byte) ([]persisted, error) {
 	if !bytes.HasPrefix(data, []byte(persistMagic)) {
 		return nil, errForeign
 	}
@@ -162,12 +186,13 @@ func decodeCache(data []byte) ([]*downstream.View, error) {
 	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
 		return nil, errors.New("checksum mismatch")
 	}
-	var views []*downstream.View
+	var types []persisted
 	err := eachField(body[len(persistMagic):], func(num protowire.Number, val []byte, _ uint64) error {
 		if num != 1 {
 			return fmt.Errorf("unexpected field %d", num)
 		}
 		v := &downstream.View{Seq: 1, Resources: map[string]*downstream.Resource{}}
+		p := persisted{view: v}
 		err := eachField(val, func(num protowire.Number, val []byte, n uint64) error {
 			switch num {
 			case 1:
@@ -186,6 +211,8 @@ func decodeCache(data []byte) ([]*downstream.View, error) {
 						r.UpstreamVersion = string(val)
 					case 4:
 						r.Any = bytes.Clone(val)
+					case 5:
+						r.ConstraintsWire = bytes.Clone(val)
 					}
 					return nil
 				}); err != nil {
@@ -194,8 +221,18 @@ func decodeCache(data []byte) ([]*downstream.View, error) {
 				if r.Name == "" || len(r.Any) == 0 {
 					return errors.New("resource without name or body")
 				}
-				r.Version = downstream.ResourceVersion(r.Any)
-				v.Resources[r.Name] = r
+				if r.ConstraintsWire == nil {
+					r.Version = variantVersion(r.Any, "")
+					v.Resources[r.Name] = r
+					return nil
+				}
+				c := &discoverypb.DynamicParameterConstraints{}
+				if err := proto.Unmarshal(r.ConstraintsWire, c); err != nil {
+					return fmt.Errorf("constraints of %q: %w", r.Name, err)
+				}
+				r.Constraints = keying.CanonicalConstraints(c)
+				r.Version = variantVersion(r.Any, r.Constraints)
+				p.variants = append(p.variants, variant{res: r, c: c})
 			}
 			return nil
 		})
@@ -205,10 +242,10 @@ func decodeCache(data []byte) ([]*downstream.View, error) {
 		if !keying.ValidTypeURL(v.TypeURL) {
 			return fmt.Errorf("bad type URL %q", v.TypeURL)
 		}
-		views = append(views, v)
+		types = append(types, p)
 		return nil
 	})
-	return views, err
+	return types, err
 }
 
 // eachField calls f for every field of a protobuf-wire message: bytes fields
@@ -254,12 +291,21 @@ func (r *Relay) loadPersisted(path string) {
 		return
 	}
 	if err == nil {
-		var views []*downstream.View
-		if views, err = decodeCache(data); err == nil {
+		var types []persisted
+		if types, err = decodeCache(data); err == nil {
 			n := 0
-			for _, v := range views {
+			for _, p := range types {
+				v := p.view
 				tc := r.shared.typeCache(v.TypeURL)
 				v.Changed = make(map[string]struct{}, len(v.Resources))
+				for _, vr := range p.variants {
+					tc.enterVariantMode(vr.res.Name, v.Resources)
+					tc.putVariant(vr)
+					n++
+				}
+				for _, vr := range p.variants {
+					r.resolveVariants(tc, vr.res.Name, v.Resources, v.Changed)
+				}
 				for name := range v.Resources {
 					v.Changed[name] = struct{}{}
 				}
@@ -277,16 +323,21 @@ func (r *Relay) loadPersisted(path string) {
 	r.log.Error("ignoring the warm-restart file", zap.String("path", path), zap.Error(err))
 }
 
-// currentViews returns the shared scope's current Views: secrets and node
-// groups are not written to disk.
-func (r *Relay) currentViews() []*downstream.View {
+// currentCache returns the shared scope's current Views and variants:
+// secrets, node groups and nodes' own scopes are not written to disk.
+func (r *Relay) currentCache() []persisted {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*downstream.View, 0, len(r.shared.types))
+	out := make([]persisted, 0, len(r.shared.types))
 	for t, tc := range r.shared.types {
-		if t != keying.SecretType {
-			out = append(out, tc.view)
+		if t == keying.SecretType {
+			continue
 		}
+		p := persisted{view: tc.view}
+		for _, vs := range tc.variants {
+			p.variants = append(p.variants, vs...)
+		}
+		out = append(out, p)
 	}
 	return out
 }

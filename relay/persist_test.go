@@ -58,3 +58,33 @@ func TestWarmRestart(t *testing.T) {
 		t.Fatal("a damaged file was loaded")
 	}
 }
+
+// TP2 variants survive a warm restart: with no upstream reachable, a client
+// with parameters gets the variant they select, with its constraints.
+func TestWarmRestartVariants(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	withPersist := xdstest.WithConfig(func(c *config.Config) { c.Cache.PersistPath = path })
+
+	up := xdstest.StartTP2(t)
+	up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("prod"))
+	up.Set(resource.RouteType, "routes", eq("env", "test"), routes("test"))
+	first := xdstest.StartRelay(t, up.Addr(), withPersist)
+	for _, env := range []string{"prod", "test"} {
+		c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: env})
+		c.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", env))
+		wantGot(t, env, recvRoutes(t, c), got{env, "env=" + env, true})
+		c.Close()
+	}
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	up.Stop()
+
+	second := xdstest.StartRelay(t, up.Addr(), withPersist)
+	c := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "after"})
+	c.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "test", "zone", "a"))
+	wantGot(t, "after restart", recvRoutes(t, c), got{"test", "env=test", true})
+	if n := len(second.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"})); n != 2 {
+		t.Fatalf("%d variants cached after the restart, want 2", n)
+	}
+}

@@ -121,7 +121,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	r.shared = r.newScope("", r.node, false)
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
-		r.persist = newPersister(p, log.Named("persist"), r.currentViews)
+		r.persist = newPersister(p, log.Named("persist"), r.currentCache)
 	}
 
 	lim := cfg.Limits

@@ -224,3 +224,13 @@ func (tc *typeCache) errorKeys(name string, c *discoverypb.DynamicParameterConst
 	}
 	return out
 }
+
+// variantVersion is a resource's version: derived from its bytes and, for a
+// TP2 variant, its canonical constraints (a variant replaced by another with
+// the same bytes is a change for its subscribers).
+func variantVersion(b []byte, constraints string) string {
+	if constraints == "" {
+		return downstream.ResourceVersion(b)
+	}
+	return downstream.ResourceVersion(append(b[:len(b):len(b)], constraints...))
+}
