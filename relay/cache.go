@@ -169,6 +169,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	fullSotW := !u.Delta && keying.FullState(u.TypeURL)
 	resolved := make(map[string]bool)
 	sent := make(map[string]map[string]bool) // name → constraints of the variants received
+	removed := make(map[string]bool)         // Delta: names the upstream removed
 	var moveNames []string                   // do_not_cache names whose watchers move to their own scopes
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
@@ -285,6 +286,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 		for _, name := range u.Removed {
+			removed[name] = true
 			_, cached := res[name]
 			_, known := absent[name]
 			switch {
@@ -306,14 +308,14 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 		r.resolveVariants(tc, name, res, changed)
 		for k := range tc.params[name] {
-			if sel, ok := res[k]; ok && errs[k] != nil && slices.Contains(fresh, sel.Root()) {
+			if sel, ok := res[k]; ok && errs[k] != nil && sent[name][sel.Constraints] {
 				ownErrs() // the variant it selects arrived: its error is over
 				delete(errs, k)
 				changed[k] = struct{}{}
 			}
 		}
 		for k := range tc.params[name] {
-			if _, ok := res[k]; !ok && tc.up[k] && u.Delta && slices.Contains(u.Removed, name) {
+			if _, ok := res[k]; !ok && tc.up[k] && removed[name] {
 				ownAbsent() // the upstream says the name does not exist
 				absent[k] = struct{}{}
 				changed[k] = struct{}{}

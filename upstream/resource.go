@@ -48,8 +48,12 @@ type Resource struct {
 	Constraints *discoveryv3.DynamicParameterConstraints
 }
 
-// variantID identifies a resource variant within a response.
+// variantID identifies a resource variant within a response: its name, with
+// the canonical form of its TP2 constraints when it has some.
 func (r Resource) variantID() string {
+	if r.Constraints == nil {
+		return r.Name
+	}
 	return r.Name + "\x00" + keying.CanonicalConstraints(r.Constraints)
 }
 
