@@ -182,7 +182,7 @@ func (st *stream) buildDelta(it item) *encoded {
 		named := ts.watches(v, n)
 		// The wildcard covers default-authority names, never a subscription
 		// with TP2 parameters.
-		plainKey := strings.IndexByte(n, 0) < 0
+		plainKey := !keying.HasParams(n)
 		covered := plainKey && ts.wildcard && (!present || r.Authority == "")
 		switch {
 		case named || (covered && present):

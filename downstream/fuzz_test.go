@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -64,9 +65,7 @@ func fuzzView(typeURL string, names ...string) *View {
 	}
 	// A TP2 variant of "a", selected for the subscription a{env=prod}.
 	if a := v.Resources["a"]; a != nil {
-		c := &discoverypb.DynamicParameterConstraints{Type: &discoverypb.DynamicParameterConstraints_Constraint{
-			Constraint: &discoverypb.DynamicParameterConstraints_SingleConstraint{Key: "env",
-				ConstraintType: &discoverypb.DynamicParameterConstraints_SingleConstraint_Value{Value: "prod"}}}}
+		c := keying.ValueConstraint("env", "prod")
 		cw, _ := proto.Marshal(c)
 		variant := &Resource{Name: "a", Version: ResourceVersion(append(a.Any, 'v')), Any: a.Any,
 			Constraints: keying.CanonicalConstraints(c), ConstraintsWire: cw}
@@ -84,6 +83,30 @@ var fuzzLocators = []*discoverypb.ResourceLocator{
 	{Name: "b", DynamicParameters: map[string]string{"env": "test", "zone": "z"}},
 }
 
+// The names and type URLs fuzzed requests draw from.
+var (
+	fuzzNames = []string{"a", "b", "c", "d", "*", ""}
+	fuzzTypes = []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
+)
+
+// newFuzzStream returns a SotW or Delta stream over fixed Views, sending to
+// ss. Its server has no sender goroutines: the test flushes the stream
+// itself. The server is closed when the test ends.
+func newFuzzStream(t *testing.T, delta bool, ss grpc.ServerStream) *stream {
+	src := &fakeSource{views: map[string]*View{
+		keying.ClusterType:  fuzzView(keying.ClusterType, "a", "b", "c"),
+		keying.EndpointType: fuzzView(keying.EndpointType, "a", "b"),
+	}}
+	srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	st := &stream{srv: srv, ss: ss, delta: delta, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	if delta {
+		st.proto = "delta"
+	}
+	return st
+}
+
 // FuzzSotWRequests feeds arbitrary request sequences to one SotW stream. It
 // must never panic, never put a name twice in a response, and never answer a
 // request whose nonce is stale.
@@ -92,17 +115,9 @@ func FuzzSotWRequests(f *testing.F) {
 	f.Add([]byte{1, 1, 1, 9, 200, 3, 17, 33, 65})
 	f.Add([]byte{0, 1, 0x21, 1, 1, 0x41, 0, 0, 0x61})
 	f.Fuzz(func(t *testing.T, script []byte) {
-		src := &fakeSource{views: map[string]*View{
-			keying.ClusterType:  fuzzView(keying.ClusterType, "a", "b", "c"),
-			keying.EndpointType: fuzzView(keying.EndpointType, "a", "b"),
-		}}
-		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
-		srv.pool = newPool(0, 0) // no sender goroutines: the test flushes the stream itself
-		defer srv.Close()
 		rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
-		st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-		pool := []string{"a", "b", "c", "d", "*", ""}
-		types := []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
+		st := newFuzzStream(t, false, rec)
+		pool, types := fuzzNames, fuzzTypes
 		for len(script) >= 3 {
 			op, a, b := script[0], script[1], script[2]
 			script = script[3:]
@@ -179,17 +194,9 @@ func FuzzDeltaRequests(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8})
 	f.Add([]byte{0, 1, 0x21, 1, 1, 0x41, 2, 0, 0x61, 3, 2, 0x22})
 	f.Fuzz(func(t *testing.T, script []byte) {
-		src := &fakeSource{views: map[string]*View{
-			keying.ClusterType:  fuzzView(keying.ClusterType, "a", "b", "c"),
-			keying.EndpointType: fuzzView(keying.EndpointType, "a", "b"),
-		}}
-		srv := NewServer(src, Options{Metrics: metrics.New(), MaxNamesPerRequest: 8})
-		srv.pool = newPool(0, 0) // no sender goroutines: the test flushes the stream itself
-		defer srv.Close()
 		rec := &recorder[*discoverypb.DeltaDiscoveryResponse]{fresh: func() *discoverypb.DeltaDiscoveryResponse { return &discoverypb.DeltaDiscoveryResponse{} }}
-		st := &stream{srv: srv, ss: rec, delta: true, proto: "delta", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-		pool := []string{"a", "b", "c", "d", "*", ""}
-		types := []string{keying.ClusterType, keying.EndpointType, "", "bad type"}
+		st := newFuzzStream(t, true, rec)
+		pool, types := fuzzNames, fuzzTypes
 		for len(script) >= 3 {
 			op, a, b := script[0], script[1], script[2]
 			script = script[3:]

@@ -12,12 +12,11 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 func envIs(value string) *discoverygrpc.DynamicParameterConstraints {
-	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_Constraint{
-		Constraint: &discoverygrpc.DynamicParameterConstraints_SingleConstraint{Key: "env",
-			ConstraintType: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Value{Value: value}}}}
+	return keying.ValueConstraint("env", value)
 }
 
 // xRFC TP2 with real grpc-go and Python (C-core) clients, which cannot send locators: the relay

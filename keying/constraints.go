@@ -452,7 +452,7 @@ func (p *constraintParser) expr(depth int) (*discoverypb.DynamicParameterConstra
 		if err != nil {
 			return nil, err
 		}
-		return valueConstraint(key, val), nil
+		return ValueConstraint(key, val), nil
 	case !p.next('('):
 		if p.i == len(p.s) {
 			return nil, p.errorf("unexpected end, want key=value or operator")
@@ -469,7 +469,7 @@ func (p *constraintParser) expr(depth int) (*discoverypb.DynamicParameterConstra
 		if err != nil {
 			return nil, err
 		}
-		return existsConstraint(key), nil
+		return ExistsConstraint(key), nil
 	case "not":
 		m, err := p.expr(depth + 1)
 		if err != nil {
@@ -511,7 +511,8 @@ func (p *constraintParser) expr(depth int) (*discoverypb.DynamicParameterConstra
 	}
 }
 
-func valueConstraint(key, val string) *discoverypb.DynamicParameterConstraints {
+// ValueConstraint is the single constraint "key has value val" (key=val).
+func ValueConstraint(key, val string) *discoverypb.DynamicParameterConstraints {
 	return &discoverypb.DynamicParameterConstraints{
 		Type: &discoverypb.DynamicParameterConstraints_Constraint{
 			Constraint: &discoverypb.DynamicParameterConstraints_SingleConstraint{
@@ -524,7 +525,8 @@ func valueConstraint(key, val string) *discoverypb.DynamicParameterConstraints {
 	}
 }
 
-func existsConstraint(key string) *discoverypb.DynamicParameterConstraints {
+// ExistsConstraint is the single constraint "key is present" (exists(key)).
+func ExistsConstraint(key string) *discoverypb.DynamicParameterConstraints {
 	return &discoverypb.DynamicParameterConstraints{
 		Type: &discoverypb.DynamicParameterConstraints_Constraint{
 			Constraint: &discoverypb.DynamicParameterConstraints_SingleConstraint{

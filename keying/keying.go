@@ -120,6 +120,9 @@ func SubscriptionKey(name, params string) string {
 	return name + paramSep + params
 }
 
+// HasParams reports whether a subscription key carries dynamic parameters.
+func HasParams(key string) bool { return strings.Contains(key, paramSep) }
+
 // SplitSubscriptionKey returns the name and the canonical parameters of a
 // key made by SubscriptionKey.
 func SplitSubscriptionKey(key string) (name, params string) {

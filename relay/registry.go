@@ -377,7 +377,7 @@ func (r *Relay) evict() {
 			Complete: complete, Received: old.Received,
 		})
 		for _, n := range names {
-			if isParamKey(n) {
+			if keying.HasParams(n) {
 				tc.dropParamKey(n)
 			} else if len(tc.params[n]) == 0 {
 				delete(tc.variants, n) // nothing selects its variants any more

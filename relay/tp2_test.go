@@ -24,18 +24,11 @@ import (
 // xRFC TP2 through the relay, against a TP2-capable upstream
 // (xdstest.StartTP2; go-control-plane ignores locators).
 
-func eq(key, value string) *discoverygrpc.DynamicParameterConstraints {
-	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_Constraint{
-		Constraint: &discoverygrpc.DynamicParameterConstraints_SingleConstraint{Key: key,
-			ConstraintType: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Value{Value: value}}}}
-}
-
-func exists(key string) *discoverygrpc.DynamicParameterConstraints {
-	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_Constraint{
-		Constraint: &discoverygrpc.DynamicParameterConstraints_SingleConstraint{Key: key,
-			ConstraintType: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Exists_{
-				Exists: &discoverygrpc.DynamicParameterConstraints_SingleConstraint_Exists{}}}}}
-}
+// Constraint builders for the variants of these tests.
+var (
+	eq     = keying.ValueConstraint
+	exists = keying.ExistsConstraint
+)
 
 func and(cs ...*discoverygrpc.DynamicParameterConstraints) *discoverygrpc.DynamicParameterConstraints {
 	return &discoverygrpc.DynamicParameterConstraints{Type: &discoverygrpc.DynamicParameterConstraints_AndConstraints{

@@ -3,7 +3,6 @@ package relay
 import (
 	"maps"
 	"slices"
-	"strings"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
@@ -209,9 +208,6 @@ func constraintsOf(c *discoverypb.DynamicParameterConstraints) (string, []byte, 
 	}
 	return keying.CanonicalConstraints(c), b, nil
 }
-
-// isParamKey reports whether key carries dynamic parameters.
-func isParamKey(key string) bool { return strings.IndexByte(key, 0) >= 0 }
 
 // errorKeys returns the keys of name whose parameters match the constraints
 // of a TP2 variant's resource error. Called with mu held.

@@ -324,9 +324,7 @@ func TestSotWUnsolicitedTypeAckedAndIgnored(t *testing.T) {
 }
 
 func envIs(v string) *discoveryv3.DynamicParameterConstraints {
-	return &discoveryv3.DynamicParameterConstraints{Type: &discoveryv3.DynamicParameterConstraints_Constraint{
-		Constraint: &discoveryv3.DynamicParameterConstraints_SingleConstraint{Key: "env",
-			ConstraintType: &discoveryv3.DynamicParameterConstraints_SingleConstraint_Value{Value: v}}}}
+	return keying.ValueConstraint("env", v)
 }
 
 // xRFC TP2: subscription keys with parameters go out as resource locators

@@ -14,6 +14,30 @@ import (
 	"github.com/xds-relay/xds-relay/relay"
 )
 
+// runThrough runs cfg's clients and checks that every one synced and saw at
+// least cfg.Updates updates.
+func runThrough(t *testing.T, cfg Config) {
+	t.Helper()
+	cfg.SyncTimeout = 20 * time.Second
+	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	e, err := NewEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // generous: -race on 2 cores
+	defer cancel()
+	s, err := e.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Synced != cfg.Clients || s.Failed != 0 {
+		t.Fatalf("synced %d failed %d of %d", s.Synced, s.Failed, cfg.Clients)
+	}
+	if want := cfg.Updates * int64(cfg.Clients); s.Updates < want {
+		t.Errorf("updates %d, want ≥ %d", s.Updates, want)
+	}
+}
+
 // A few hundred simulated clients through the relay, SotW and Delta: every
 // client syncs, sees updates, and the control plane serves one relay.
 func TestThroughRelay(t *testing.T) {
@@ -22,26 +46,8 @@ func TestThroughRelay(t *testing.T) {
 	r := xdstest.StartRelay(t, cp)
 	for _, proto := range []Protocol{ProtocolSotW, ProtocolDelta} {
 		t.Run(string(proto), func(t *testing.T) {
-			e, err := NewEngine(Config{
-				Target: r.Addr(), Clients: clients, StreamsPerConn: 10, Mode: ModeEnvoy, Protocol: proto,
-				Duration: 10 * time.Second, Updates: 2, SyncTimeout: 20 * time.Second,
-				Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // generous: -race on 2 cores
-			defer cancel()
-			s, err := e.Run(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.Synced != clients || s.Failed != 0 {
-				t.Fatalf("synced %d failed %d of %d", s.Synced, s.Failed, clients)
-			}
-			if s.Updates < 2*clients {
-				t.Errorf("updates %d, want ≥ %d", s.Updates, 2*clients)
-			}
+			runThrough(t, Config{Target: r.Addr(), Clients: clients, StreamsPerConn: 10, Mode: ModeEnvoy, Protocol: proto,
+				Duration: 10 * time.Second, Updates: 2})
 		})
 	}
 }
@@ -58,23 +64,8 @@ func TestThroughRelayFederated(t *testing.T) {
 	}))
 	for _, mode := range []Mode{ModeGRPC, ModeEnvoy} {
 		t.Run(string(mode), func(t *testing.T) {
-			e, err := NewEngine(Config{
-				Target: r.Addr(), Clients: clients, Mode: mode, Protocol: ProtocolSotW, LDSName: spec.Name(fleet.Listeners, 0),
-				Duration: 5 * time.Second, Updates: 1, SyncTimeout: 20 * time.Second,
-				Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			s, err := e.Run(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.Synced != clients || s.Failed != 0 || s.Updates < clients {
-				t.Fatalf("synced %d failed %d updates %d of %d clients", s.Synced, s.Failed, s.Updates, clients)
-			}
+			runThrough(t, Config{Target: r.Addr(), Clients: clients, Mode: mode, Protocol: ProtocolSotW,
+				LDSName: spec.Name(fleet.Listeners, 0), Duration: 5 * time.Second, Updates: 1})
 		})
 	}
 	// The xdstp names went to the authority's own upstream stream.
@@ -96,24 +87,8 @@ func TestThroughRelayTP2(t *testing.T) {
 	r := xdstest.StartRelay(t, startFleet(t, spec, "prod", "test"))
 	for _, proto := range []Protocol{ProtocolSotW, ProtocolDelta} {
 		t.Run(string(proto), func(t *testing.T) {
-			e, err := NewEngine(Config{
-				Target: r.Addr(), Clients: clients, Mode: ModeGRPC, Protocol: proto,
-				Params:   []map[string]string{{"env": "prod"}, {"env": "test"}},
-				Duration: 5 * time.Second, Updates: 1, SyncTimeout: 20 * time.Second,
-				Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			s, err := e.Run(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.Synced != clients || s.Failed != 0 || s.Updates < clients {
-				t.Fatalf("synced %d failed %d updates %d of %d clients", s.Synced, s.Failed, s.Updates, clients)
-			}
+			runThrough(t, Config{Target: r.Addr(), Clients: clients, Mode: ModeGRPC, Protocol: proto,
+				Params: []map[string]string{{"env": "prod"}, {"env": "test"}}, Duration: 5 * time.Second, Updates: 1})
 		})
 	}
 	// Every cached variant is one of the two, with its constraint, and both

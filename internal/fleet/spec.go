@@ -8,6 +8,8 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // Style selects the shape of the generated listeners.
@@ -231,7 +233,5 @@ func (v Variants) String() string {
 
 // constraint is the TP2 constraint of the variant for value: Key=value.
 func (v Variants) constraint(value string) *discoverypb.DynamicParameterConstraints {
-	return &discoverypb.DynamicParameterConstraints{Type: &discoverypb.DynamicParameterConstraints_Constraint{
-		Constraint: &discoverypb.DynamicParameterConstraints_SingleConstraint{Key: v.Key,
-			ConstraintType: &discoverypb.DynamicParameterConstraints_SingleConstraint_Value{Value: value}}}}
+	return keying.ValueConstraint(v.Key, value)
 }
