@@ -166,7 +166,7 @@ func (st *stream) buildDelta(it item) *encoded {
 			if ts.heldTP2 == nil {
 				ts.heldTP2 = make(map[string]*Resource)
 			}
-			ts.heldTP2[k] = r.root()
+			ts.heldTP2[k] = r.Root()
 		}
 	}
 	consider := func(n string, forced bool) {
@@ -351,7 +351,7 @@ func (v *View) delta(send []*Resource, removed []removal, errs []*ResourceError,
 // deltaBytes is the resource wrapped as envoy.service.discovery.v3.Resource
 // (name, version, Any), encoded once per stored variant.
 func (r *Resource) deltaBytes() []byte {
-	r = r.root()
+	r = r.Root()
 	r.deltaOnce.Do(func() {
 		n := protowire.SizeTag(resourceName) + protowire.SizeBytes(len(r.Name)) +
 			protowire.SizeTag(resourceVersion) + protowire.SizeBytes(len(r.Version)) +
@@ -373,7 +373,7 @@ func (r *Resource) deltaBytes() []byte {
 // instead of name; asAny wraps that in a google.protobuf.Any, as SotW
 // responses carry it. Encoded once per stored variant.
 func (r *Resource) tp2Bytes(asAny bool) []byte {
-	r = r.root()
+	r = r.Root()
 	r.tp2Once.Do(func() {
 		var b []byte
 		b = protowire.AppendTag(b, resourceVersion, protowire.BytesType)

@@ -69,22 +69,20 @@ func (r *Resource) Selected(key string) *Resource {
 	if key == r.Name && r.base == nil {
 		return r
 	}
-	root := r.root()
+	root := r.Root()
 	return &Resource{Name: root.Name, Version: root.Version, Any: root.Any, Authority: root.Authority, Glob: root.Glob,
 		UpstreamVersion: root.UpstreamVersion, Constraints: root.Constraints, ConstraintsWire: root.ConstraintsWire,
 		Key: key, base: root}
 }
 
-// root returns the stored variant whose encodings r shares.
-func (r *Resource) root() *Resource {
+// Root returns the stored variant r selects (r itself when it is one), whose
+// encodings r shares.
+func (r *Resource) Root() *Resource {
 	if r.base != nil {
 		return r.base
 	}
 	return r
 }
-
-// Root returns the stored variant r selects (r itself when it is one).
-func (r *Resource) Root() *Resource { return r.root() }
 
 // View is an immutable snapshot of one type's resources, published by the
 // Source after every change of that type. Streams hold Views in their queues,
