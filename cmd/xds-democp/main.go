@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -64,7 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
-		printDefaults(fs)
+		fleet.PrintFlagDefaults(fs)
 	}
 	var style, churn, churnTypes, variants string
 	spec := &o.server.Spec
@@ -168,20 +167,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("xds-democp stopped", zap.Uint64("changes", srv.Changes()))
 	return 0
-}
-
-// printDefaults is flag.PrintDefaults with the double-dash spelling used in the docs.
-func printDefaults(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		arg, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if arg != "" {
-			line += " " + arg
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			line += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintln(fs.Output(), line)
-	})
 }

@@ -41,7 +41,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
-		printDefaults(fs)
+		fleet.PrintFlagDefaults(fs)
 	}
 	var ramp, mode, protocol, params string
 	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
@@ -89,22 +89,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	return o, nil
-}
-
-// printDefaults is flag.PrintDefaults with the double-dash spelling used in the docs.
-func printDefaults(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		arg, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if arg != "" {
-			line += " " + arg
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			line += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintln(fs.Output(), line)
-	})
 }
 
 // parseParams parses --params: parameter sets split by '|', each "k=v,k=v".
