@@ -1,13 +1,16 @@
 package relay_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -85,4 +88,60 @@ func TestSecretsNotShared(t *testing.T) {
 	}
 	clients[0].Close()
 	up.WaitStreams(t, 1) // a's secret stream is gone with a
+}
+
+// keying.group_by in any order: one group is one scope and one upstream
+// stream, whatever the order of the fields in the config (a sort in place
+// once made the second client of a group open a second stream).
+func TestGroupByFieldOrder(t *testing.T) {
+	up := xdstest.StartUpstream(t, xdstest.KeyByCluster())
+	up.SetSnapshot("blue", clusters("c-blue"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Keying = &config.Keying{GroupBy: []string{"metadata.env", "cluster"}}
+	}))
+	node := func(id string) *core.Node {
+		n := &core.Node{Id: id, Cluster: "blue"}
+		n.Metadata, _ = structpb.NewStruct(map[string]any{"env": "prod"})
+		return n
+	}
+	for _, id := range []string{"b1", "b2", "b3"} {
+		c := xdstest.DialADS(t, r.Addr(), node(id))
+		c.Subscribe(resource.ClusterType, "*")
+		wantNames(t, c.RecvType(resource.ClusterType), "c-blue")
+	}
+	if n := up.Stats().TotalStreams; n != 1 {
+		t.Fatalf("upstream saw %d streams for one group, want 1", n)
+	}
+	cfg, err := r.EffectiveConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(cfg["keying"].(map[string]any)["group_by"]); got != "[metadata.env cluster]" {
+		t.Fatalf("the config's group_by was changed to %v", got)
+	}
+}
+
+// A node group's scope and its upstream stream are released a linger after
+// its last client left; a returning client gets a new one.
+func TestGroupScopeReleased(t *testing.T) {
+	up := xdstest.StartUpstream(t, xdstest.KeyByCluster())
+	up.SetSnapshot("blue", clusters("c-blue"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Keying = &config.Keying{GroupBy: []string{"cluster"}}
+		c.Upstream.Linger = 50 * time.Millisecond
+	}))
+	before := len(r.DebugUpstreams())
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b1", Cluster: "blue"})
+	c.Subscribe(resource.ClusterType, "*")
+	wantNames(t, c.RecvType(resource.ClusterType), "c-blue")
+	if len(r.DebugUpstreams()) == before {
+		t.Fatal("the group has no upstream client")
+	}
+	c.Close()
+	up.WaitStreams(t, 0)
+	xdstest.Eventually(t, func() bool { return len(r.DebugUpstreams()) == before }, "the group's scope released", nil)
+
+	c = xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b2", Cluster: "blue"})
+	c.Subscribe(resource.ClusterType, "*")
+	wantNames(t, c.RecvType(resource.ClusterType), "c-blue")
 }

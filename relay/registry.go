@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/downstream"
@@ -23,16 +24,16 @@ func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
 		return nil
 	}
 	sc := r.shared
-	var fields []string
-	if k := r.cfg.Keying; k != nil {
-		fields = k.GroupBy
-	}
-	if key := groupKey(fields, node); key != "" {
+	if key := groupKey(r.groupBy, node); key != "" {
 		if sc = r.scopes["group:"+key]; sc == nil {
-			sc = r.newScope("group:"+key, groupNode(r.node, fields, node, key), false)
+			sc = r.newScope("group:"+key, groupNode(r.node, r.groupBy, node, key), false)
 		}
 	}
 	sc.streams++
+	if sc.idle != nil {
+		sc.idle.Stop() // a client is back: the group stays
+		sc.idle = nil
+	}
 	r.bound[w.ID()] = &binding{w: w, node: node, group: sc}
 	return nil
 }
@@ -45,7 +46,9 @@ func (r *Relay) Cancel(w downstream.Watcher) {
 	delete(r.bound, w.ID())
 	var clients []*upstream.Client
 	if b != nil {
-		b.group.streams--
+		if b.group.streams--; b.group.streams == 0 && b.group != r.shared {
+			r.releaseLater(b.group)
+		}
 		if s := b.own; s != nil {
 			if s.streams--; s.streams == 0 {
 				clients = r.stopScope(s)
@@ -59,9 +62,34 @@ func (r *Relay) Cancel(w downstream.Watcher) {
 	}
 }
 
+// releaseLater closes a node group's scope, and its upstream streams, a
+// linger after its last stream ended, unless a stream of the group binds
+// again meanwhile. Its cache goes with it. Called with mu held.
+func (r *Relay) releaseLater(sc *scope) {
+	var t *time.Timer
+	t = time.AfterFunc(r.linger, func() {
+		r.mu.Lock()
+		if r.closed || sc.idle != t || sc.streams > 0 || r.scopes[sc.key] != sc {
+			r.mu.Unlock()
+			return
+		}
+		clients := r.stopScope(sc)
+		delete(r.scopes, sc.key)
+		r.mu.Unlock()
+		r.log.Debug("node group released", zap.String("scope", sc.key))
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+	sc.idle = t
+}
+
 // stopScope stops a scope's timers and returns its upstream clients for the
 // caller to close after unlocking. Called with mu held.
 func (r *Relay) stopScope(sc *scope) []*upstream.Client {
+	if sc.idle != nil {
+		sc.idle.Stop()
+	}
 	for _, tc := range sc.types {
 		for _, l := range tc.linger {
 			l.timer.Stop()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,9 @@ type Relay struct {
 	// credentials by authority.
 	node    *corev3.Node
 	upCreds map[string][]credentials.TransportCredentials
+	// groupBy is keying.group_by sorted (a copy: the config is never
+	// modified), so that one group has one key whatever the field order.
+	groupBy []string
 
 	mu      sync.Mutex
 	scopes  map[string]*scope                // guarded by mu; by scope key
@@ -99,6 +103,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		upCreds: upCreds,
 		scopes:  make(map[string]*scope),
 		bound:   make(map[uint64]*binding),
+	}
+	if k := cfg.Keying; k != nil {
+		r.groupBy = slices.Sorted(slices.Values(k.GroupBy))
 	}
 	if r.linger <= 0 {
 		r.linger = DefaultLinger

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"sort"
 	"strings"
 	"time"
 
@@ -36,6 +35,9 @@ type scope struct {
 	streams int
 	// own marks a node's own scope.
 	own bool
+	// idle closes a node group's scope that has no stream left (see
+	// releaseLater); nil while streams are bound.
+	idle *time.Timer
 }
 
 // binding is what the relay knows of a stream: its node and its scopes.
@@ -186,7 +188,7 @@ func nodeParameters(k *config.Keying) func(*corev3.Node) map[string]string {
 }
 
 // groupNode is the node a group's upstream streams present: the relay's own,
-// with the group in its id and the group's projected fields set.
+// with the group in its id and the group's projected fields (sorted) set.
 func groupNode(base *corev3.Node, fields []string, client *corev3.Node, key string) *corev3.Node {
 	n := proto.Clone(base).(*corev3.Node)
 	n.Id = base.GetId() + "/" + key
@@ -194,7 +196,6 @@ func groupNode(base *corev3.Node, fields []string, client *corev3.Node, key stri
 	for k, v := range base.GetMetadata().GetFields() {
 		md[k] = v.AsInterface()
 	}
-	sort.Strings(fields)
 	for _, f := range fields {
 		switch f {
 		case "cluster":
