@@ -183,7 +183,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 				// notified, so nobody is told of its removal.
 				if _, had := res[e.Name]; had {
 					delete(res, e.Name)
-					r.unref.Remove(tc.lruKey(e.Name))
+					r.unref.forget(tc.lruKey(e.Name))
 				}
 				moveNames = append(moveNames, e.Name)
 				continue
@@ -227,7 +227,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		if cur, ok := res[name]; ok && cur.Authority == authority {
 			delete(res, name)
 			changed[name] = struct{}{}
-			r.unref.Remove(tc.lruKey(name))
+			r.unref.forget(tc.lruKey(name))
 		}
 	}
 	// TP3: resource errors are cached per name and replayed to later

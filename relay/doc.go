@@ -14,7 +14,10 @@
 // first watcher subscribes it upstream; the last one leaving starts a linger
 // timer, after which it is unsubscribed. Its last value stays in the View,
 // bounded by an LRU of unreferenced resources (cache.max_unreferenced), and
-// is served at once when a client returns. Nothing watched is ever evicted.
+// is served at once when a client returns. Only what nothing pins enters the
+// LRU: no stream watches it (by name, the wildcard or its glob collection)
+// and no upstream subscription covers it. Nothing watched is ever evicted
+// (lru.go; a refusal would be counted and logged).
 //
 // All methods are safe for concurrent use. Lock order: Relay.mu → a
 // downstream stream's mutex → an upstream client's mutex. Upstream callbacks

@@ -311,7 +311,7 @@ func (r *Relay) loadPersisted(path string) {
 				}
 				r.publish(tc, v)
 				for name := range v.Resources {
-					r.unref.Add(tc.lruKey(name), struct{}{})
+					r.unref.add(tc.lruKey(name))
 					n++
 				}
 			}

@@ -332,50 +332,67 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 }
 
-// referenced takes name (or, for the wildcard, every default-authority
-// resource) out of the unreferenced LRU. Called with mu held.
+// referenced takes what a new watcher or upstream subscription of name
+// pins out of the unreferenced LRU: the name, or every resource of the
+// wildcard (default authority) or of a glob collection. Called with mu held.
 func (r *Relay) referenced(tc *typeCache, name string) {
-	if name != keying.Wildcard {
-		r.unref.Remove(tc.lruKey(name))
-		return
-	}
-	for n, res := range tc.view.Resources {
-		if res.Authority == "" {
-			r.unref.Remove(tc.lruKey(n))
+	switch {
+	case name == keying.Wildcard || keying.IsGlob(name):
+		for n, res := range tc.view.Resources {
+			if n == res.Name && ((name == keying.Wildcard && res.Authority == "") || res.Glob == name) {
+				r.unref.forget(tc.lruKey(n))
+			}
 		}
+	default:
+		r.unref.forget(tc.lruKey(name))
 	}
 }
 
-// unreferenced puts what lost its last watcher into the LRU and evicts what
-// the LRU pushes out. Called with mu held.
+// unreferenced puts what name no longer pins into the LRU — the name, or
+// the resources of the wildcard or of a glob collection that nothing else
+// pins — and evicts what the LRU pushes out. Called with mu held.
 func (r *Relay) unreferenced(tc *typeCache, name string) {
-	add := func(n string) {
-		if _, cached := tc.view.Resources[n]; !cached || tc.watchers[n] != nil {
-			return
+	for n, res := range tc.view.Resources {
+		if n != name && (n != res.Name || !((name == keying.Wildcard && res.Authority == "") || (name != "" && res.Glob == name))) {
+			continue
 		}
-		if res := tc.view.Resources[n]; res.Authority == "" && tc.wild.len() > 0 {
-			return // still covered by a wildcard watcher
+		if !tc.pinned(n, res) {
+			r.unref.add(tc.lruKey(n))
 		}
-		r.unref.Add(tc.lruKey(n), struct{}{})
-	}
-	if name == keying.Wildcard {
-		for n := range tc.view.Resources {
-			add(n)
-		}
-	} else {
-		add(name)
 	}
 	r.evict()
 }
 
+// pinned reports whether the cached resource res (at key in the View) must
+// stay: a stream watches it — by name, by the wildcard or by its glob
+// collection — or an upstream subscription still covers it (it lingers, and
+// the upstream will not send it again). Called with mu held.
+func (tc *typeCache) pinned(key string, res *downstream.Resource) bool {
+	if tc.watchers[key].len() > 0 || tc.up[key] {
+		return true
+	}
+	if key != res.Name {
+		return false // a TP2 selection: pinned by its own key only
+	}
+	if res.Authority == "" && (tc.wild.len() > 0 || tc.up[keying.Wildcard]) {
+		return true
+	}
+	g := res.Glob
+	return g != "" && (tc.watchers[g].len() > 0 || tc.up[g])
+}
+
 // evict drops the resources the LRU pushed out from their Views. Nobody
-// watches them, so nobody is notified. Called with mu held.
+// watches them, so nobody is notified. A resource that is pinned after all
+// is kept: nothing watched is ever evicted (that would tell its watchers it
+// is gone); such a refusal is counted and logged, since it means the LRU
+// was wrong. Called with mu held.
 func (r *Relay) evict() {
-	if len(r.evicted) == 0 {
+	keys := r.unref.take()
+	if len(keys) == 0 {
 		return
 	}
 	byType := make(map[*typeCache][]string)
-	for _, k := range r.evicted {
+	for _, k := range keys {
 		sc := r.scopes[k.scope]
 		if sc == nil || sc.types[k.TypeURL] == nil {
 			continue // its scope was closed
@@ -383,7 +400,6 @@ func (r *Relay) evict() {
 		tc := sc.types[k.TypeURL]
 		byType[tc] = append(byType[tc], k.Name)
 	}
-	r.evicted = r.evicted[:0]
 	for tc, names := range byType {
 		typeURL := tc.typeURL
 		old := tc.view
@@ -391,26 +407,36 @@ func (r *Relay) evict() {
 		changed := make(map[string]struct{}, len(names))
 		complete := old.Complete
 		for _, n := range names {
-			if res[n] == nil {
+			cur := res[n]
+			if cur == nil {
 				continue
 			}
-			if res[n].Authority == "" {
+			if tc.pinned(n, cur) {
+				r.m.EvictionsRefused.WithLabelValues(metrics.TypeLabel(typeURL)).Inc()
+				r.log.Warn("refused to evict a watched resource from the cache", zap.String("scope", tc.sc.key),
+					zap.String("type", typeURL), zap.String("name", keying.DisplayKey(n)))
+				continue
+			}
+			if cur.Authority == "" {
 				complete = false // the wildcard set has lost a member: ask upstream again
 			}
 			delete(res, n)
 			changed[n] = struct{}{}
 		}
+		if len(changed) == 0 {
+			continue
+		}
 		r.publish(tc, &downstream.View{
 			TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: old.Absent, Errors: old.Errors,
 			Complete: complete, Received: old.Received,
 		})
-		for _, n := range names {
+		for n := range changed {
 			if keying.HasParams(n) {
 				tc.dropParamKey(n)
 			} else if len(tc.params[n]) == 0 {
 				delete(tc.variants, n) // nothing selects its variants any more
 			}
 		}
-		r.m.CacheEvictions.Add(float64(len(names)))
+		r.m.CacheEvictions.Add(float64(len(changed)))
 	}
 }

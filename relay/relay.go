@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -24,7 +23,6 @@ import (
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
-	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
@@ -63,21 +61,14 @@ type Relay struct {
 	// modified), so that one group has one key whatever the field order.
 	groupBy []string
 
-	mu      sync.Mutex
-	scopes  map[string]*scope                // guarded by mu; by scope key
-	shared  *scope                           // the scope every stream uses by default
-	bound   map[uint64]*binding              // guarded by mu: streams (by id) and their scopes
-	unref   *simplelru.LRU[lruKey, struct{}] // guarded by mu: unreferenced resources
-	evicted []lruKey                         // guarded by mu: collected by the LRU callback
+	mu     sync.Mutex
+	scopes map[string]*scope   // guarded by mu; by scope key
+	shared *scope              // the scope every stream uses by default
+	bound  map[uint64]*binding // guarded by mu: streams (by id) and their scopes
+	unref  *unrefLRU           // guarded by mu: cached resources nothing pins
 	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
 	rolloutLog []*rollout // guarded by mu
 	closed     bool       // guarded by mu
-}
-
-// lruKey names an unreferenced resource of a scope.
-type lruKey struct {
-	scope string
-	keying.Key
 }
 
 // New builds a relay from a validated config. It dials upstreams lazily, when
@@ -103,6 +94,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		upCreds: upCreds,
 		scopes:  make(map[string]*scope),
 		bound:   make(map[uint64]*binding),
+		unref:   newUnrefLRU(cfg.Cache.MaxUnreferenced),
 	}
 	if k := cfg.Keying; k != nil {
 		r.groupBy = slices.Sorted(slices.Values(k.GroupBy))
@@ -110,21 +102,6 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	if r.linger <= 0 {
 		r.linger = DefaultLinger
 	}
-	size := cfg.Cache.MaxUnreferenced
-	if size <= 0 {
-		size = 1 // simplelru needs a positive size; 0 keeps nothing unreferenced
-	}
-	lru, err := simplelru.NewLRU[lruKey, struct{}](size, func(k lruKey, _ struct{}) {
-		r.evicted = append(r.evicted, k)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("relay: cache: %w", err)
-	}
-	r.unref = lru
-	if cfg.Cache.MaxUnreferenced == 0 {
-		r.unref.Resize(1)
-	}
-
 	r.shared = r.newScope("", r.node, false)
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)

@@ -87,6 +87,9 @@ type Metrics struct {
 	Rollouts        *prometheus.CounterVec
 	// CacheEvictions is xds_relay_cache_evictions_total.
 	CacheEvictions prometheus.Counter
+	// EvictionsRefused is xds_relay_cache_evictions_refused_total{type_url}:
+	// resources the LRU pushed out that a stream still watched, kept.
+	EvictionsRefused *prometheus.CounterVec
 	// TP2Ambiguous is xds_relay_tp2_ambiguous_matches_total.
 	TP2Ambiguous prometheus.Counter
 
@@ -160,6 +163,9 @@ func New() *Metrics {
 			"type_url", "result"),
 		CacheEvictions: f.counter("cache_evictions_total",
 			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),
+		EvictionsRefused: f.counterVec("cache_evictions_refused_total",
+			"Resources the max_unreferenced bound pushed out of the cache while a client still watched them: kept (nothing watched is evicted). Should stay 0.",
+			"type_url"),
 		TP2Ambiguous: f.counter("tp2_ambiguous_matches_total",
 			"Subscriptions whose TP2 parameters matched several variants of a resource (the most specific was sent)."),
 
