@@ -263,15 +263,37 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			transient[e.Name] = true
 		}
 	}
-	if !u.Delta && keying.FullState(u.TypeURL) {
+	// deleted applies the upstream's word that name does not exist: it
+	// leaves the cache, and a name subscribed as such is remembered as
+	// absent, so that later subscribers are told at once.
+	deleted := func(name string) {
+		removed[name] = true
+		if _, cached := res[name]; cached || tc.variantMode(name) {
+			remove(name) // every variant of it, too
+		}
+		if _, known := absent[name]; !known && tc.up[name] {
+			ownAbsent()
+			absent[name] = struct{}{}
+			changed[name] = struct{}{}
+		}
+	}
+	if fullSotW {
 		// xDS: a resource missing from a SotW LDS/CDS response is deleted —
-		// if it is covered by what this relay subscribed, and not merely
-		// unavailable for now.
-		for key, cur := range old.Resources {
-			name, _ := keying.SplitSubscriptionKey(key)
-			if _, ok := seen[name]; !ok && !transient[name] && cur.Authority == authority &&
-				(u.Wildcard || tc.up[key] || (cur.Glob != "" && tc.up[cur.Glob])) {
-				remove(name)
+		// judged by what the upstream client knew the response answers
+		// (u.Removed), never by subscriptions made since, which it may not
+		// answer yet; and, when it is the wildcard's full set, by the
+		// response itself.
+		gone := slices.Clone(u.Removed)
+		if u.Complete && !u.Settled && authority == "" {
+			for key, cur := range old.Resources {
+				if _, ok := seen[key]; !ok && key == cur.Name && cur.Authority == "" {
+					gone = append(gone, key)
+				}
+			}
+		}
+		for _, name := range gone {
+			if _, ok := seen[name]; !ok && !transient[name] {
+				deleted(name)
 			}
 		}
 	} else {
@@ -286,19 +308,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 		for _, name := range u.Removed {
-			removed[name] = true
-			_, cached := res[name]
-			_, known := absent[name]
-			switch {
-			case cached || tc.variantMode(name):
-				remove(name) // every variant of it, too
-			case !known && tc.up[name]:
-				// The upstream says a subscribed name does not exist: tell
-				// clients at once instead of leaving them to time out.
-				ownAbsent()
-				absent[name] = struct{}{}
-				changed[name] = struct{}{}
-			}
+			deleted(name)
 		}
 	}
 	for name := range resolved {
@@ -340,7 +350,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			rolled = append(rolled, name)
 		}
 	}
-	complete := old.Complete || (u.Wildcard && authority == "")
+	complete := old.Complete || (u.Complete && authority == "")
 	if len(changed) == 0 && complete == old.Complete {
 		if touched || len(res) != len(old.Resources) {
 			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Errors: errs, Complete: complete, Received: old.Received})

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"slices"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -243,5 +244,30 @@ func TestMixedFleetSameContent(t *testing.T) {
 		if n := up.Stats().TotalStreams; n != 1 {
 			t.Fatalf("upstream saw %d streams", n)
 		}
+	})
+}
+
+// A name the upstream deleted is remembered as absent while it stays
+// subscribed: a Delta client subscribing to it later is told at once that it
+// does not exist, instead of waiting out its does-not-exist timer.
+func TestDeletedNameAnsweredAtOnce(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("a", "b"))
+		r := xdstest.StartRelay(t, up.Addr(), mode)
+
+		c1 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c1"})
+		c1.Subscribe(resource.ClusterType, "a")
+		c1.Ack(c1.RecvType(resource.ClusterType))
+		up.SetResources(clusters("b"))
+		wantNames(t, c1.RecvType(resource.ClusterType)) // a is gone
+
+		c2 := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "c2"})
+		c2.Subscribe(resource.ClusterType, []string{"a"}, nil)
+		resp, ok := c2.TryRecv(2 * time.Second)
+		if !ok {
+			t.Fatal("a Delta subscriber to a deleted name was not told it does not exist")
+		}
+		wantDelta(t, resp, nil, []string{"a"})
 	})
 }

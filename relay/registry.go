@@ -330,6 +330,14 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
 	}
+	if _, ok := tc.view.Absent[name]; ok {
+		// No longer subscribed: what the upstream said of it goes stale.
+		old := tc.view
+		absent := maps.Clone(old.Absent)
+		delete(absent, name)
+		r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: old.Resources,
+			Absent: absent, Errors: old.Errors, Complete: old.Complete, Received: old.Received})
+	}
 }
 
 // referenced takes what a new watcher or upstream subscription of name

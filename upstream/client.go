@@ -37,6 +37,10 @@ type Client struct {
 	wake    chan struct{} // one slot: pending requests, or interest while idle
 	once    sync.Once
 
+	// hmu serialises Handler.OnUpdate calls: the receive loop's and the
+	// sender's wildcard settlement (wildcard.go). Lock order: hmu → mu.
+	hmu sync.Mutex
+
 	// Guarded by mu. Never held while calling the Handler, InitialVersions or
 	// sending on a stream.
 	mu      sync.Mutex
@@ -73,6 +77,11 @@ type typeState struct {
 	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
 	nack      error               // SotW: NACK to send with the next request
 	acks      []deltaAck          // Delta: ACKs/NACKs to send, in order
+	// wildSure: the server certainly applies the wildcard on this stream;
+	// settleAt: when an unproven wildcard counts as answered (zero: no wait).
+	// See wildcard.go.
+	wildSure bool
+	settleAt time.Time
 }
 
 // deltaAck is one queued Delta ACK (err nil) or NACK.
@@ -147,6 +156,10 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 		if _, ok := st.names[n]; !ok {
 			st.names[n] = struct{}{}
 			changed = true
+			if n == keying.Wildcard && (st.requested || st.sent != nil) {
+				// Added mid-stream: no response proves it yet (wildcard.go).
+				c.armSettleLocked(st)
+			}
 		}
 	}
 	if changed {
@@ -173,6 +186,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			changed = true
 			switch {
 			case n == keying.Wildcard:
+				st.wildSure, st.settleAt = false, time.Time{}
 				// Only explicitly subscribed names stay of interest.
 				for k := range st.known {
 					if _, ok := st.names[k]; !ok {
@@ -181,6 +195,11 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 				}
 			case !st.wildcard():
 				delete(st.known, n)
+				for k := range st.known {
+					if keying.GlobOf(k) == n {
+						delete(st.known, k) // a glob collection's members
+					}
+				}
 			}
 		}
 		if changed {
@@ -299,6 +318,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks = false, false, false, nil, nil, nil
+		st.wildSure, st.settleAt = false, time.Time{}
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -89,6 +89,9 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 			st.dirty, st.acks = false, nil
 			continue
 		}
+		if first {
+			st.wildSure = st.wildcard() // wildcard.go: in the first request
+		}
 		var iv map[string]string
 		if first && len(st.names) > 0 && c.cfg.InitialVersions != nil {
 			v, ok := initial[t]
@@ -213,13 +216,15 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		Resources:       resources,
 		Removed:         resp.GetRemovedResources(),
 		RemovedVariants: removedVariants(resp.GetRemovedResourceNames()),
-		Wildcard:        st.wildcard(),
+		Complete:        c.answersWildcard(st, resourceNames(resources)),
 		Delta:           true,
 		Errors:          resourceErrors(resp.GetResourceErrors()),
 	}
 	c.mu.Unlock()
 
+	c.hmu.Lock()
 	err := c.h.OnUpdate(u)
+	c.hmu.Unlock()
 
 	c.mu.Lock()
 	st.nonce = resp.GetNonce()

@@ -48,8 +48,8 @@ func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
 		t.Errorf("first request = %v, want subscribe [a b] and no initial versions", req)
 	}
 	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
-	if !u.Delta || u.Wildcard || !slices.Equal(sorted(names(u)), []string{"a", "b"}) {
-		t.Errorf("update = delta %v wildcard %v names %q", u.Delta, u.Wildcard, names(u))
+	if !u.Delta || u.Complete || !slices.Equal(sorted(names(u)), []string{"a", "b"}) {
+		t.Errorf("update = delta %v wildcard %v names %q", u.Delta, u.Complete, names(u))
 	}
 	versions := map[string]string{}
 	for _, r := range u.Resources {
@@ -128,8 +128,8 @@ func TestDeltaWildcardAndNack(t *testing.T) {
 		t.Errorf("subscribe = %q, want [*]", req.GetResourceNamesSubscribe())
 	}
 	u := rec.nextUpdate(t, &ucur, keying.ListenerType)
-	if !u.Wildcard || !slices.Equal(sorted(names(u)), []string{"l1", "l2"}) {
-		t.Errorf("update = wildcard %v names %q", u.Wildcard, names(u))
+	if !u.Complete || !slices.Equal(sorted(names(u)), []string{"l1", "l2"}) {
+		t.Errorf("update = wildcard %v names %q", u.Complete, names(u))
 	}
 	ack := cp.nextDelta(t, &cur, keying.ListenerType)
 	if ack.GetErrorDetail() != nil {

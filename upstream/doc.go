@@ -16,8 +16,9 @@
 // as soon as it accepts connections again (gRFC A71).
 //
 // Concurrency: all Client methods are safe for concurrent use. The Handler is
-// called from the client's run goroutine only, one call at a time; it may call
-// Subscribe, Unsubscribe and Status, but must not call Close.
+// called from the client's goroutines one call at a time, updates in the
+// order the server sent them; it may call Subscribe, Unsubscribe and Status,
+// but must not call Close.
 //
 // Goroutines: New starts a run goroutine; while a stream is open it has a
 // sender goroutine and, while connected to a fallback server, a probe

@@ -72,13 +72,20 @@ type Update struct {
 	// Resources are the resources of the response, in the server's order.
 	Resources []Resource
 	// Removed lists deleted names. Delta: removed_resources. SotW LDS/CDS:
-	// the names received in an earlier response (and still subscribed, or
-	// covered by wildcard) that this full-state response omits. Sorted for
-	// SotW, in the server's order for Delta.
+	// the names received in an earlier response (and subscribed, or covered
+	// by the wildcard, ever since) that this full-state response omits —
+	// judged by what the client knew, never by subscriptions the response
+	// may not answer yet. Sorted for SotW, in the server's order for Delta.
 	Removed []string
-	// Wildcard reports that the type was wildcard-subscribed when the response
-	// arrived (a full-state answer to "*").
-	Wildcard bool
+	// Complete reports that the response answers the wildcard subscription:
+	// with it the relay holds the default authority's whole set of the type
+	// (SotW: it is that set). Only when that is certain; see wildcard.go.
+	Complete bool
+	// Settled reports an update with no response behind it: the wildcard
+	// was not proven by a response, and the server said nothing more for a
+	// while after the relay's last request, so what the relay holds is the
+	// whole set (Complete is true, nothing else is set).
+	Settled bool
 	// Delta reports an incremental response.
 	Delta bool
 	// RemovedVariants are Delta's removed_resource_names: variants deleted.
@@ -113,7 +120,7 @@ func resourceErrors(errs []*discoveryv3.ResourceError) []ResourceError {
 }
 
 // Handler receives what the upstream sends. Its methods are called from the
-// Client's run goroutine, one call at a time.
+// Client's goroutines, one call at a time.
 type Handler interface {
 	// OnUpdate is called for every valid response of a subscribed type, in
 	// the order the server sent them. A non-nil error NACKs the response with
@@ -268,4 +275,13 @@ func resourceName(b []byte) (string, error) {
 		b = b[n:]
 	}
 	return name, nil
+}
+
+// resourceNames returns the names of rs.
+func resourceNames(rs []Resource) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	return out
 }

@@ -212,7 +212,7 @@ func (c *Client) runStream(conn *grpc.ClientConn, idx int, delta bool) (received
 	}
 
 	var wg sync.WaitGroup
-	wg.Go(func() { c.sendLoop(ctx, cancel, s) })
+	wg.Go(func() { c.sendLoop(ctx, cancel, s, uri, delta) })
 	if idx > 0 {
 		wg.Go(func() { c.probe(ctx, cancel, idx) })
 	}
@@ -229,8 +229,11 @@ func (c *Client) runStream(conn *grpc.ClientConn, idx int, delta bool) (received
 }
 
 // sendLoop is the stream's only sender: it flushes the pending requests each
-// time it is woken.
-func (c *Client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, s adsStream) {
+// time it is woken, and settles unproven wildcards when their wait is over
+// (wildcard.go).
+func (c *Client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, s adsStream, server string, delta bool) {
+	settle := time.NewTimer(time.Hour)
+	defer settle.Stop()
 	for {
 		if err := s.flush(); err != nil {
 			// grpc: after io.EOF the stream's status comes from Recv.
@@ -239,10 +242,17 @@ func (c *Client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, s
 			}
 			return
 		}
+		d, pending := c.nextSettle()
+		if !pending {
+			d = time.Hour
+		}
+		settle.Reset(d)
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.wake:
+		case <-settle.C:
+			c.settleDue(server, delta)
 		}
 	}
 }

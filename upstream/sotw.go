@@ -60,6 +60,9 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			// response of those types is not ACKed.
 			continue
 		}
+		if !st.requested {
+			st.wildSure = st.wildcard() // wildcard.go: in the first request
+		}
 		st.requested = true
 		names, locs := locators(st.sortedNames())
 		if st.wildcard() && len(names) == 1 && len(locs) == 0 && !st.named {
@@ -133,7 +136,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		Server:    server,
 		TypeURL:   typeURL,
 		Resources: resources,
-		Wildcard:  st.wildcard(),
+		Complete:  c.answersWildcard(st, resourceNames(resources)),
 		Errors:    resourceErrors(resp.GetResourceErrors()),
 	}
 	full := keying.FullState(typeURL)
@@ -152,7 +155,9 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	}
 	c.mu.Unlock()
 
+	c.hmu.Lock()
 	err := c.h.OnUpdate(u)
+	c.hmu.Unlock()
 
 	c.mu.Lock()
 	st.nonce = resp.GetNonce()
@@ -169,7 +174,9 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 				named[n] = struct{}{}
 			}
 			for _, r := range resources {
-				if _, ok := named[r.Name]; ok || wildcard {
+				_, byName := named[r.Name]
+				_, byGlob := named[keying.GlobOf(r.Name)]
+				if byName || byGlob || wildcard {
 					st.known[r.Name] = struct{}{}
 				}
 			}

@@ -38,7 +38,7 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 	if got := sorted(names(u)); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("update names = %q, want [a b]", got)
 	}
-	if u.Delta || u.Wildcard || len(u.Removed) != 0 || u.Server != cp.addr {
+	if u.Delta || u.Complete || len(u.Removed) != 0 || u.Server != cp.addr {
 		t.Errorf("update = %+v, want SotW, not wildcard, nothing removed, from %s", u, cp.addr)
 	}
 	for _, r := range u.Resources {
@@ -122,8 +122,8 @@ func TestSotWWildcardMergedWithNames(t *testing.T) {
 		t.Errorf("names = %q, want [* b]", got)
 	}
 	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
-	if !u.Wildcard || !slices.Equal(sorted(names(u)), []string{"a", "b", "c"}) {
-		t.Errorf("update wildcard=%v names=%q, want true [a b c]", u.Wildcard, names(u))
+	if !u.Complete || !slices.Equal(sorted(names(u)), []string{"a", "b", "c"}) {
+		t.Errorf("update wildcard=%v names=%q, want true [a b c]", u.Complete, names(u))
 	}
 	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
 
@@ -146,8 +146,8 @@ func TestSotWWildcardMergedWithNames(t *testing.T) {
 	})
 	cp.set(t, keying.ClusterType, cluster("b"), cluster("d"))
 	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
-	if u.Wildcard || !slices.Equal(names(u), []string{"b"}) || len(u.Removed) != 0 {
-		t.Errorf("update = wildcard %v names %q removed %q, want false [b] []", u.Wildcard, names(u), u.Removed)
+	if u.Complete || !slices.Equal(names(u), []string{"b"}) || len(u.Removed) != 0 {
+		t.Errorf("update = wildcard %v names %q removed %q, want false [b] []", u.Complete, names(u), u.Removed)
 	}
 	if st := c.Status(); len(st.Types) != 1 || st.Types[0].Wildcard || !slices.Equal(st.Types[0].Names, []string{"b"}) {
 		t.Errorf("status types = %+v", st.Types)

@@ -1,0 +1,88 @@
+package relay_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// scriptedRelay starts a relay speaking SotW to a scripted upstream, with a
+// short linger.
+func scriptedRelay(t *testing.T) (*scriptedADS, *xdstest.Relay) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Linger = 20 * time.Millisecond
+	}))
+	return f, r
+}
+
+// An upstream SotW full-state response answers the request it followed: a
+// push that crossed the relay's newer request on the wire does not delete
+// what that newer request subscribed (and a client was just given).
+func TestInFlightResponseKeepsResubscribed(t *testing.T) {
+	f, r := scriptedRelay(t)
+	c1 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c1"})
+	c1.Subscribe(resource.ClusterType, "a")
+	s := f.stream(t)
+	s.nextNames(resource.ClusterType, "a")
+	s.send(resource.ClusterType, "1", xdstest.EDSCluster("a", "a"))
+	wantNames(t, c1.RecvType(resource.ClusterType), "a")
+
+	// b is cached, then released: the relay unsubscribes it and keeps it.
+	c2 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c2"})
+	c2.Subscribe(resource.ClusterType, "b")
+	s.nextNames(resource.ClusterType, "a", "b")
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("a", "a"), xdstest.EDSCluster("b", "b"))
+	wantNames(t, c2.RecvType(resource.ClusterType), "b")
+	c2.Close()
+	s.nextNames(resource.ClusterType, "a")
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("a", "a"))
+
+	// c3 wants b again: served from the cache, subscribed upstream — and a
+	// push of the older subscription crosses that request.
+	c3 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c3"})
+	c3.Subscribe(resource.ClusterType, "b")
+	wantNames(t, c3.RecvType(resource.ClusterType), "b")
+	s.nextNames(resource.ClusterType, "a", "b")
+	s.send(resource.ClusterType, "3", xdstest.EDSCluster("a", "a2"))
+	c3.ExpectNoResponse(quiet) // b was not deleted: nothing to tell c3
+	s.nextNames(resource.ClusterType, "a", "b") // the ACK, current again
+	s.send(resource.ClusterType, "4", xdstest.EDSCluster("a", "a2"), xdstest.EDSCluster("b", "b2"))
+	wantNames(t, c3.RecvType(resource.ClusterType), "b")
+}
+
+// A push that crossed the relay's request adding the wildcard answers the
+// older, named subscription: it is not the full set, and a wildcard client
+// is not told that everything else is gone.
+func TestInFlightResponseIsNotTheWildcard(t *testing.T) {
+	f, r := scriptedRelay(t)
+	c1 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c1"})
+	c1.Subscribe(resource.ClusterType, "a")
+	s := f.stream(t)
+	s.next(resource.ClusterType)
+	s.send(resource.ClusterType, "1", xdstest.EDSCluster("a", "a"))
+	wantNames(t, c1.RecvType(resource.ClusterType), "a")
+
+	c4 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c4"})
+	c4.Subscribe(resource.ClusterType, "*")
+	s.nextNames(resource.ClusterType, "*", "a")
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("a", "a2")) // crossed the request
+	s.nextNames(resource.ClusterType, "*", "a") // its ACK: current
+	s.send(resource.ClusterType, "3", xdstest.EDSCluster("a", "a2"), xdstest.EDSCluster("b", "b"))
+	wantNames(t, c4.RecvType(resource.ClusterType), "a", "b") // the first answer is the full set
+}
+
+func wantSorted(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	got = slices.Sorted(slices.Values(got))
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
