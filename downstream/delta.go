@@ -70,7 +70,12 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 	ts.requested = true
 	if first {
 		for n, v := range req.GetInitialResourceVersions() {
-			ts.has[st.key(n)] = v
+			k := st.key(n)
+			ts.has[k] = v
+			if ts.initial == nil {
+				ts.initial = make(map[string]struct{})
+			}
+			ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
 		}
 	}
 	capable := keying.WildcardCapable(typeURL)
@@ -154,6 +159,7 @@ func (st *stream) buildDelta(it item) *encoded {
 	var swapped []removal // TP2: variants replaced by another variant sent now
 	sendIfNew := func(r *Resource) {
 		k := r.key()
+		delete(ts.initial, k)
 		if ts.has[k] == r.Version {
 			return
 		}
@@ -196,9 +202,12 @@ func (st *stream) buildDelta(it item) *encoded {
 			} else if present {
 				sendIfNew(r)
 			} else if _, held := ts.has[n]; held {
-				delete(ts.has, n)
-				removed = append(removed, n)
-			} else if _, gone := v.Absent[n]; gone && named {
+				if st.mayRemove(ts, v, n) {
+					delete(ts.has, n)
+					delete(ts.initial, n)
+					removed = append(removed, n)
+				}
+			} else if named && v.gone(n) {
 				removed = append(removed, n) // the upstream says it does not exist
 			}
 		case forced && ts.wildcard && plainKey:
@@ -206,8 +215,9 @@ func (st *stream) buildDelta(it item) *encoded {
 			// by the resource or by its removal.
 			removed = append(removed, n)
 		case covered:
-			if _, held := ts.has[n]; held {
+			if _, held := ts.has[n]; held && st.mayRemove(ts, v, n) {
 				delete(ts.has, n)
+				delete(ts.initial, n)
 				removed = append(removed, n)
 			}
 		}
@@ -241,8 +251,9 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 		for n := range ts.has {
 			if _, named := ts.names[n]; !named {
-				if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") {
+				if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.mayRemove(ts, v, n) {
 					delete(ts.has, n)
+					delete(ts.initial, n)
 					removed = append(removed, n)
 				}
 			}
@@ -273,6 +284,9 @@ func (st *stream) buildDelta(it item) *encoded {
 	}
 	sortErrors(errs)
 	b := v.delta(send, rms, errs, ts.wrapped)
+	if len(rms) > 0 || len(send) > 0 {
+		st.released(ts, v.TypeURL)
+	}
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version

@@ -24,6 +24,13 @@ type ResourceError struct {
 // exist" (TP3: the same as a Delta removal).
 func (e *ResourceError) NotFound() bool { return e.Code == codes.NotFound }
 
+// dataError reports a TP3 data error (NOT_FOUND, PERMISSION_DENIED): the
+// resource is gone for the client. The others are transient: the client
+// keeps what it has.
+func (e *ResourceError) dataError() bool {
+	return e.Code == codes.NotFound || e.Code == codes.PermissionDenied
+}
+
 // bytes returns the encoded ResourceError{resource_name: {name},
 // error_detail: google.rpc.Status{code, message}}.
 func (e *ResourceError) bytes() []byte {

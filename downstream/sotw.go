@@ -60,6 +60,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			st.acked(ts, req.GetVersionInfo())
 		}
 	}
+	if !ts.requested && ts.lastNonce == "" {
+		ts.fromElsewhere = req.GetVersionInfo() != ""
+	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
@@ -249,6 +252,10 @@ func (st *stream) buildSotW(it item) *encoded {
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
 	ts.sentOnce = true
+	if keying.FullState(v.TypeURL) {
+		ts.heldKeys, ts.fromElsewhere = b.keys, false
+	}
+	st.released(ts, v.TypeURL)
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce = it.canary, nonce
 	}
@@ -296,10 +303,15 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		}
 	}
 	sortErrors(errs)
-	if ts.wildcard && !v.Complete && len(extra) == 0 && len(errs) == 0 {
-		return nil // the upstream has not answered the wildcard yet
+	if ts.wildcard && !v.Complete {
+		// The upstream has not answered the wildcard yet: the client waits
+		// rather than lose what it holds.
+		return st.holdFull(ts, v, "unknown")
 	}
-	if !ts.wildcard && len(extra) == 0 && len(errs) == 0 && !ts.sentOnce && !anyAbsent(v, ts.names) {
+	if ts.fromElsewhere && v.Stale {
+		return st.holdFull(ts, v, "stale")
+	}
+	if !ts.wildcard && len(extra) == 0 && len(errs) == 0 && !ts.sentOnce && !anyGone(v, ts.names) {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
 	var b *body
@@ -320,6 +332,9 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	}
 	if b.version == ts.sentVersion && !forced {
 		return nil
+	}
+	if !ts.keepsHeld(v, b) {
+		return st.holdFull(ts, v, "unknown")
 	}
 	return b
 }
@@ -367,10 +382,10 @@ func sortErrors(errs []*ResourceError) {
 	slices.SortFunc(errs, func(a, b *ResourceError) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// anyAbsent reports whether the upstream said one of names does not exist.
-func anyAbsent(v *View, names map[string]struct{}) bool {
-	for n := range v.Absent {
-		if _, ok := names[n]; ok {
+// anyGone reports whether v knows that one of names does not exist.
+func anyGone(v *View, names map[string]struct{}) bool {
+	for n := range names {
+		if _, ok := v.Resources[n]; !ok && v.gone(n) {
 			return true
 		}
 	}

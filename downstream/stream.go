@@ -123,6 +123,19 @@ type typeState struct {
 	// names them again, they are sent again (the client dropped them).
 	staleDropped map[string]struct{}
 
+	// Transitions — never tell a client its config is gone when it isn't
+	// (transitions.go). fromElsewhere (SotW): the client's first request of
+	// the type carried a version, so it holds config from an earlier stream
+	// (to this relay or another), and nothing was sent to it here yet.
+	// heldKeys (SotW full state): the keys of the last response sent, what
+	// the client holds; shared, read-only. initial (Delta): the names of
+	// initial_resource_versions not answered on this stream yet. holding: why
+	// a removal is held back now ("" for none), counted once per episode.
+	fromElsewhere bool
+	heldKeys      map[string]struct{}
+	initial       map[string]struct{}
+	holding       string
+
 	// TP2: wrapped holds the subscribed keys that came as resource locators:
 	// their variants are sent in a Resource with name and constraints.
 	// heldTP2 (Delta) is the variant the client holds for each of them.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // Resource is one resource as streams see it. Immutable once published.
@@ -108,6 +110,12 @@ type View struct {
 	// Complete reports that the upstream answered the wildcard subscription,
 	// so the default authority's resources are the full set.
 	Complete bool
+	// Stale reports that some of the View is not confirmed by a live
+	// upstream stream: the upstream is away, or has not answered since the
+	// relay reconnected or started from its warm-restart file. Clients that
+	// hold config from elsewhere are not told anything is gone from a stale
+	// View.
+	Stale bool
 	// Received is when the change arrived from upstream.
 	Received time.Time
 
@@ -116,6 +124,30 @@ type View struct {
 
 	mu   sync.Mutex
 	memo map[string]*body // guarded by mu: encoded responses by selection key
+}
+
+// Next returns a new View of the type carrying v's state (resources,
+// absences, errors, completeness, staleness, receipt time) with sequence
+// number seq and changed names changed, for the Source to adjust before it
+// publishes it. v is not modified.
+func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
+	return &View{TypeURL: v.TypeURL, Seq: seq, Resources: v.Resources, Changed: changed, Absent: v.Absent,
+		Errors: v.Errors, Complete: v.Complete, Stale: v.Stale, Received: v.Received}
+}
+
+// gone reports whether the View knows that key does not exist upstream: the
+// upstream said so (a removal, NOT_FOUND), the stream may not have it
+// (PERMISSION_DENIED), or it is a name of the default authority missing from
+// the complete wildcard set. Only for a key not in Resources.
+func (v *View) gone(key string) bool {
+	if _, ok := v.Absent[key]; ok {
+		return true
+	}
+	if e, ok := v.Errors[key]; ok {
+		return e.dataError()
+	}
+	auth, _ := keying.Authority(key)
+	return v.Complete && auth == "" && !keying.HasParams(key) && !isGlob(key)
 }
 
 // wildcard returns the resources a wildcard subscription selects, sorted.
@@ -148,6 +180,9 @@ type body struct {
 	bytes   []byte
 	version string
 	count   int
+	// keys are the keys of the resources it carries (read-only): what a
+	// client holds after a full-state response.
+	keys map[string]struct{}
 }
 
 // sotw returns the SotW response body for the selection identified by key,
@@ -243,5 +278,9 @@ func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError, wrapped m
 	b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)
 	b = appendErrors(b, sotwResourceErrors, errs)
-	return &body{bytes: b, version: version, count: len(rs)}
+	keys := make(map[string]struct{}, len(rs))
+	for _, r := range rs {
+		keys[r.key()] = struct{}{}
+	}
+	return &body{bytes: b, version: version, count: len(rs), keys: keys}
 }

@@ -59,6 +59,11 @@ type typeCache struct {
 	// nocache.go); noCacheWild that one of them is in the wildcard set.
 	noCache     map[string]bool
 	noCacheWild bool
+
+	// unconfirmed holds the authorities whose data in the View no upstream
+	// response confirmed since their stream (re)started or the relay loaded
+	// its warm-restart file: the View is Stale while it is not empty.
+	unconfirmed map[string]bool
 }
 
 type lingerEntry struct{ timer *time.Timer }
@@ -81,6 +86,9 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 	h.r.mu.Lock()
 	h.sc.connected[h.authority] = connected
+	if !connected {
+		h.r.unconfirm(h.sc, h.authority)
+	}
 	h.r.mu.Unlock()
 	v := 0.0
 	if connected {
@@ -92,6 +100,57 @@ func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 	if err != nil {
 		h.r.log.Info("upstream disconnected", zap.String("authority", h.authority), zap.String("server", server), zap.Error(err))
 	}
+}
+
+// unconfirm marks the Views of sc that hold data of authority Stale: its
+// upstream stream is gone. Nobody is notified: a stale View serves as
+// before (fail static) but tells no client that held config elsewhere that
+// anything is gone. Called with mu held.
+func (r *Relay) unconfirm(sc *scope, authority string) {
+	for _, tc := range sc.types {
+		if tc.unconfirmed[authority] || !tc.holds(authority) {
+			continue
+		}
+		if tc.unconfirmed == nil {
+			tc.unconfirmed = make(map[string]bool)
+		}
+		tc.unconfirmed[authority] = true
+		if !tc.view.Stale {
+			v := r.nextView(tc, nil)
+			v.Stale = true
+			r.publish(tc, v)
+		}
+	}
+}
+
+// holds reports whether tc caches or subscribes anything of authority.
+// Called with mu held.
+func (tc *typeCache) holds(authority string) bool {
+	for n := range tc.up {
+		if a, _ := keying.Authority(n); a == authority {
+			return true
+		}
+	}
+	for _, res := range tc.view.Resources {
+		if res.Authority == authority {
+			return true
+		}
+	}
+	return false
+}
+
+// nextView returns the next View of tc — its current state, a new sequence
+// number (relay-wide, so Views of different scopes compare in publication
+// order) and changed — for the caller to adjust and publish. Called with mu
+// held.
+func (r *Relay) nextView(tc *typeCache, changed map[string]struct{}) *downstream.View {
+	return tc.view.Next(r.nextSeq(), changed)
+}
+
+// nextSeq returns a new View sequence number. Called with mu held.
+func (r *Relay) nextSeq() uint64 {
+	r.seq++
+	return r.seq
 }
 
 // onUpdate applies one accepted upstream response: it publishes a new View of
@@ -325,8 +384,17 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			}
 		}
 		for k := range tc.params[name] {
-			if _, ok := res[k]; !ok && tc.up[k] && removed[name] {
-				ownAbsent() // the upstream says the name does not exist
+			if _, ok := res[k]; ok {
+				if _, was := absent[k]; was {
+					ownAbsent() // a variant matches again
+					delete(absent, k)
+				}
+				continue
+			}
+			// The upstream says the name does not exist, or sent every
+			// variant of it (full state) and none matches k.
+			if tc.up[k] && (removed[name] || (fullSotW && sent[name] != nil)) {
+				ownAbsent()
 				absent[k] = struct{}{}
 				changed[k] = struct{}{}
 			}
@@ -351,18 +419,24 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 	}
 	complete := old.Complete || (u.Complete && authority == "")
-	if len(changed) == 0 && complete == old.Complete {
+	delete(tc.unconfirmed, authority) // the upstream answered on its current stream
+	stale := len(tc.unconfirmed) > 0
+	if len(changed) == 0 && complete == old.Complete && stale == old.Stale {
 		if touched || len(res) != len(old.Resources) {
-			r.publish(tc, &downstream.View{TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Absent: absent, Errors: errs, Complete: complete, Received: old.Received})
+			v := r.nextView(tc, nil)
+			v.Resources, v.Absent, v.Errors = res, absent, errs
+			r.publish(tc, v)
 		}
 		r.moveNoCache(tc, moveNames)
 		return nil
 	}
-	v := &downstream.View{
-		TypeURL: u.TypeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: absent, Errors: errs,
-		Complete: complete, Received: now,
-	}
+	v := r.nextView(tc, changed)
+	v.Resources, v.Absent, v.Errors, v.Complete, v.Stale, v.Received = res, absent, errs, complete, stale, now
 	r.publish(tc, v)
+	if old.Stale && !stale {
+		// Confirmed again: streams that held back for a stale View look again.
+		defer r.notifyEvery(tc, v)
+	}
 	r.moveNoCache(tc, moveNames)
 	if tc.ro == nil && len(rolled) > 0 {
 		r.startRollout(tc, old, v, rolled, r.watchersOf(tc, rolled))
@@ -388,6 +462,14 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 	}
 	return nil
+}
+
+// notifyEvery tells every stream that watches something of tc of v. Called
+// with mu held.
+func (r *Relay) notifyEvery(tc *typeCache, v *downstream.View) {
+	for _, w := range r.watchersOf(tc, slices.Collect(maps.Keys(tc.watchers))) {
+		w.Notify(v, nil)
+	}
 }
 
 // notify tells the streams that watch a changed name (or the wildcard) of v.

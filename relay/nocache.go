@@ -113,8 +113,9 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		complete = complete || from.view.Complete
 	}
 	if len(seeded) > 0 || complete != old.Complete {
-		r.publish(to, &downstream.View{TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: seeded,
-			Absent: old.Absent, Errors: old.Errors, Complete: complete, Received: old.Received})
+		v := r.nextView(to, seeded)
+		v.Resources, v.Complete = res, complete
+		r.publish(to, v)
 	}
 
 	for _, n := range names {
@@ -161,6 +162,7 @@ func (r *Relay) dropNow(tc *typeCache, name string) {
 	}
 	res := maps.Clone(old.Resources)
 	delete(res, name)
-	r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: res,
-		Changed: map[string]struct{}{name: {}}, Absent: old.Absent, Errors: old.Errors, Complete: old.Complete, Received: old.Received})
+	v := r.nextView(tc, map[string]struct{}{name: {}})
+	v.Resources = res
+	r.publish(tc, v)
 }

@@ -191,7 +191,7 @@ func decodeCache(data []byte) ([]persisted, error) {
 		if num != 1 {
 			return fmt.Errorf("unexpected field %d", num)
 		}
-		v := &downstream.View{Seq: 1, Resources: map[string]*downstream.Resource{}}
+		v := &downstream.View{Resources: map[string]*downstream.Resource{}}
 		p := persisted{view: v}
 		err := eachField(val, func(num protowire.Number, val []byte, n uint64) error {
 			switch num {
@@ -306,9 +306,14 @@ func (r *Relay) loadPersisted(path string) {
 				for _, vr := range p.variants {
 					r.resolveVariants(tc, vr.res.Name, v.Resources, v.Changed)
 				}
-				for name := range v.Resources {
+				for name, res := range v.Resources {
 					v.Changed[name] = struct{}{}
+					if tc.unconfirmed == nil {
+						tc.unconfirmed = make(map[string]bool)
+					}
+					tc.unconfirmed[res.Authority] = true // until its upstream answers
 				}
+				v.Seq, v.Stale = r.nextSeq(), len(tc.unconfirmed) > 0
 				r.publish(tc, v)
 				for name := range v.Resources {
 					r.unref.add(tc.lruKey(name))

@@ -287,8 +287,9 @@ func (r *Relay) setError(tc *typeCache, e *downstream.ResourceError) {
 		errs = make(map[string]*downstream.ResourceError)
 	}
 	errs[e.Name] = e
-	r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: old.Resources,
-		Changed: map[string]struct{}{e.Name: {}}, Absent: old.Absent, Errors: errs, Complete: old.Complete, Received: old.Received})
+	v := r.nextView(tc, map[string]struct{}{e.Name: {}})
+	v.Errors = errs
+	r.publish(tc, v)
 }
 
 // release is called when name lost its last watcher: it is unsubscribed
@@ -332,11 +333,10 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 	if _, ok := tc.view.Absent[name]; ok {
 		// No longer subscribed: what the upstream said of it goes stale.
-		old := tc.view
-		absent := maps.Clone(old.Absent)
-		delete(absent, name)
-		r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: old.Resources,
-			Absent: absent, Errors: old.Errors, Complete: old.Complete, Received: old.Received})
+		v := r.nextView(tc, nil)
+		v.Absent = maps.Clone(v.Absent)
+		delete(v.Absent, name)
+		r.publish(tc, v)
 	}
 }
 
@@ -434,10 +434,9 @@ func (r *Relay) evict() {
 		if len(changed) == 0 {
 			continue
 		}
-		r.publish(tc, &downstream.View{
-			TypeURL: typeURL, Seq: old.Seq + 1, Resources: res, Changed: changed, Absent: old.Absent, Errors: old.Errors,
-			Complete: complete, Received: old.Received,
-		})
+		v := r.nextView(tc, changed)
+		v.Resources, v.Complete = res, complete
+		r.publish(tc, v)
 		for n := range changed {
 			if keying.HasParams(n) {
 				tc.dropParamKey(n)

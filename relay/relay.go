@@ -66,6 +66,7 @@ type Relay struct {
 	shared *scope              // the scope every stream uses by default
 	bound  map[uint64]*binding // guarded by mu: streams (by id) and their scopes
 	unref  *unrefLRU           // guarded by mu: cached resources nothing pins
+	seq    uint64              // guarded by mu: the last View sequence number
 	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
 	rolloutLog []*rollout // guarded by mu
 	closed     bool       // guarded by mu

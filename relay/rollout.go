@@ -165,8 +165,9 @@ func revertView(v *downstream.View, accepted map[string]*downstream.Resource, ro
 	if res == nil {
 		return v
 	}
-	return &downstream.View{TypeURL: v.TypeURL, Seq: v.Seq, Resources: res, Changed: v.Changed, Absent: v.Absent,
-		Errors: v.Errors, Complete: v.Complete, Received: v.Received}
+	rv := v.Next(v.Seq, v.Changed)
+	rv.Resources = res
+	return rv
 }
 
 // Report implements downstream.Rollout.
@@ -292,8 +293,8 @@ func (r *Relay) resolve(ro *rollout, release bool) {
 			for n := range ro.names {
 				changed[n] = struct{}{}
 			}
-			fix = &downstream.View{TypeURL: rv.TypeURL, Seq: tc.view.Seq + 1, Resources: rv.Resources, Changed: changed,
-				Absent: rv.Absent, Errors: rv.Errors, Complete: rv.Complete, Received: time.Now()}
+			fix = rv.Next(r.nextSeq(), changed)
+			fix.Received = time.Now()
 		}
 	}
 	reasons := slices.Collect(maps.Values(ro.nacks))

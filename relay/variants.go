@@ -161,8 +161,9 @@ func (r *Relay) addParamKey(tc *typeCache, key string) {
 	old := tc.view
 	res := maps.Clone(old.Resources)
 	res[key] = sel.Selected(key)
-	r.publish(tc, &downstream.View{TypeURL: old.TypeURL, Seq: old.Seq + 1, Resources: res,
-		Changed: map[string]struct{}{key: {}}, Absent: old.Absent, Errors: old.Errors, Complete: old.Complete, Received: old.Received})
+	v := r.nextView(tc, map[string]struct{}{key: {}})
+	v.Resources = res
+	r.publish(tc, v)
 }
 
 // dropParamKey forgets a subscription key with parameters that nothing

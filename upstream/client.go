@@ -38,7 +38,7 @@ type Client struct {
 	once    sync.Once
 
 	// hmu serialises Handler.OnUpdate calls: the receive loop's and the
-	// sender's wildcard settlement (wildcard.go). Lock order: hmu → mu.
+	// sender's settlement (settle.go). Lock order: hmu → mu.
 	hmu sync.Mutex
 
 	// Guarded by mu. Never held while calling the Handler, InitialVersions or
@@ -77,9 +77,11 @@ type typeState struct {
 	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
 	nack      error               // SotW: NACK to send with the next request
 	acks      []deltaAck          // Delta: ACKs/NACKs to send, in order
-	// wildSure: the server certainly applies the wildcard on this stream;
-	// settleAt: when an unproven wildcard counts as answered (zero: no wait).
-	// See wildcard.go.
+	// answered: the server answered the type on this stream; wildSure: it
+	// certainly applies the wildcard on this stream; settleAt: when, if the
+	// server says nothing more, the type or its wildcard counts as answered
+	// (zero: no wait). See settle.go.
+	answered bool
 	wildSure bool
 	settleAt time.Time
 }
@@ -157,7 +159,7 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 			st.names[n] = struct{}{}
 			changed = true
 			if n == keying.Wildcard && (st.requested || st.sent != nil) {
-				// Added mid-stream: no response proves it yet (wildcard.go).
+				// Added mid-stream: no response proves it yet (settle.go).
 				c.armSettleLocked(st)
 			}
 		}
@@ -318,7 +320,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks = false, false, false, nil, nil, nil
-		st.wildSure, st.settleAt = false, time.Time{}
+		st.answered, st.wildSure, st.settleAt = false, false, time.Time{}
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -101,10 +101,10 @@ type Config struct {
 	// goroutine without any Client lock held, possibly while a Handler method
 	// runs on the run goroutine: it must be safe for concurrent use.
 	InitialVersions func(typeURL string) map[string]string
-	// WildcardSettle is how long a wildcard subscription that no response
-	// proves waits before it counts as answered (wildcard.go). 0:
-	// DefaultWildcardSettle.
-	WildcardSettle time.Duration
+	// Settle is how long the server may say nothing after the relay's last
+	// request before an unproven wildcard, or a type's first request on a
+	// stream, counts as answered (settle.go). 0: DefaultSettle.
+	Settle time.Duration
 	// DialOptions are appended to the defaults (the server's Creds or
 	// insecure credentials, keepalive ping after 5 min idle with a 20 s
 	// timeout, 64 MiB receive limit), so they can override them.

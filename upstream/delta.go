@@ -90,7 +90,8 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 			continue
 		}
 		if first {
-			st.wildSure = st.wildcard() // wildcard.go: in the first request
+			st.wildSure = st.wildcard() // settle.go: in the first request
+			c.armSettleLocked(st)
 		}
 		var iv map[string]string
 		if first && len(st.names) > 0 && c.cfg.InitialVersions != nil {
@@ -216,7 +217,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		Resources:       resources,
 		Removed:         resp.GetRemovedResources(),
 		RemovedVariants: removedVariants(resp.GetRemovedResourceNames()),
-		Complete:        c.answersWildcard(st, resourceNames(resources)),
+		Complete:        c.answered(st, resourceNames(resources)),
 		Delta:           true,
 		Errors:          resourceErrors(resp.GetResourceErrors()),
 	}

@@ -79,7 +79,7 @@ type Update struct {
 	Removed []string
 	// Complete reports that the response answers the wildcard subscription:
 	// with it the relay holds the default authority's whole set of the type
-	// (SotW: it is that set). Only when that is certain; see wildcard.go.
+	// (SotW: it is that set). Only when that is certain; see settle.go.
 	Complete bool
 	// Settled reports an update with no response behind it: the wildcard
 	// was not proven by a response, and the server said nothing more for a

@@ -229,8 +229,8 @@ func (c *Client) runStream(conn *grpc.ClientConn, idx int, delta bool) (received
 }
 
 // sendLoop is the stream's only sender: it flushes the pending requests each
-// time it is woken, and settles unproven wildcards when their wait is over
-// (wildcard.go).
+// time it is woken, and settles what the server left unanswered when its
+// wait is over (settle.go).
 func (c *Client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, s adsStream, server string, delta bool) {
 	settle := time.NewTimer(time.Hour)
 	defer settle.Stop()

@@ -61,7 +61,8 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			continue
 		}
 		if !st.requested {
-			st.wildSure = st.wildcard() // wildcard.go: in the first request
+			st.wildSure = st.wildcard() // settle.go: in the first request
+			c.armSettleLocked(st)
 		}
 		st.requested = true
 		names, locs := locators(st.sortedNames())
@@ -136,7 +137,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		Server:    server,
 		TypeURL:   typeURL,
 		Resources: resources,
-		Complete:  c.answersWildcard(st, resourceNames(resources)),
+		Complete:  c.answered(st, resourceNames(resources)),
 		Errors:    resourceErrors(resp.GetResourceErrors()),
 	}
 	full := keying.FullState(typeURL)

@@ -92,6 +92,12 @@ type Metrics struct {
 	EvictionsRefused *prometheus.CounterVec
 	// TP2Ambiguous is xds_relay_tp2_ambiguous_matches_total.
 	TP2Ambiguous prometheus.Counter
+	// RemovalsHeld is xds_relay_removals_held_total{type_url,reason}: times
+	// a stream held back telling its client a resource is gone (reason:
+	// unknown — the cache does not know it is gone; stale — the cache is not
+	// confirmed by a live upstream; referenced — the client still holds
+	// something that references it).
+	RemovalsHeld *prometheus.CounterVec
 
 	// Propagation is xds_relay_propagation_seconds: from the receipt of an
 	// upstream response to a client's ACK of the version that carries it.
@@ -166,6 +172,9 @@ func New() *Metrics {
 		EvictionsRefused: f.counterVec("cache_evictions_refused_total",
 			"Resources the max_unreferenced bound pushed out of the cache while a client still watched them: kept (nothing watched is evicted). Should stay 0.",
 			"type_url"),
+		RemovalsHeld: f.counterVec("removals_held_total",
+			"Times a stream held back telling its client that a resource is gone (a SotW LDS/CDS response that would omit it, a Delta removal), because the cache does not know it is gone (unknown), is not confirmed by a live upstream (stale), or the client still references it (referenced).",
+			"type_url", "reason"),
 		TP2Ambiguous: f.counter("tp2_ambiguous_matches_total",
 			"Subscriptions whose TP2 parameters matched several variants of a resource (the most specific was sent)."),
 

@@ -224,6 +224,17 @@ func (c *ADSClient) requestLocked(typeURL string) *discoverygrpc.DiscoveryReques
 	return req
 }
 
+// Resume subscribes names of typeURL as a client that reconnects holding
+// version (from an earlier stream, to this relay or another) does: its
+// request carries that version.
+func (c *ADSClient) Resume(typeURL, version string, names ...string) {
+	c.tb.Helper()
+	c.mu.Lock()
+	c.acked[c.key(typeURL)] = version
+	c.mu.Unlock()
+	c.Subscribe(typeURL, names...)
+}
+
 // Subscribe sets the subscribed names of typeURL (none: wildcard for LDS/CDS
 // on a first request) and sends a request carrying the last ACKed version and
 // the last nonce received for that type, as a real client does.

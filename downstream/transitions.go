@@ -1,0 +1,106 @@
+package downstream
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Never tell a client its config is gone when it isn't. A resource missing
+// from a SotW LDS/CDS response, or named in a Delta removal, is deleted on the
+// client: for an Envoy that drops a listener's connections or empties a pool.
+// A relay's cache can lack what exists upstream — cold after a restart, on a
+// new replica, while the upstream is away — so a stream tells its client a
+// resource is gone only when the View knows it (View.gone: the upstream said
+// so, or it is missing from the complete wildcard set), and never from a
+// Stale View to a client that holds config from elsewhere. Until then the
+// response (SotW) or the removal (Delta) is held back: the client keeps what
+// it has. Each hold is counted (xds_relay_removals_held_total) and logged.
+
+// keepsHeld reports whether the full-state response b drops nothing the
+// client may hold without the View knowing it is gone: what the stream sent
+// last, or, for a client that came with config from elsewhere, everything
+// it subscribes to by name. A name the client no longer subscribes to, or
+// may not have (denied), may go. Called with mu held.
+func (ts *typeState) keepsHeld(v *View, b *body) bool {
+	lost := func(k string) bool {
+		if _, in := b.keys[k]; in {
+			return false
+		}
+		if _, denied := ts.denied[k]; denied {
+			return false
+		}
+		return !v.gone(k)
+	}
+	if ts.fromElsewhere {
+		for k := range ts.names {
+			if !isGlob(k) && lost(k) {
+				return false
+			}
+		}
+	}
+	for k := range ts.heldKeys {
+		if ts.subscribes(v, k) && lost(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// subscribes reports whether the stream still subscribes to key: by name,
+// through its glob collection, or, for a plain name of the default
+// authority, through the wildcard.
+func (ts *typeState) subscribes(v *View, key string) bool {
+	if ts.watches(v, key) {
+		return true
+	}
+	auth, _ := keying.Authority(key)
+	return ts.wildcard && auth == "" && !keying.HasParams(key)
+}
+
+// mayRemove reports whether a Delta stream may tell its client that key,
+// which it holds, is gone: the View knows it, and it does not come from a
+// Stale View to a client that brought the resource from elsewhere. Called
+// with mu held.
+func (st *stream) mayRemove(ts *typeState, v *View, key string) bool {
+	_, brought := ts.initial[key]
+	if v.gone(key) && !(brought && v.Stale) {
+		return true
+	}
+	reason := "unknown"
+	if v.Stale {
+		reason = "stale"
+	}
+	st.hold(ts, v.TypeURL, reason)
+	return false
+}
+
+// holdFull holds back a full-state response: it returns nil (nothing sent).
+// A client that holds nothing yet loses nothing by waiting: only a hold of
+// what it may hold is counted. Called with mu held.
+func (st *stream) holdFull(ts *typeState, v *View, reason string) *body {
+	if len(ts.heldKeys) > 0 || ts.fromElsewhere {
+		st.hold(ts, v.TypeURL, reason)
+	}
+	return nil
+}
+
+// hold records that a removal is held back from the client, once per
+// episode: counted and logged at Warn, because it means the relay would have
+// told the client its config is gone. Called with mu held.
+func (st *stream) hold(ts *typeState, typeURL, reason string) {
+	if ts.holding == reason {
+		return
+	}
+	ts.holding = reason
+	st.srv.m.RemovalsHeld.WithLabelValues(metrics.TypeLabel(typeURL), reason).Inc()
+	st.srv.log.Warn("holding back a removal: the cache does not know the resource is gone", zap.Uint64("stream", st.id),
+		zap.String("node", st.nodeID), zap.String("type", typeURL), zap.String("reason", reason))
+}
+
+// released ends a hold episode of the type: a response went out. Called with
+// mu held.
+func (st *stream) released(ts *typeState, typeURL string) {
+	ts.holding = ""
+}

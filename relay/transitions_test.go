@@ -1,0 +1,130 @@
+package relay_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// A server says "gone" only for what it knows does not exist upstream. A
+// Delta client reconnecting with the versions it holds to a relay whose cache
+// does not hold them (restart, new replica) while the upstream is away keeps
+// them: no removal, named or wildcard; it gets them when the upstream answers.
+func TestDeltaReconnectColdCache(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	up.Stop()
+	r := xdstest.StartRelay(t, up.Addr())
+
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"c1"}, InitialResourceVersions: map[string]string{"c1": "v-elsewhere"}})
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: map[string]string{"c1": "v-elsewhere", "c2": "v-elsewhere"}})
+	named.ExpectNoResponse(quiet)
+	wild.ExpectNoResponse(quiet)
+
+	up.Restart()
+	wantDelta(t, named.MustRecv(), []string{"c1"}, nil)
+	wantDelta(t, wild.MustRecv(), []string{"c1", "c2"}, nil)
+}
+
+// The same from a warm cache that is older than what the client holds: the
+// file lacks c2, the client has it (from another replica), the upstream is
+// away. The relay keeps what it has for new clients, but tells a client that
+// holds more nothing until its upstream confirms the set.
+func TestDeltaReconnectStaleWarmCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	withPersist := xdstest.WithConfig(func(c *config.Config) { c.Cache.PersistPath = path })
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	first := xdstest.StartRelay(t, up.Addr(), withPersist)
+	c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	resp := c.MustRecv()
+	wantDelta(t, resp, []string{"c1"}, nil)
+	c1 := resp.GetResources()[0].GetVersion()
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file: {c1}, complete
+		t.Fatal(err)
+	}
+	up.SetResources(clusters("c1", "c2"))
+	up.Stop()
+
+	second := xdstest.StartRelay(t, up.Addr(), withPersist)
+	c = xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "n"})
+	c.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: map[string]string{"c1": c1, "c2": "v-from-a-newer-replica"}})
+	// The wildcard may be answered (with what changed: nothing), but c2 is
+	// not removed.
+	if resp, ok := c.TryRecv(quiet); ok {
+		wantDelta(t, resp, nil, nil)
+	}
+	up.Restart()
+	wantDelta(t, c.MustRecv(), []string{"c2"}, nil)
+}
+
+// grpc-go keeps its resource cache across streams: after a reconnect the
+// first LDS/CDS response must hold every name it subscribed that exists, or
+// none of them yet. A relay that caches c1 but not c2 answers a client that
+// moved to it holding both with nothing until it knows c2.
+func TestSotWReconnectHalfKnownCache(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	r := xdstest.StartRelay(t, up.Addr())
+	warm := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "warm"})
+	warm.Subscribe(resource.ClusterType, "c1")
+	wantNames(t, warm.RecvType(resource.ClusterType), "c1")
+	up.Stop()
+
+	moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Resume(resource.ClusterType, "v-from-another-replica", "c1", "c2")
+	moved.ExpectNoResponse(quiet)
+
+	// A new client (it holds nothing) gets what is known at once.
+	fresh := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.ClusterType, "c1", "c2")
+	wantNames(t, fresh.RecvType(resource.ClusterType), "c1")
+
+	up.Restart()
+	wantNames(t, moved.RecvType(resource.ClusterType), "c1", "c2")
+	wantNames(t, fresh.RecvType(resource.ClusterType), "c1", "c2")
+}
+
+// A SotW wildcard client that reconnects holding a version gets nothing from
+// a warm cache its upstream has not confirmed; a new client gets the cache.
+func TestSotWReconnectStaleWarmCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	withPersist := xdstest.WithConfig(func(c *config.Config) { c.Cache.PersistPath = path })
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	first := xdstest.StartRelay(t, up.Addr(), withPersist)
+	c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, "*")
+	wantNames(t, c.RecvType(resource.ClusterType), "c1")
+	c.Close()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	up.SetResources(clusters("c1", "c2"))
+	up.Stop()
+
+	second := xdstest.StartRelay(t, up.Addr(), withPersist)
+	moved := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "moved"})
+	moved.Resume(resource.ClusterType, "v-from-a-newer-replica")
+	moved.ExpectNoResponse(quiet)
+	fresh := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.ClusterType)
+	wantNames(t, fresh.RecvType(resource.ClusterType), "c1") // fail static
+
+	up.Restart()
+	wantNames(t, moved.RecvType(resource.ClusterType), "c1", "c2")
+	wantNames(t, fresh.RecvType(resource.ClusterType), "c1", "c2")
+}

@@ -1,0 +1,143 @@
+package upstream
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// What does a response answer? SotW carries no link between a response and
+// the request it answers, and neither protocol says "I have nothing more to
+// send". Two questions depend on it.
+//
+// Is a response the wildcard's full set? A server that pushed a change before
+// it read the relay's request adding "*" (the request is then stale and
+// ignored) sent the older, named subscription's resources; taking that for
+// the full set would tell every wildcard client that the rest is gone. Delta
+// has the same race. So a response completes the wildcard only when that is
+// certain:
+//
+//   - the stream's first request of the type carried "*" (and it stayed):
+//     every subscription the server ever applied on this stream had it;
+//   - or the response carries a resource outside the named subscription:
+//     the server applied "*" to it;
+//   - or, when neither proves it, the server said nothing more for the
+//     settle time after the relay's last word (its request adding "*", or
+//     its ACK of the last response, which carries "*"): a server that had
+//     ignored the request answers the ACK; one that has nothing beyond the
+//     named resources says nothing.
+//
+// Once settled, every later response on the stream is the full set too.
+//
+// Has the server answered a type on a new stream? A Delta server told the
+// versions the relay holds sends nothing when nothing changed. A type counts
+// as answered at its first response, or when the server said nothing for the
+// settle time after the type's first request. Until then the relay's cached
+// data of the type is not confirmed (relay: View.Stale).
+//
+// Both end in an Update with Settled set when no response settled them.
+
+// DefaultSettle is how long the server may say nothing after the relay's
+// last request before an unproven wildcard, or a type's first request on a
+// stream, counts as answered.
+const DefaultSettle = 250 * time.Millisecond
+
+// answered records a response of st's type carrying names and reports
+// whether it is the wildcard's full set, settling the wildcard when it
+// proves it. Called with mu held.
+func (c *Client) answered(st *typeState, names []string) bool {
+	st.answered = true
+	if !st.wildcard() {
+		st.settleAt = time.Time{}
+		return false
+	}
+	if !st.wildSure {
+		for _, n := range names {
+			if !st.namedLocked(n) {
+				st.wildSure = true // only the wildcard brings an unnamed resource
+				break
+			}
+		}
+	}
+	if st.wildSure {
+		st.settleAt = time.Time{}
+		return true
+	}
+	c.armSettleLocked(st)
+	return false
+}
+
+// namedLocked reports whether the subscription names n explicitly (TP2
+// locators included).
+func (st *typeState) namedLocked(n string) bool {
+	if _, ok := st.names[n]; ok {
+		return true
+	}
+	for k := range st.names {
+		if name, _ := keying.SplitSubscriptionKey(k); name == n {
+			return true
+		}
+	}
+	return false
+}
+
+// armSettleLocked (re)starts the settle wait of st and wakes the sender,
+// which keeps the timer. Called with mu held.
+func (c *Client) armSettleLocked(st *typeState) {
+	d := c.cfg.Settle
+	if d <= 0 {
+		d = DefaultSettle
+	}
+	st.settleAt = time.Now().Add(d)
+	c.notify()
+}
+
+// nextSettle returns how long until the earliest pending settle, false when
+// none is pending.
+func (c *Client) nextSettle() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first time.Time
+	for _, st := range c.types {
+		if !st.settleAt.IsZero() && (first.IsZero() || st.settleAt.Before(first)) {
+			first = st.settleAt
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(time.Until(first), 0), true
+}
+
+// settleDue settles the wildcards whose wait has passed and tells the
+// Handler that their sets are complete. Called from the stream's sender.
+func (c *Client) settleDue(server string, delta bool) {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	c.mu.Lock()
+	now := time.Now()
+	var due []string
+	complete := map[string]bool{}
+	for t, st := range c.types {
+		if st.settleAt.IsZero() || st.settleAt.After(now) {
+			continue
+		}
+		st.settleAt = time.Time{}
+		settled := !st.answered
+		st.answered = true
+		if st.wildcard() && !st.wildSure {
+			st.wildSure, settled = true, true
+		}
+		if settled {
+			due = append(due, t)
+			complete[t] = st.wildcard()
+		}
+	}
+	c.mu.Unlock()
+	for _, t := range due {
+		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", complete[t]))
+		_ = c.h.OnUpdate(Update{Server: server, TypeURL: t, Complete: complete[t], Settled: true, Delta: delta})
+	}
+}
