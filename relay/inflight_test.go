@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -52,7 +51,7 @@ func TestInFlightResponseKeepsResubscribed(t *testing.T) {
 	wantNames(t, c3.RecvType(resource.ClusterType), "b")
 	s.nextNames(resource.ClusterType, "a", "b")
 	s.send(resource.ClusterType, "3", xdstest.EDSCluster("a", "a2"))
-	c3.ExpectNoResponse(quiet) // b was not deleted: nothing to tell c3
+	c3.ExpectNoResponse(quiet)                  // b was not deleted: nothing to tell c3
 	s.nextNames(resource.ClusterType, "a", "b") // the ACK, current again
 	s.send(resource.ClusterType, "4", xdstest.EDSCluster("a", "a2"), xdstest.EDSCluster("b", "b2"))
 	wantNames(t, c3.RecvType(resource.ClusterType), "b")
@@ -74,15 +73,8 @@ func TestInFlightResponseIsNotTheWildcard(t *testing.T) {
 	c4.Subscribe(resource.ClusterType, "*")
 	s.nextNames(resource.ClusterType, "*", "a")
 	s.send(resource.ClusterType, "2", xdstest.EDSCluster("a", "a2")) // crossed the request
-	s.nextNames(resource.ClusterType, "*", "a") // its ACK: current
+	s.nextNames(resource.ClusterType, "*", "a")                      // its ACK: current
 	s.send(resource.ClusterType, "3", xdstest.EDSCluster("a", "a2"), xdstest.EDSCluster("b", "b"))
 	wantNames(t, c4.RecvType(resource.ClusterType), "a", "b") // the first answer is the full set
 }
 
-func wantSorted(t *testing.T, got []string, want ...string) {
-	t.Helper()
-	got = slices.Sorted(slices.Values(got))
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-}
