@@ -77,4 +77,3 @@ func TestInFlightResponseIsNotTheWildcard(t *testing.T) {
 	s.send(resource.ClusterType, "3", xdstest.EDSCluster("a", "a2"), xdstest.EDSCluster("b", "b"))
 	wantNames(t, c4.RecvType(resource.ClusterType), "a", "b") // the first answer is the full set
 }
-
