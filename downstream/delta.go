@@ -160,6 +160,7 @@ func (st *stream) buildDelta(it item) *encoded {
 	sendIfNew := func(r *Resource) {
 		k := r.key()
 		delete(ts.initial, k)
+		delete(ts.kept, k)
 		if ts.has[k] == r.Version {
 			return
 		}
@@ -174,6 +175,12 @@ func (st *stream) buildDelta(it item) *encoded {
 			}
 			ts.heldTP2[k] = r.Root()
 		}
+	}
+	// drop tells the client n is gone.
+	drop := func(n string) {
+		delete(ts.has, n)
+		delete(ts.initial, n)
+		removed = append(removed, n)
 	}
 	consider := func(n string, forced bool) {
 		if isGlob(n) {
@@ -193,19 +200,20 @@ func (st *stream) buildDelta(it item) *encoded {
 		switch {
 		case named || (covered && present):
 			if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
+				if _, held := ts.has[n]; held && e.NotFound() && st.keepReferenced(ts, v, n) {
+					return // make before break: the client still refers to it
+				}
 				// TP3: the error, and for NOT_FOUND also a removal.
 				errs = append(errs, e)
 				delete(ts.has, n)
 				if e.NotFound() {
-					removed = append(removed, n)
+					drop(n)
 				}
 			} else if present {
 				sendIfNew(r)
 			} else if _, held := ts.has[n]; held {
-				if st.mayRemove(ts, v, n) {
-					delete(ts.has, n)
-					delete(ts.initial, n)
-					removed = append(removed, n)
+				if st.mayRemove(ts, v, n) && !st.keepReferenced(ts, v, n) {
+					drop(n)
 				}
 			} else if named && v.gone(n) {
 				removed = append(removed, n) // the upstream says it does not exist
@@ -215,10 +223,8 @@ func (st *stream) buildDelta(it item) *encoded {
 			// by the resource or by its removal.
 			removed = append(removed, n)
 		case covered:
-			if _, held := ts.has[n]; held && st.mayRemove(ts, v, n) {
-				delete(ts.has, n)
-				delete(ts.initial, n)
-				removed = append(removed, n)
+			if _, held := ts.has[n]; held && st.mayRemove(ts, v, n) && !st.keepReferenced(ts, v, n) {
+				drop(n)
 			}
 		}
 	}
@@ -251,10 +257,9 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 		for n := range ts.has {
 			if _, named := ts.names[n]; !named {
-				if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.mayRemove(ts, v, n) {
-					delete(ts.has, n)
-					delete(ts.initial, n)
-					removed = append(removed, n)
+				if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.mayRemove(ts, v, n) &&
+					!st.keepReferenced(ts, v, n) {
+					drop(n)
 				}
 			}
 		}
@@ -287,6 +292,8 @@ func (st *stream) buildDelta(it item) *encoded {
 	if len(rms) > 0 || len(send) > 0 {
 		st.released(ts, v.TypeURL)
 	}
+	ts.lastView = v
+	st.releaseKept(v.TypeURL)
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version

@@ -1,5 +1,11 @@
 package downstream
 
+import (
+	"slices"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
 // item is one pending change of one type for one stream.
 type item struct {
 	view *View
@@ -70,22 +76,25 @@ func (q *queue) pushRollout(v *View, r Rollout, canary bool) {
 	q.append(item{view: v, names: names, owned: true, hold: r})
 }
 
-func (q *queue) append(it item) {
-	q.items = append(q.items, it)
-	if len(q.items) > maxQueue && !q.holding() {
-		q.collapse()
+// pushNames queues v for names only (not what changed in v): a stream
+// looks at them again.
+func (q *queue) pushNames(v *View, names []string) {
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[n] = struct{}{}
 	}
+	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
+		q.items[n-1].merge(v, set, nil)
+		return
+	}
+	q.append(item{view: v, names: set, owned: true})
 }
 
-// holding reports a barrier in the queue: it is not collapsed then (the
-// barrier lasts at most the rollout's hold).
-func (q *queue) holding() bool {
-	for i := range q.items {
-		if q.items[i].hold != nil {
-			return true
-		}
+func (q *queue) append(it item) {
+	q.items = append(q.items, it)
+	if len(q.items) > maxQueue {
+		q.collapse()
 	}
-	return false
 }
 
 // head returns the first item without removing it.
@@ -110,51 +119,84 @@ func (q *queue) pop() (item, bool) {
 	return it, true
 }
 
-// collapse merges every type's items into that type's last item, keeping the
-// last items in their order. It only runs for a stream that has fallen
-// maxQueue changes behind; such a client gets the latest state of each type.
+// collapse bounds the queue of a stream that has fallen maxQueue changes
+// behind: per run of items between rollout barriers (which stay in place),
+// every type's items merge into one, and the merged items go out in the
+// xDS order of types (keying.OrderRank: CDS, EDS, LDS, RDS, …; types of the
+// same rank in the order of their last change). Such a client gets the
+// latest state of each type. Merging two updates of one type across another
+// type's update could send a removal before the update that stops
+// referencing it; the stream's make-before-break holds (mbb.go) keep such a
+// removal back until the reference is gone, so the order of the well-known
+// types is safe; opaque types keep the upstream's order of last changes.
 func (q *queue) collapse() {
-	last := make(map[string]int)
-	for i, it := range q.items {
-		last[it.view.TypeURL] = i
-	}
 	var out []item
+	run := q.items[:0:0]
+	flush := func() {
+		out = append(out, collapseRun(run)...)
+		run = run[:0]
+	}
+	for _, it := range q.items {
+		if it.hold != nil {
+			flush()
+			out = append(out, it)
+			continue
+		}
+		run = append(run, it)
+	}
+	flush()
+	q.items = out
+}
+
+// collapseRun merges the items of each type of run (no barriers) into one,
+// in the xDS order of types.
+func collapseRun(run []item) []item {
 	acc := make(map[string]*item)
-	for i := range q.items {
-		it := q.items[i]
+	last := make(map[string]int)
+	var types []string
+	for i := range run {
+		it := run[i]
 		t := it.view.TypeURL
+		last[t] = i
 		if a := acc[t]; a != nil {
 			a.merge(it.view, it.names, keys(it.force))
 			if a.canary == nil {
 				a.canary = it.canary
 			}
-		} else {
-			cp := it
-			acc[t] = &cp
+			continue
 		}
-		if last[t] == i {
-			out = append(out, *acc[t])
-		}
+		cp := it
+		acc[t] = &cp
+		types = append(types, t)
 	}
-	q.items = out
+	slices.SortStableFunc(types, func(a, b string) int {
+		if ra, rb := keying.OrderRank(a), keying.OrderRank(b); ra != rb {
+			return ra - rb
+		}
+		return last[a] - last[b]
+	})
+	out := make([]item, 0, len(types))
+	for _, t := range types {
+		out = append(out, *acc[t])
+	}
+	return out
 }
 
+// merge folds the later change v of the item's type into the item. Pushes
+// come in the order the Source published its Views, so v is the newer View
+// (a relay-wide order: it may come from another scope of the relay).
 func (it *item) merge(v *View, names map[string]struct{}, force []string) {
-	if v != it.view {
-		if v.Seq > it.view.Seq {
-			it.view = v
+	it.view = v
+	if len(names) > 0 {
+		if !it.owned {
+			cp := make(map[string]struct{}, len(it.names)+len(names))
+			for n := range it.names {
+				cp[n] = struct{}{}
+			}
+			it.names, it.owned = cp, true
 		}
-		if len(names) > 0 {
-			if !it.owned {
-				cp := make(map[string]struct{}, len(it.names)+len(names))
-				for n := range it.names {
-					cp[n] = struct{}{}
-				}
-				it.names, it.owned = cp, true
-			}
-			for n := range names {
-				it.names[n] = struct{}{}
-			}
+		for n := range names {
+			it.names[n] = struct{}{}
 		}
 	}
 	it.addForce(force)

@@ -3,6 +3,8 @@ package downstream
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // Property: whatever the interleaving of changes across types, a stream's
@@ -82,5 +84,132 @@ func TestQueueBounded(t *testing.T) {
 		if want := uint64(10000 - len(types) + i + 1); seen[typ] != want {
 			t.Fatalf("type %s ended at view %d, want the latest %d", typ, seen[typ], want)
 		}
+	}
+}
+
+// Property, past maxQueue: a stalled stream's backlog collapses to one item
+// per type, and still every change is delivered, a type's Views never go
+// back, each type ends at its latest View, and no change goes out after a
+// later change of a type that needs it (xDS order: CDS before EDS before LDS
+// before RDS): [CDS, EDS, LDS, CDS] must not become [EDS, LDS, CDS], a
+// Listener before the Cluster it needs. (Removals that the reordering sends
+// early are held back by the stream while the client refers to them: mbb.go.)
+func TestQueueCollapseKeepsXDSOrder(t *testing.T) {
+	types := []string{keying.ListenerType, keying.RouteType, keying.ClusterType, keying.EndpointType}
+	for round := range 500 {
+		rng := rand.New(rand.NewPCG(uint64(round), 11))
+		var q queue
+		type push struct {
+			typ string
+			seq uint64
+		}
+		var pushes []push
+		delivered := map[uint64]int{} // push seq → index of the item that delivered it
+		last := map[string]uint64{}
+		popped := 0
+		pop := func() {
+			it, ok := q.pop()
+			if !ok {
+				return
+			}
+			typ := it.view.TypeURL
+			if it.view.Seq <= last[typ] {
+				t.Fatalf("round %d: %s went back from view %d to %d", round, typ, last[typ], it.view.Seq)
+			}
+			for _, p := range pushes {
+				if p.typ == typ && p.seq > last[typ] && p.seq <= it.view.Seq {
+					delivered[p.seq] = popped
+				}
+			}
+			last[typ] = it.view.Seq
+			popped++
+		}
+		var seq uint64
+		for range 3*maxQueue + rng.IntN(3*maxQueue) {
+			if rng.IntN(8) == 0 {
+				pop()
+				continue
+			}
+			seq++
+			typ := types[rng.IntN(len(types))]
+			q.push(&View{TypeURL: typ, Seq: seq, Changed: map[string]struct{}{"x": {}}}, nil)
+			pushes = append(pushes, push{typ, seq})
+			if q.len() > maxQueue {
+				t.Fatalf("round %d: queue grew to %d", round, q.len())
+			}
+		}
+		for q.len() > 0 {
+			pop()
+		}
+		latest := map[string]uint64{}
+		for i, a := range pushes {
+			latest[a.typ] = a.seq
+			da, ok := delivered[a.seq]
+			if !ok {
+				t.Fatalf("round %d: change %d (%s) never delivered", round, a.seq, a.typ)
+			}
+			for _, b := range pushes[i+1:] {
+				if keying.OrderRank(a.typ) < keying.OrderRank(b.typ) && delivered[b.seq] < da {
+					t.Fatalf("round %d: %s change %d delivered after the later %s change %d that needs it",
+						round, a.typ, a.seq, b.typ, b.seq)
+				}
+			}
+		}
+		for typ, s := range latest {
+			if last[typ] != s {
+				t.Fatalf("round %d: %s ended at view %d, want the latest %d", round, typ, last[typ], s)
+			}
+		}
+	}
+}
+
+// A rollout barrier stays in place when the queue collapses, and the queue
+// stays bounded behind it.
+func TestQueueBoundedBehindBarrier(t *testing.T) {
+	var q queue
+	types := []string{keying.ListenerType, keying.RouteType, keying.ClusterType, keying.EndpointType}
+	q.push(&View{TypeURL: keying.ClusterType, Seq: 1}, nil)
+	q.pushRollout(&View{TypeURL: keying.RouteType, Seq: 2}, pendingRollout{}, false)
+	for i := range 10000 {
+		q.push(&View{TypeURL: types[i%len(types)], Seq: uint64(i + 3)}, nil)
+		if q.len() > maxQueue {
+			t.Fatalf("queue grew to %d behind a barrier", q.len())
+		}
+	}
+	if h := q.head(); h.view.Seq != 1 {
+		t.Fatalf("head is view %d, want the change before the barrier", h.view.Seq)
+	}
+	q.pop()
+	if h := q.head(); h.hold == nil || h.view.Seq != 2 {
+		t.Fatalf("the barrier moved: head %+v", h)
+	}
+}
+
+// pendingRollout is a Rollout that never resolves.
+type pendingRollout struct{}
+
+func (pendingRollout) State() RolloutState          { return RolloutPending }
+func (pendingRollout) Wait(Watcher) bool            { return true }
+func (pendingRollout) Report(Watcher, bool, string) {}
+func (pendingRollout) Covers(*View) bool            { return false }
+func (pendingRollout) Revert(v *View) *View         { return v }
+func (pendingRollout) Names() []string              { return nil }
+
+// Views of one type can come from different scopes of the relay (a
+// do_not_cache type moves from the shared scope to the node's own, whose
+// numbering once restarted): a merge keeps the View pushed last, never the
+// one with the larger number.
+func TestQueueMergeKeepsLaterView(t *testing.T) {
+	var q queue
+	group := &View{TypeURL: keying.ClusterType, Seq: 100, Changed: map[string]struct{}{"a": {}}}
+	own := &View{TypeURL: keying.ClusterType, Seq: 3, Changed: map[string]struct{}{"b": {}}}
+	q.push(group, nil)
+	q.push(own, nil)
+	it, _ := q.pop()
+	if it.view != own {
+		t.Fatalf("merged item holds view %d, want the later-pushed own-scope view", it.view.Seq)
+	}
+	if _, ok := it.names["a"]; !ok {
+		t.Fatal("the merge lost the earlier change's names")
 	}
 }

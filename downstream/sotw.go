@@ -255,7 +255,9 @@ func (st *stream) buildSotW(it item) *encoded {
 	if keying.FullState(v.TypeURL) {
 		ts.heldKeys, ts.fromElsewhere = b.keys, false
 	}
+	ts.lastView = v
 	st.released(ts, v.TypeURL)
+	st.releaseKept(v.TypeURL)
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce = it.canary, nonce
 	}
@@ -314,18 +316,25 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if !ts.wildcard && len(extra) == 0 && len(errs) == 0 && !ts.sentOnce && !anyGone(v, ts.names) {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
-	var b *body
-	switch {
-	case ts.wildcard && len(extra) == 0:
-		b = v.sotw("*", v.wildcard, errs, nil)
-	default:
+	key, pick := "*", v.wildcard
+	if !ts.wildcard || len(extra) > 0 {
 		slices.SortFunc(extra, byName)
-		key := selectionKey(ts.wildcard, extra, ts.wrapped)
-		b = v.sotw(key, func() []*Resource {
+		key = selectionKey(ts.wildcard, extra, ts.wrapped)
+		pick = func() []*Resource {
 			if !ts.wildcard {
 				return extra
 			}
 			all := append(slices.Clone(v.wildcard()), extra...)
+			slices.SortFunc(all, byName)
+			return all
+		}
+	}
+	b := v.sotw(key, pick, errs, ts.wrapped)
+	keep := st.keptFull(ts, v, b)
+	if len(keep) > 0 {
+		// Make before break: what the client still refers to stays.
+		b = v.sotw(key+keptKey(keep), func() []*Resource {
+			all := append(slices.Clone(pick()), keep...)
 			slices.SortFunc(all, byName)
 			return all
 		}, errs, ts.wrapped)
@@ -336,7 +345,26 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if !ts.keepsHeld(v, b) {
 		return st.holdFull(ts, v, "unknown")
 	}
+	ts.kept = nil
+	if len(keep) > 0 {
+		ts.kept = make(map[string]*Resource, len(keep))
+		for _, r := range keep {
+			ts.kept[r.key()] = r
+		}
+		st.hold(ts, v.TypeURL, "referenced")
+	}
 	return b
+}
+
+// keptKey extends a memo key with the resources a response keeps beyond its
+// View (make before break).
+func keptKey(keep []*Resource) string {
+	var sb strings.Builder
+	sb.WriteString("\x00+")
+	for _, r := range keep {
+		sb.WriteString(r.key() + "\x00" + r.Version + "\x00")
+	}
+	return sb.String()
 }
 
 // partial answers the other types: the changed and the newly subscribed

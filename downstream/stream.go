@@ -136,6 +136,13 @@ type typeState struct {
 	initial       map[string]struct{}
 	holding       string
 
+	// Make before break (mbb.go): lastView is the View of the last response
+	// sent, latest the last View queued; kept holds the resources whose
+	// removal is held back because the client still refers to them.
+	lastView *View
+	latest   *View
+	kept     map[string]*Resource
+
 	// TP2: wrapped holds the subscribed keys that came as resource locators:
 	// their variants are sent in a Resource with name and constraints.
 	// heldTP2 (Delta) is the variant the client holds for each of them.
@@ -186,6 +193,9 @@ func (st *stream) Notify(v *View, force []string) {
 		return
 	}
 	st.q.push(v, force)
+	if ts := st.types[v.TypeURL]; ts != nil {
+		ts.latest = v
+	}
 	st.scheduleLocked()
 }
 
@@ -197,11 +207,24 @@ func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
 		return
 	}
 	st.q.pushRollout(v, r, canary)
+	if ts := st.types[v.TypeURL]; ts != nil {
+		ts.latest = v
+	}
 	st.scheduleLocked()
 }
 
 // Wake implements Watcher: a rollout the stream waits on has resolved.
 func (st *stream) Wake() {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.scheduleLocked()
+}
+
+// kick schedules a flush of what the stream queued itself.
+func (st *stream) kick() {
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
@@ -435,7 +458,13 @@ func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollou
 	c = st.authorize(ts, typeURL, c)
 	err := st.checkSubscriptions()
 	wildcardDenied := ts.wildcardDenied
+	// Make before break: what the client stopped subscribing to no longer
+	// holds back the removal of what it referred to.
+	released := len(c.Remove) > 0 && st.releaseKept(typeURL)
 	st.mu.Unlock()
+	if released {
+		st.kick()
+	}
 	if verdict != nil {
 		verdict.Report(st, nack != nil, nack.GetMessage())
 	}

@@ -99,8 +99,10 @@ func (st *stream) hold(ts *typeState, typeURL, reason string) {
 		zap.String("node", st.nodeID), zap.String("type", typeURL), zap.String("reason", reason))
 }
 
-// released ends a hold episode of the type: a response went out. Called with
-// mu held.
+// released ends a hold episode of the type: a response went out, keeping
+// nothing back. Called with mu held.
 func (st *stream) released(ts *typeState, typeURL string) {
-	ts.holding = ""
+	if len(ts.kept) == 0 {
+		ts.holding = ""
+	}
 }

@@ -51,6 +51,8 @@ type Resource struct {
 	tp2Once   sync.Once
 	tp2       []byte // the Resource wrapper with resource_name, encoded on first use
 	tp2Any    []byte // tp2 as a google.protobuf.Any, for SotW
+
+	refsState // what it refers to (mbb.go), parsed on first use
 }
 
 // key returns the resource's key in its View.

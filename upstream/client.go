@@ -329,7 +329,7 @@ func (c *Client) resetForStreamLocked() {
 		}
 	}
 	sort.Slice(order, func(i, j int) bool {
-		ri, rj := typeRank(order[i]), typeRank(order[j])
+		ri, rj := keying.OrderRank(order[i]), keying.OrderRank(order[j])
 		if ri != rj {
 			return ri < rj
 		}
@@ -338,24 +338,6 @@ func (c *Client) resetForStreamLocked() {
 	for _, t := range order {
 		c.markDirtyLocked(t, c.types[t])
 	}
-}
-
-// typeRank orders types for (re)subscription: xDS "eventual consistency
-// considerations" — CDS, EDS, LDS, RDS, then the rest.
-func typeRank(typeURL string) int {
-	switch typeURL {
-	case keying.ClusterType:
-		return 0
-	case keying.EndpointType:
-		return 1
-	case keying.ListenerType:
-		return 2
-	case keying.RouteType, keying.ScopedRouteType:
-		return 3
-	case keying.VirtualHostType:
-		return 4
-	}
-	return 5
 }
 
 // setState records the connection state for Status.

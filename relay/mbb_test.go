@@ -1,0 +1,147 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// Make before break when the upstream breaks first: go-control-plane's
+// ordered ADS sends a snapshot's CDS (without the old cluster) before its RDS
+// (moving the route to the new cluster). On an ADS stream the relay holds
+// the removal of the old cluster while the client's route still names it,
+// and sends it right after the route moved. Checked at every response, for
+// SotW and Delta clients.
+func TestMakeBeforeBreakUpstreamBreaksFirst(t *testing.T) {
+	up := xdstest.StartUpstream(t, xdstest.Ordered())
+	state := func(n int) xdstest.Resources {
+		c := fmt.Sprintf("c%d", n)
+		return xdstest.Resources{
+			resource.ClusterType: {xdstest.EDSCluster(c, "eds")},
+			resource.RouteType:   {xdstest.GRPCRoute("r", c)},
+		}
+	}
+	up.SetResources(state(0))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw" // go-control-plane orders SotW ADS only
+	}))
+	const rounds = 8
+	sotw := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+	sotw.Subscribe(resource.ClusterType, "*")
+	sotw.Subscribe(resource.RouteType, "r")
+	delta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+	delta.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	delta.Subscribe(resource.RouteType, []string{"r"}, nil)
+
+	sc, dc := newRouteClient(), newRouteClient()
+	step := func(n int) {
+		t.Helper()
+		want := fmt.Sprintf("c%d", n)
+		ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+		defer cancel()
+		for !sc.at(want) {
+			resp, err := sotw.Recv(ctx)
+			if err != nil {
+				t.Fatalf("sotw client waiting for %s: %v (holds %v)", want, err, sc)
+			}
+			sc.applySotW(t, resp)
+			sotw.Ack(resp)
+		}
+		for !dc.at(want) {
+			resp, ok := delta.TryRecv(time.Until(deadline(ctx)))
+			if !ok {
+				t.Fatalf("delta client waiting for %s (holds %v)", want, dc)
+			}
+			dc.applyDelta(t, resp)
+			delta.Ack(resp)
+		}
+	}
+	step(0)
+	for n := 1; n <= rounds; n++ {
+		up.SetResources(state(n)) // one snapshot: c(n-1) gone, the route moved to c(n)
+		step(n)
+	}
+}
+
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// routeClient is what a client holds of clusters and of route "r", checked
+// after every response: the route never names a cluster the client lacks.
+type routeClient struct {
+	clusters map[string]bool
+	routeTo  string
+}
+
+func newRouteClient() *routeClient { return &routeClient{clusters: map[string]bool{}} }
+
+func (c *routeClient) String() string {
+	return fmt.Sprintf("clusters %v route→%q", slices.Sorted(maps.Keys(c.clusters)), c.routeTo)
+}
+
+// at reports whether the client holds exactly cluster want and the route
+// names it.
+func (c *routeClient) at(want string) bool {
+	return c.routeTo == want && len(c.clusters) == 1 && c.clusters[want]
+}
+
+func (c *routeClient) check(t *testing.T) {
+	t.Helper()
+	if c.routeTo != "" && !c.clusters[c.routeTo] {
+		t.Fatalf("make before break broken: %v", c)
+	}
+}
+
+func (c *routeClient) route(t *testing.T, b []byte) {
+	rc := &route.RouteConfiguration{}
+	if err := proto.Unmarshal(b, rc); err != nil {
+		t.Fatal(err)
+	}
+	c.routeTo = rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster()
+}
+
+func (c *routeClient) applySotW(t *testing.T, r *discoverygrpc.DiscoveryResponse) {
+	t.Helper()
+	switch r.GetTypeUrl() {
+	case resource.ClusterType:
+		c.clusters = map[string]bool{}
+		for _, n := range anyNames(r) {
+			c.clusters[n] = true
+		}
+	case resource.RouteType:
+		c.route(t, r.GetResources()[0].GetValue())
+	}
+	c.check(t)
+}
+
+func (c *routeClient) applyDelta(t *testing.T, r *discoverygrpc.DeltaDiscoveryResponse) {
+	t.Helper()
+	switch r.GetTypeUrl() {
+	case resource.ClusterType:
+		for _, res := range r.GetResources() {
+			c.clusters[res.GetName()] = true
+		}
+		for _, n := range r.GetRemovedResources() {
+			delete(c.clusters, n)
+		}
+	case resource.RouteType:
+		for _, res := range r.GetResources() {
+			c.route(t, res.GetResource().GetValue())
+		}
+	}
+	c.check(t)
+}
