@@ -57,7 +57,7 @@ type stream struct {
 	delta   bool
 	peer    string
 	proto   string // metrics label: "sotw" or "delta"
-	// done is signalled by flush when it stops sending after close.
+	// done is signalled by flush when a send in flight at close returns.
 	done chan struct{}
 
 	// owned by the handler goroutine
@@ -71,6 +71,7 @@ type stream struct {
 	q         queue                 // guarded by mu
 	nonce     uint64                // guarded by mu
 	scheduled bool                  // guarded by mu: queued in the pool or flushing
+	sending   bool                  // guarded by mu: a SendMsg is in flight
 	closed    bool                  // guarded by mu
 	nodeID    string                // guarded by mu
 	cluster   string                // guarded by mu
@@ -283,14 +284,7 @@ func (st *stream) flush() {
 		it, ok := st.q.pop()
 		if !ok || st.closed {
 			st.scheduled = false
-			closed := st.closed
 			st.mu.Unlock()
-			if closed {
-				select {
-				case st.done <- struct{}{}:
-				default:
-				}
-			}
 			return
 		}
 		if ts := st.types[it.view.TypeURL]; ts != nil && len(ts.halted) > 0 {
@@ -306,15 +300,23 @@ func (st *stream) flush() {
 		if ts := st.types[it.view.TypeURL]; ts != nil {
 			sent = ts.counters
 		}
+		st.sending = msg != nil
 		st.mu.Unlock()
 		if msg == nil {
 			continue
 		}
-		if err := st.ss.SendMsg(msg); err != nil {
-			st.srv.log.Debug("send failed", zap.Uint64("stream", st.id), zap.Error(err))
-			st.mu.Lock()
+		err := st.ss.SendMsg(msg)
+		st.mu.Lock()
+		st.sending = false
+		if st.closed {
+			st.done <- struct{}{} // close waits for this send (buffered: never blocks)
+		}
+		if err != nil {
 			st.closed = true
-			st.mu.Unlock()
+		}
+		st.mu.Unlock()
+		if err != nil {
+			st.srv.log.Debug("send failed", zap.Uint64("stream", st.id), zap.Error(err))
 			continue
 		}
 		sent.responses.Inc()
@@ -538,8 +540,9 @@ func recvErr(err error) error {
 // handler returns.
 func (st *stream) close() {
 	st.mu.Lock()
+	wasClosed := st.closed
 	st.closed = true
-	busy := st.scheduled
+	sending := st.sending && !wasClosed
 	st.q = queue{}
 	type sub struct {
 		typeURL  string
@@ -568,14 +571,11 @@ func (st *stream) close() {
 	st.srv.mu.Lock()
 	delete(st.srv.streams, st.id)
 	st.srv.mu.Unlock()
-	if busy {
-		t := time.NewTimer(5 * time.Second)
-		defer t.Stop()
-		select {
-		case <-st.done:
-		case <-st.ss.Context().Done():
-		case <-t.C:
-		}
+	if sending {
+		// grpc forbids SendMsg after the handler returned. A send blocked on
+		// a client that stopped reading ends when the client reads, resets
+		// the stream or its connection closes (keepalive, Relay.Close).
+		<-st.done
 	}
 }
 
