@@ -29,7 +29,7 @@ func BenchmarkEncodeSotW100(b *testing.B) {
 	rs := v.wildcard()
 	b.ReportAllocs()
 	for b.Loop() {
-		encodeSotW(v.TypeURL, rs, nil, nil)
+		encodeSotW(v.TypeURL, rs, nil, wrap{})
 	}
 }
 
@@ -37,10 +37,10 @@ func BenchmarkEncodeSotW100(b *testing.B) {
 // nonce.
 func BenchmarkSharedResponsePerStream(b *testing.B) {
 	v := benchView(100)
-	v.sotw("*", v.wildcard, nil, nil)
+	v.sotw("*", v.wildcard, nil, wrap{})
 	b.ReportAllocs()
 	for b.Loop() {
-		body := v.sotw("*", v.wildcard, nil, nil)
+		body := v.sotw("*", v.wildcard, nil, wrap{})
 		_ = newEncoded(body.bytes, sotwNonce, "12345")
 	}
 }

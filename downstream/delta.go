@@ -266,7 +266,9 @@ func (st *stream) buildDelta(it item) *encoded {
 		answerWildcard = ts.wildPending
 		ts.wildPending = false
 	}
-	if len(send) == 0 && len(removed) == 0 && len(errs) == 0 && !answerWildcard {
+	w := st.wrapFor(ts)
+	beats := heartbeats(it, ts, w, send)
+	if len(send) == 0 && len(removed) == 0 && len(errs) == 0 && !answerWildcard && len(beats) == 0 {
 		return nil
 	}
 	slices.SortFunc(send, byName)
@@ -288,7 +290,7 @@ func (st *stream) buildDelta(it item) *encoded {
 		rms = append(rms, removal{name: n})
 	}
 	sortErrors(errs)
-	b := v.delta(send, rms, errs, ts.wrapped)
+	b := v.delta(send, beats, rms, errs, w)
 	if len(rms) > 0 || len(send) > 0 {
 		st.released(ts, v.TypeURL)
 	}
@@ -307,6 +309,25 @@ func (st *stream) buildDelta(it item) *encoded {
 	return newEncoded(b.bytes, deltaNonce, nonce)
 }
 
+// heartbeats returns the TTL heartbeats of it the Delta client of ts gets:
+// those of resources it holds at their current version, not sent anyway.
+// Called with mu held.
+func heartbeats(it item, ts *typeState, w wrap, send []*Resource) []*Resource {
+	if !w.ttl || len(it.beats) == 0 {
+		return nil
+	}
+	var out []*Resource
+	for n := range it.beats {
+		r, ok := it.view.Resources[n]
+		if !ok || r.TTL == 0 || ts.has[n] != r.Version || slices.Contains(send, r) {
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, byName)
+	return out
+}
+
 func hasKey(m map[string]struct{}, k string) bool {
 	_, ok := m[k]
 	return ok
@@ -323,6 +344,7 @@ const (
 	resourceVersion = 1
 	resourceBody    = 2
 	resourceName    = 3
+	resourceTTL     = 6
 	resourceTP2Name = 8
 
 	deltaRemovedNames = 8
@@ -344,16 +366,18 @@ func (r *Resource) removal() removal {
 
 // delta returns the encoded incremental response carrying send and removed,
 // memoized so that every stream sending the same change shares the bytes.
-// The keys in wrapped are sent as TP2 variants.
-func (v *View) delta(send []*Resource, removed []removal, errs []*ResourceError, wrapped map[string]struct{}) *body {
+// Resources are wrapped as w says; beats are TTL heartbeats.
+func (v *View) delta(send, beats []*Resource, removed []removal, errs []*ResourceError, w wrap) *body {
 	var sb strings.Builder
 	sb.WriteString("d\x00")
 	for _, r := range send {
-		if _, tp2 := wrapped[r.key()]; tp2 {
-			sb.WriteString("\x01")
-		}
+		w.mark(&sb, r)
 		sb.WriteString(r.key())
 		sb.WriteByte(0)
+	}
+	sb.WriteString("\x00~")
+	for _, r := range beats {
+		sb.WriteString(r.key() + "\x00")
 	}
 	sb.WriteString("\x00-")
 	for _, rm := range removed {
@@ -366,85 +390,21 @@ func (v *View) delta(send []*Resource, removed []removal, errs []*ResourceError,
 	if len(errs) > 0 {
 		sb.WriteString(errorKey(errs))
 	}
-	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, removed, errs, wrapped) })
+	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, beats, removed, errs, w) })
 }
 
-// deltaBytes is the resource wrapped as envoy.service.discovery.v3.Resource
-// (name, version, Any), encoded once per stored variant.
-func (r *Resource) deltaBytes() []byte {
-	r = r.Root()
-	r.deltaOnce.Do(func() {
-		n := protowire.SizeTag(resourceName) + protowire.SizeBytes(len(r.Name)) +
-			protowire.SizeTag(resourceVersion) + protowire.SizeBytes(len(r.Version)) +
-			protowire.SizeTag(resourceBody) + protowire.SizeBytes(len(r.Any))
-		b := make([]byte, 0, n)
-		b = protowire.AppendTag(b, resourceVersion, protowire.BytesType)
-		b = protowire.AppendString(b, r.Version)
-		b = protowire.AppendTag(b, resourceBody, protowire.BytesType)
-		b = protowire.AppendBytes(b, r.Any)
-		b = protowire.AppendTag(b, resourceName, protowire.BytesType)
-		b = protowire.AppendString(b, r.Name)
-		r.delta = b
-	})
-	return r.delta
-}
-
-// tp2Bytes is the resource wrapped for a TP2 subscriber (one that subscribed
-// with a locator): a Resource with resource_name = {name, constraints}
-// instead of name; asAny wraps that in a google.protobuf.Any, as SotW
-// responses carry it. Encoded once per stored variant.
-func (r *Resource) tp2Bytes(asAny bool) []byte {
-	r = r.Root()
-	r.tp2Once.Do(func() {
-		var b []byte
-		b = protowire.AppendTag(b, resourceVersion, protowire.BytesType)
-		b = protowire.AppendString(b, r.Version)
-		b = protowire.AppendTag(b, resourceBody, protowire.BytesType)
-		b = protowire.AppendBytes(b, r.Any)
-		b = protowire.AppendTag(b, resourceTP2Name, protowire.BytesType)
-		b = protowire.AppendBytes(b, r.resourceName())
-		r.tp2 = b
-		var a []byte
-		a = protowire.AppendTag(a, 1, protowire.BytesType)
-		a = protowire.AppendString(a, keying.ResourceWrapperType)
-		a = protowire.AppendTag(a, 2, protowire.BytesType)
-		a = protowire.AppendBytes(a, b)
-		r.tp2Any = a
-	})
-	if asAny {
-		return r.tp2Any
-	}
-	return r.tp2
-}
-
-// resourceName encodes the variant's ResourceName{name, constraints}.
-func (r *Resource) resourceName() []byte {
-	return encodeResourceName(r.Name, r.ConstraintsWire)
-}
-
-func encodeResourceName(name string, constraints []byte) []byte {
-	var b []byte
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, name)
-	if constraints != nil {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, constraints)
-	}
-	return b
-}
-
-func encodeDelta(typeURL string, send []*Resource, removed []removal, errs []*ResourceError, wrapped map[string]struct{}) *body {
+func encodeDelta(typeURL string, send, beats []*Resource, removed []removal, errs []*ResourceError, w wrap) *body {
 	version := setVersion(send, errs)
 	var b []byte
 	b = protowire.AppendTag(b, deltaSystemVersion, protowire.BytesType)
 	b = protowire.AppendString(b, version)
 	for _, r := range send {
 		b = protowire.AppendTag(b, deltaResources, protowire.BytesType)
-		if _, tp2 := wrapped[r.key()]; tp2 {
-			b = protowire.AppendBytes(b, r.tp2Bytes(false))
-		} else {
-			b = protowire.AppendBytes(b, r.deltaBytes())
-		}
+		b = protowire.AppendBytes(b, r.wrapper(w.formOf(r)))
+	}
+	for _, r := range beats {
+		b = protowire.AppendTag(b, deltaResources, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.wrapper(formBeat|formTTL))
 	}
 	b = protowire.AppendTag(b, deltaTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)

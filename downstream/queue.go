@@ -15,6 +15,9 @@ type item struct {
 	// force holds newly subscribed names that must be sent even when
 	// unchanged; Wildcard ("*") forces the wildcard set.
 	force map[string]struct{}
+	// beats are names whose TTL the upstream refreshed (View.Heartbeats,
+	// shared; a private union after a merge).
+	beats map[string]struct{}
 	owned bool // names is a private copy
 
 	// hold makes the item a barrier: it and everything behind it wait
@@ -47,10 +50,10 @@ func (q *queue) push(v *View, force []string) {
 		changed = nil
 	}
 	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
-		q.items[n-1].merge(v, changed, force)
+		q.items[n-1].merge(v, changed, v.Heartbeats, force)
 		return
 	}
-	it := item{view: v, names: changed}
+	it := item{view: v, names: changed, beats: v.Heartbeats}
 	it.addForce(force)
 	q.append(it)
 }
@@ -73,7 +76,7 @@ func (q *queue) pushRollout(v *View, r Rollout, canary bool) {
 	for _, n := range r.Names() {
 		names[n] = struct{}{}
 	}
-	q.append(item{view: v, names: names, owned: true, hold: r})
+	q.append(item{view: v, names: names, owned: true, hold: r, beats: v.Heartbeats})
 }
 
 // pushNames queues v for names only (not what changed in v): a stream
@@ -84,7 +87,7 @@ func (q *queue) pushNames(v *View, names []string) {
 		set[n] = struct{}{}
 	}
 	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
-		q.items[n-1].merge(v, set, nil)
+		q.items[n-1].merge(v, set, nil, nil)
 		return
 	}
 	q.append(item{view: v, names: set, owned: true})
@@ -159,7 +162,7 @@ func collapseRun(run []item) []item {
 		t := it.view.TypeURL
 		last[t] = i
 		if a := acc[t]; a != nil {
-			a.merge(it.view, it.names, keys(it.force))
+			a.merge(it.view, it.names, it.beats, keys(it.force))
 			if a.canary == nil {
 				a.canary = it.canary
 			}
@@ -185,8 +188,17 @@ func collapseRun(run []item) []item {
 // merge folds the later change v of the item's type into the item. Pushes
 // come in the order the Source published its Views, so v is the newer View
 // (a relay-wide order: it may come from another scope of the relay).
-func (it *item) merge(v *View, names map[string]struct{}, force []string) {
+func (it *item) merge(v *View, names, beats map[string]struct{}, force []string) {
 	it.view = v
+	if len(beats) > 0 {
+		union := make(map[string]struct{}, len(it.beats)+len(beats))
+		for _, m := range []map[string]struct{}{it.beats, beats} {
+			for n := range m {
+				union[n] = struct{}{}
+			}
+		}
+		it.beats = union
+	}
 	if len(names) > 0 {
 		if !it.owned {
 			cp := make(map[string]struct{}, len(it.names)+len(names))

@@ -7,6 +7,7 @@ import (
 	"unique"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -246,7 +247,13 @@ func (st *stream) buildSotW(it item) *encoded {
 		b = st.partial(ts, it)
 	}
 	if b == nil {
-		return nil
+		// Nothing changed for the client; TTL heartbeats still go out.
+		if b = st.heartbeatsSotW(ts, it); b == nil {
+			return nil
+		}
+		nonce := st.nextNonce()
+		ts.lastNonce = nonce
+		return newEncoded(b.bytes, sotwNonce, nonce)
 	}
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
@@ -316,10 +323,14 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if !ts.wildcard && len(extra) == 0 && len(errs) == 0 && !ts.sentOnce && !anyGone(v, ts.names) {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
+	w := st.wrapFor(ts)
 	key, pick := "*", v.wildcard
+	if w.ttl && v.wildcardTTL() {
+		key = "*\x00ttl"
+	}
 	if !ts.wildcard || len(extra) > 0 {
 		slices.SortFunc(extra, byName)
-		key = selectionKey(ts.wildcard, extra, ts.wrapped)
+		key = selectionKey(ts.wildcard, extra, w)
 		pick = func() []*Resource {
 			if !ts.wildcard {
 				return extra
@@ -329,7 +340,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			return all
 		}
 	}
-	b := v.sotw(key, pick, errs, ts.wrapped)
+	b := v.sotw(key, pick, errs, w)
 	keep := st.keptFull(ts, v, b)
 	if len(keep) > 0 {
 		// Make before break: what the client still refers to stays.
@@ -337,7 +348,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			all := append(slices.Clone(pick()), keep...)
 			slices.SortFunc(all, byName)
 			return all
-		}, errs, ts.wrapped)
+		}, errs, w)
 	}
 	if b.version == ts.sentVersion && !forced {
 		return nil
@@ -403,7 +414,51 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	slices.SortFunc(sel, byName)
 	sel = slices.CompactFunc(sel, func(a, b *Resource) bool { return a.key() == b.key() })
 	sortErrors(errs)
-	return v.sotw(selectionKey(false, sel, ts.wrapped), func() []*Resource { return sel }, errs, ts.wrapped)
+	w := st.wrapFor(ts)
+	return v.sotw(selectionKey(false, sel, w), func() []*Resource { return sel }, errs, w)
+}
+
+// heartbeatsSotW returns the response carrying the TTL heartbeats of it
+// that the client holds (xds.config.supports-resource-in-sotw), nil for none.
+// It changes nothing the client holds: its version is the last one sent.
+// Called with mu held.
+func (st *stream) heartbeatsSotW(ts *typeState, it item) *body {
+	w := st.wrapFor(ts)
+	if !w.ttl || len(it.beats) == 0 || ts.sentVersion == "" {
+		return nil
+	}
+	held := ts.names
+	if keying.FullState(it.view.TypeURL) {
+		held = ts.heldKeys
+	}
+	var rs []*Resource
+	for n := range it.beats {
+		_, holds := held[n]
+		if r, ok := it.view.Resources[n]; ok && r.TTL > 0 && (holds || ts.subscribes(it.view, n)) {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	slices.SortFunc(rs, byName)
+	var sb strings.Builder
+	sb.WriteString("\x00beat\x00" + ts.sentVersion + "\x00")
+	for _, r := range rs {
+		sb.WriteString(r.key() + "\x00")
+	}
+	return it.view.memoized(sb.String(), func() *body {
+		var b []byte
+		b = protowire.AppendTag(b, sotwVersionInfo, protowire.BytesType)
+		b = protowire.AppendString(b, ts.sentVersion)
+		for _, r := range rs {
+			b = protowire.AppendTag(b, sotwResources, protowire.BytesType)
+			b = protowire.AppendBytes(b, r.wrapper(formBeat|formTTL|formAny))
+		}
+		b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
+		b = protowire.AppendString(b, it.view.TypeURL)
+		return &body{bytes: b, version: ts.sentVersion, count: len(rs)}
+	})
 }
 
 func sortErrors(errs []*ResourceError) {
@@ -422,17 +477,15 @@ func anyGone(v *View, names map[string]struct{}) bool {
 
 func byName(a, b *Resource) int { return strings.Compare(a.key(), b.key()) }
 
-// selectionKey names a selection of a View for the response memo; the keys
-// in wrapped are marked (sent as TP2 variants).
-func selectionKey(wildcard bool, rs []*Resource, wrapped map[string]struct{}) string {
+// selectionKey names a selection of a View for the response memo, marking
+// how w wraps each resource.
+func selectionKey(wildcard bool, rs []*Resource, w wrap) string {
 	var sb strings.Builder
 	if wildcard {
 		sb.WriteString("*\x00")
 	}
 	for _, r := range rs {
-		if _, tp2 := wrapped[r.key()]; tp2 {
-			sb.WriteByte(1)
-		}
+		w.mark(&sb, r)
 		sb.WriteString(r.key())
 		sb.WriteByte(0)
 	}

@@ -75,6 +75,7 @@ type stream struct {
 	closed    bool                  // guarded by mu
 	nodeID    string                // guarded by mu
 	cluster   string                // guarded by mu
+	ttl       bool                  // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
 	principal *Principal            // guarded by mu: built at the first authorization
 }
 
@@ -224,6 +225,12 @@ func (st *stream) Wake() {
 	st.scheduleLocked()
 }
 
+// wrapFor returns how the stream's responses of ts's type wrap resources.
+// Called with mu held.
+func (st *stream) wrapFor(ts *typeState) wrap {
+	return wrap{tp2: ts.wrapped, ttl: st.ttl}
+}
+
 // kick schedules a flush of what the stream queued itself.
 func (st *stream) kick() {
 	st.mu.Lock()
@@ -370,8 +377,10 @@ func (st *stream) bind(node *corev3.Node) error {
 		if f := st.srv.opts.NodeParameters; f != nil {
 			st.params = keying.CanonicalParams(f(node))
 		}
+		features := node.GetClientFeatures()
 		st.mu.Lock()
 		st.nodeID, st.cluster = node.GetId(), node.GetCluster()
+		st.ttl = slices.Contains(features, featureTTL) && (st.delta || slices.Contains(features, featureSotWResource))
 		st.mu.Unlock()
 		return st.srv.src.Bind(st, node)
 	}

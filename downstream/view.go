@@ -41,17 +41,15 @@ type Resource struct {
 	// Key is the resource's key in its View when that is not Name: a TP2
 	// subscription key (keying.SubscriptionKey) this variant was selected for.
 	Key string
+	// TTL is the time to live the upstream gave the resource (xDS TTL; 0:
+	// none), passed on to clients that support it.
+	TTL time.Duration
 
 	// base is the stored variant a selection (Selected) shares its encodings
 	// with; nil for the stored variant itself.
 	base *Resource
 
-	deltaOnce sync.Once
-	delta     []byte // the Resource wrapper, encoded on first use
-	tp2Once   sync.Once
-	tp2       []byte // the Resource wrapper with resource_name, encoded on first use
-	tp2Any    []byte // tp2 as a google.protobuf.Any, for SotW
-
+	encodings // its wrapped forms (encode.go), encoded on first use
 	refsState // what it refers to (mbb.go), parsed on first use
 }
 
@@ -76,7 +74,14 @@ func (r *Resource) Selected(key string) *Resource {
 	root := r.Root()
 	return &Resource{Name: root.Name, Version: root.Version, Any: root.Any, Authority: root.Authority, Glob: root.Glob,
 		UpstreamVersion: root.UpstreamVersion, Constraints: root.Constraints, ConstraintsWire: root.ConstraintsWire,
-		Key: key, base: root}
+		TTL: root.TTL, Key: key, base: root}
+}
+
+// WithTTL returns a copy of the plain resource r with another TTL and the
+// version that goes with it.
+func (r *Resource) WithTTL(version string, ttl time.Duration) *Resource {
+	return &Resource{Name: r.Name, Version: version, Any: r.Any, Authority: r.Authority, Glob: r.Glob,
+		UpstreamVersion: r.UpstreamVersion, TTL: ttl}
 }
 
 // Root returns the stored variant r selects (r itself when it is one), whose
@@ -120,9 +125,13 @@ type View struct {
 	Stale bool
 	// Received is when the change arrived from upstream.
 	Received time.Time
+	// Heartbeats holds names whose TTL the upstream refreshed without a
+	// change (xDS TTL heartbeats): streams that hold them pass them on.
+	Heartbeats map[string]struct{}
 
 	wildOnce sync.Once
 	wild     []*Resource // default-authority resources sorted by name
+	wildTTL  bool        // one of them has a TTL
 
 	mu   sync.Mutex
 	memo map[string]*body // guarded by mu: encoded responses by selection key
@@ -158,11 +167,18 @@ func (v *View) wildcard() []*Resource {
 		for _, r := range v.Resources {
 			if r.Authority == "" && r.plain() {
 				v.wild = append(v.wild, r)
+				v.wildTTL = v.wildTTL || r.TTL > 0
 			}
 		}
 		slices.SortFunc(v.wild, func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
 	})
 	return v.wild
+}
+
+// wildcardTTL reports whether a resource of the wildcard set has a TTL.
+func (v *View) wildcardTTL() bool {
+	v.wildcard()
+	return v.wildTTL
 }
 
 // members returns the resources of the glob collection glob.
@@ -189,13 +205,13 @@ type body struct {
 
 // sotw returns the SotW response body for the selection identified by key,
 // encoding it with pick the first time.
-// wrapped (nil for none) tells the keys of the resources to send wrapped in
-// a Resource with their TP2 name and constraints; key must tell them too.
-func (v *View) sotw(key string, pick func() []*Resource, errs []*ResourceError, wrapped map[string]struct{}) *body {
+// w tells how to wrap the resources (TP2 names and constraints, TTLs); key
+// must tell it too (wrap.mark).
+func (v *View) sotw(key string, pick func() []*Resource, errs []*ResourceError, w wrap) *body {
 	if len(errs) > 0 {
 		key += errorKey(errs)
 	}
-	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick(), errs, wrapped) })
+	return v.memoized(key, func() *body { return encodeSotW(v.TypeURL, pick(), errs, w) })
 }
 
 // errorKey extends a memo key with the errors a response carries.
@@ -255,13 +271,13 @@ const (
 
 // encodeSotW encodes a DiscoveryResponse without its nonce; the nonce is
 // appended per stream (protobuf allows fields in any order).
-func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError, wrapped map[string]struct{}) *body {
+func encodeSotW(typeURL string, rs []*Resource, errs []*ResourceError, w wrap) *body {
 	version := setVersion(rs, errs)
-	// anyOf is what the response carries for r: its Any, or for a TP2
-	// subscriber the Resource wrapper with its name and constraints.
+	// anyOf is what the response carries for r: its Any, or wrapped in a
+	// Resource with its TP2 name and constraints or its TTL.
 	anyOf := func(r *Resource) []byte {
-		if _, wrap := wrapped[r.key()]; wrap {
-			return r.tp2Bytes(true)
+		if f := w.formOf(r); f != 0 {
+			return r.wrapper(f | formAny)
 		}
 		return r.Any
 	}

@@ -60,6 +60,9 @@ type typeCache struct {
 	noCache     map[string]bool
 	noCacheWild bool
 
+	// ttl holds the expiry of the resources the upstream gave a TTL (ttl.go).
+	ttl map[string]*time.Timer
+
 	// unconfirmed holds the authorities whose data in the View no upstream
 	// response confirmed since their stream (re)started or the relay loaded
 	// its warm-restart file: the View is Stale while it is not empty.
@@ -160,11 +163,11 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	// Encode outside the lock: the Any wrapper around the upstream's bytes.
 	fresh := make([]*downstream.Resource, 0, len(u.Resources))
 	constraints := make(map[*downstream.Resource]*discoverypb.DynamicParameterConstraints)
-	var heartbeats []string // TTL heartbeats: unchanged, still present
+	var heartbeats []upstream.Resource // TTL heartbeats: unchanged, still present
 	noCache := make(map[string]bool)
 	for _, res := range u.Resources {
 		if res.Heartbeat {
-			heartbeats = append(heartbeats, res.Name)
+			heartbeats = append(heartbeats, res)
 			continue
 		}
 		if res.DoNotCache {
@@ -179,8 +182,9 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			return err
 		}
 		nr := &downstream.Resource{
-			Name: res.Name, Version: variantVersion(b, cs), Any: b, Authority: authority,
+			Name: res.Name, Version: resourceVersion(b, cs, res.TTL), Any: b, Authority: authority,
 			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name), Constraints: cs, ConstraintsWire: cw,
+			TTL: res.TTL,
 		}
 		if cs != "" {
 			constraints[nr] = res.Constraints
@@ -200,10 +204,27 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	res := maps.Clone(old.Resources)
 	changed := make(map[string]struct{})
 	seen := make(map[string]struct{}, len(fresh))
-	for _, n := range heartbeats {
-		seen[n] = struct{}{}
-	}
 	touched := false
+	// xDS TTL: a heartbeat (a resource without its body, at the version
+	// held) refreshes the TTL; the streams that hold it pass it on.
+	beats := make(map[string]struct{})
+	for _, hb := range heartbeats {
+		cur, ok := res[hb.Name]
+		if !ok || hb.Constraints != nil || (u.Delta && hb.Version != cur.UpstreamVersion) {
+			continue // not for what the cache holds
+		}
+		seen[hb.Name] = struct{}{}
+		if hb.TTL != cur.TTL {
+			// A new TTL on the same bytes: an update (its version covers
+			// the TTL).
+			nr := cur.WithTTL(resourceVersion(cur.Any, cur.Constraints, hb.TTL), hb.TTL)
+			res[hb.Name] = nr
+			changed[hb.Name] = struct{}{}
+		} else {
+			beats[hb.Name] = struct{}{}
+		}
+		r.armTTL(tc, hb.Name, hb.TTL)
+	}
 	absent, copied := old.Absent, false
 	ownAbsent := func() {
 		if !copied {
@@ -267,10 +288,14 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			sent[e.Name][e.Constraints] = true
 			continue
 		}
+		r.armTTL(tc, e.Name, e.TTL)
 		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority {
 			if cur.UpstreamVersion != e.UpstreamVersion {
 				res[e.Name] = e // same bytes, new upstream version: nothing to tell clients
 				touched = true
+			}
+			if e.TTL > 0 {
+				beats[e.Name] = struct{}{} // resent: its TTL starts again
 			}
 			continue
 		}
@@ -287,6 +312,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			delete(res, name)
 			changed[name] = struct{}{}
 			r.unref.forget(tc.lruKey(name))
+			r.armTTL(tc, name, 0)
 		}
 	}
 	// TP3: resource errors are cached per name and replayed to later
@@ -421,17 +447,24 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	complete := old.Complete || (u.Complete && authority == "")
 	delete(tc.unconfirmed, authority) // the upstream answered on its current stream
 	stale := len(tc.unconfirmed) > 0
+	if len(beats) == 0 {
+		beats = nil
+	}
 	if len(changed) == 0 && complete == old.Complete && stale == old.Stale {
-		if touched || len(res) != len(old.Resources) {
+		if touched || len(res) != len(old.Resources) || beats != nil {
 			v := r.nextView(tc, nil)
-			v.Resources, v.Absent, v.Errors = res, absent, errs
+			v.Resources, v.Absent, v.Errors, v.Heartbeats = res, absent, errs, beats
 			r.publish(tc, v)
+			if beats != nil {
+				r.notify(tc, v) // the streams holding them pass the heartbeats on
+			}
 		}
 		r.moveNoCache(tc, moveNames)
 		return nil
 	}
 	v := r.nextView(tc, changed)
 	v.Resources, v.Absent, v.Errors, v.Complete, v.Stale, v.Received = res, absent, errs, complete, stale, now
+	v.Heartbeats = beats
 	r.publish(tc, v)
 	if old.Stale && !stale {
 		// Confirmed again: streams that held back for a stale View look again.
@@ -451,7 +484,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	// other watchers of what it changes get a barrier (once); everyone else
 	// is notified as usual, behind their barrier if they hold one.
 	ro := tc.ro
-	for _, w := range r.watchersOf(tc, slices.Collect(maps.Keys(changed))) {
+	for _, w := range r.watchersOf(tc, append(slices.Collect(maps.Keys(changed)), slices.Collect(maps.Keys(beats))...)) {
 		switch {
 		case ro.isCanary(w):
 			w.NotifyRollout(v, ro, true)
@@ -484,10 +517,12 @@ func (r *Relay) notify(tc *typeCache, v *downstream.View) {
 		}
 	}
 	notify(tc.wild)
-	for name := range v.Changed {
-		notify(tc.watchers[name])
-		if g := globOf(v, name); g != "" {
-			notify(tc.watchers[g])
+	for _, names := range []map[string]struct{}{v.Changed, v.Heartbeats} {
+		for name := range names {
+			notify(tc.watchers[name])
+			if g := globOf(v, name); g != "" {
+				notify(tc.watchers[g])
+			}
 		}
 	}
 }

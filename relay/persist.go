@@ -161,7 +161,7 @@ func encodeCache(types []persisted) []byte {
 			appendResource(vr.res)
 		}
 		for key, r := range v.Resources {
-			if key == r.Name && !withVariants[r.Name] {
+			if key == r.Name && !withVariants[r.Name] && r.TTL == 0 { // (a TTL is not kept across restarts)
 				appendResource(r) // (selections for parameters are not stored)
 			}
 		}

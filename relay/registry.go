@@ -100,6 +100,7 @@ func (r *Relay) stopScope(sc *scope) []*upstream.Client {
 		for _, t := range tc.unavail {
 			t.Stop()
 		}
+		tc.stopTTLs()
 	}
 	clients := make([]*upstream.Client, 0, len(sc.upstreams))
 	for _, c := range sc.upstreams {

@@ -150,6 +150,8 @@ func relayNode(cfg *config.Config) *corev3.Node {
 		Cluster:              cfg.Node.Cluster,
 		UserAgentName:        "xds-relay",
 		UserAgentVersionType: &corev3.Node_UserAgentVersion{UserAgentVersion: Version},
+		// xDS TTL: the relay keeps TTLs and passes them and heartbeats on.
+		ClientFeatures: []string{"xds.config.supports-resource-ttl", "xds.config.supports-resource-in-sotw"},
 	}
 	if n.Id == "" {
 		n.Id = "xds-relay"

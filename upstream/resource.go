@@ -41,7 +41,9 @@ type Resource struct {
 	// DoNotCache is the wrapper's cache_control.do_not_cache.
 	DoNotCache bool
 	// Heartbeat reports a TTL heartbeat: a wrapper without a resource, which
-	// says that the named resource is unchanged and refreshes its TTL.
+	// says that the named resource is unchanged and refreshes its TTL. A
+	// SotW response of heartbeats only is not a full state (Removed stays
+	// empty).
 	Heartbeat bool
 	// Constraints are the TP2 dynamic-parameter constraints of this variant
 	// (the wrapper's resource_name); nil when it has none.

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -133,14 +134,19 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		log.Warn("rejecting invalid response", zap.Error(verr))
 		return
 	}
+	// xDS TTL: a response of heartbeats only refreshes TTLs; it is no
+	// update, and no full state of an LDS/CDS subscription.
+	beats := len(resources) > 0 && !slices.ContainsFunc(resources, func(r Resource) bool { return !r.Heartbeat })
 	u := Update{
 		Server:    server,
 		TypeURL:   typeURL,
 		Resources: resources,
-		Complete:  c.answered(st, resourceNames(resources)),
 		Errors:    resourceErrors(resp.GetResourceErrors()),
 	}
-	full := keying.FullState(typeURL)
+	if !beats {
+		u.Complete = c.answered(st, resourceNames(resources))
+	}
+	full := keying.FullState(typeURL) && !beats
 	if full {
 		// xDS: a resource missing from a full-state response is deleted.
 		in := make(map[string]struct{}, len(resources))

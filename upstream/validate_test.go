@@ -282,13 +282,24 @@ func TestSotWAcceptedShapes(t *testing.T) {
 	}
 	s.nextSotW(t, &cur, keying.ClusterType) // ACK
 
-	// A heartbeat for w and a (full-state) omission of a.
+	// A heartbeat for w: a response of heartbeats only refreshes TTLs, it
+	// is no full state (a is not removed).
 	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v1", Nonce: "n2", Resources: []*anypb.Any{
 		wrapped(t, &discoveryv3.Resource{Name: "w", Version: "v1", Ttl: durationpb.New(5 * time.Second)}),
 	}}
 	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
-	if len(u.Resources) != 1 || !u.Resources[0].Heartbeat || u.Resources[0].Any != nil || !slices.Equal(u.Removed, []string{"a"}) {
+	if len(u.Resources) != 1 || !u.Resources[0].Heartbeat || u.Resources[0].Any != nil || len(u.Removed) != 0 {
 		t.Errorf("heartbeat update = %+v", u)
+	}
+	s.nextSotW(t, &cur, keying.ClusterType) // ACK
+
+	// w resent: a full state that omits a.
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v2", Nonce: "n4", Resources: []*anypb.Any{
+		wrapped(t, &discoveryv3.Resource{Name: "w", Resource: inner, Ttl: durationpb.New(5 * time.Second)}),
+	}}
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !slices.Equal(names(u), []string{"w"}) || !slices.Equal(u.Removed, []string{"a"}) {
+		t.Errorf("full state update = %+v", u)
 	}
 
 	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: unknownType, VersionInfo: "x1", Nonce: "n3", Resources: []*anypb.Any{

@@ -47,10 +47,18 @@ type Resources = map[resource.Type][]types.Resource
 type UpstreamOption func(*upstreamOptions)
 
 type upstreamOptions struct {
-	log     *zap.Logger
-	hash    func(*core.Node) string
-	ordered bool
-	creds   credentials.TransportCredentials // WithTLS; nil: plaintext
+	log       *zap.Logger
+	hash      func(*core.Node) string
+	ordered   bool
+	creds     credentials.TransportCredentials // WithTLS; nil: plaintext
+	heartbeat time.Duration                    // WithHeartbeat
+}
+
+// WithHeartbeat makes the Upstream send TTL heartbeats every interval for
+// the resources set with a TTL (SetResourcesTTL): go-control-plane's
+// heartbeating SnapshotCache, which does it for SotW streams only.
+func WithHeartbeat(interval time.Duration) UpstreamOption {
+	return func(o *upstreamOptions) { o.heartbeat = interval }
 }
 
 // WithLogger makes the Upstream and go-control-plane log to log (at Debug for
@@ -145,7 +153,13 @@ func StartUpstream(tb testing.TB, opts ...UpstreamOption) *Upstream {
 	}
 	u.ordered = o.ordered
 	u.creds = o.creds
-	u.cache = cache.NewSnapshotCache(o.ordered, nodeHash(o.hash), gcpLogger(u.log))
+	if o.heartbeat > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		tb.Cleanup(cancel) // after Stop: the heartbeat goroutine ends
+		u.cache = cache.NewSnapshotCacheWithHeartbeating(ctx, o.ordered, nodeHash(o.hash), gcpLogger(u.log), o.heartbeat)
+	} else {
+		u.cache = cache.NewSnapshotCache(o.ordered, nodeHash(o.hash), gcpLogger(u.log))
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("xdstest: upstream listen: %v", err)
@@ -286,6 +300,19 @@ func (u *Upstream) SetResources(res Resources) string {
 // no response for a type that did not change. It returns the new version.
 func (u *Upstream) SetSnapshot(key string, res Resources) string {
 	u.tb.Helper()
+	return u.setSnapshot(key, res, nil)
+}
+
+// SetResourcesTTL sets the DefaultKey snapshot like SetResources, the
+// resources named in ttls with that TTL (xDS TTL: sent wrapped in a
+// Resource with its ttl; heartbeats with WithHeartbeat).
+func (u *Upstream) SetResourcesTTL(res Resources, ttls map[string]time.Duration) string {
+	u.tb.Helper()
+	return u.setSnapshot(DefaultKey, res, ttls)
+}
+
+func (u *Upstream) setSnapshot(key string, res Resources, ttls map[string]time.Duration) string {
+	u.tb.Helper()
 	u.snapMu.Lock()
 	defer u.snapMu.Unlock()
 	u.gen++
@@ -301,10 +328,18 @@ func (u *Upstream) SetSnapshot(key string, res Resources) string {
 		if err != nil {
 			u.tb.Fatalf("xdstest: %v", err)
 		}
-		if !sameResources(old[typeURL], res[typeURL]) || versions[typeURL] == "" {
+		if !sameResources(old[typeURL], res[typeURL]) || versions[typeURL] == "" || len(ttls) > 0 {
 			versions[typeURL] = version
 		}
-		snap.Resources[i] = cache.NewResources(versions[typeURL], res[typeURL])
+		items := make([]types.ResourceWithTTL, 0, len(res[typeURL]))
+		for _, r := range res[typeURL] {
+			item := types.ResourceWithTTL{Resource: r}
+			if ttl, ok := ttls[cache.GetResourceName(r)]; ok {
+				item.TTL = &ttl
+			}
+			items = append(items, item)
+		}
+		snap.Resources[i] = cache.NewResourcesWithTTL(versions[typeURL], items)
 	}
 	for typeURL := range res {
 		if cache.GetResponseType(typeURL) == types.UnknownType {

@@ -1,0 +1,84 @@
+package relay
+
+import (
+	"maps"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// xDS TTL: a resource the upstream sends with a TTL is removed when the TTL
+// passes without an update or a heartbeat — the control plane wants it gone
+// when it can no longer be reached (a fault injection that must not outlive
+// it). The relay keeps the TTL with the resource (its version covers it),
+// passes TTLs and heartbeats on to the clients that support them
+// (downstream), and expires its cached copy itself, which tells every
+// client, with or without TTL support, that it is gone. Resources with a TTL
+// are not written to the warm-restart file. TP2 variants keep no TTL.
+
+// resourceVersion is a resource's version: derived from its bytes and, for a
+// TP2 variant, its canonical constraints (a variant replaced by another with
+// the same bytes is a change for its subscribers), and from its TTL (a new
+// TTL is an update).
+func resourceVersion(b []byte, constraints string, ttl time.Duration) string {
+	if ttl > 0 {
+		constraints += "\x00ttl=" + ttl.String()
+	}
+	return variantVersion(b, constraints)
+}
+
+// armTTL (re)starts the expiry of name after d; d 0 stops it. Called with
+// mu held.
+func (r *Relay) armTTL(tc *typeCache, name string, d time.Duration) {
+	if t := tc.ttl[name]; t != nil {
+		t.Stop()
+		delete(tc.ttl, name)
+	}
+	if d <= 0 {
+		return
+	}
+	if tc.ttl == nil {
+		tc.ttl = make(map[string]*time.Timer)
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() { r.expireTTL(tc, name, t) })
+	tc.ttl[name] = t
+}
+
+// expireTTL removes name, whose TTL passed, from the cache and tells its
+// watchers: the upstream's word, as if it had deleted it.
+func (r *Relay) expireTTL(tc *typeCache, name string, t *time.Timer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || tc.ttl[name] != t || r.scopes[tc.sc.key] != tc.sc {
+		return
+	}
+	delete(tc.ttl, name)
+	cur, ok := tc.view.Resources[name]
+	if !ok || cur.TTL == 0 {
+		return
+	}
+	v := r.nextView(tc, map[string]struct{}{name: {}})
+	v.Resources = maps.Clone(v.Resources)
+	delete(v.Resources, name)
+	if tc.up[name] {
+		v.Absent = maps.Clone(v.Absent)
+		if v.Absent == nil {
+			v.Absent = make(map[string]struct{})
+		}
+		v.Absent[name] = struct{}{}
+	}
+	r.log.Info("a resource's TTL passed without an update or heartbeat: removed", zap.String("scope", tc.sc.key),
+		zap.String("type", tc.typeURL), zap.String("name", keying.DisplayKey(name)), zap.Duration("ttl", cur.TTL))
+	r.publish(tc, v)
+	r.notify(tc, v)
+}
+
+// stopTTLs stops tc's expiry timers. Called with mu held.
+func (tc *typeCache) stopTTLs() {
+	for _, t := range tc.ttl {
+		t.Stop()
+	}
+}
