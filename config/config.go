@@ -146,6 +146,11 @@ type Upstream struct {
 	// this long since the subscription (before clients' own 15 s timeout).
 	// Default 10s.
 	UnavailableAfter time.Duration `yaml:"unavailable_after,omitempty"`
+	// DoesNotExistAfter: a subscribed resource a connected upstream has
+	// said nothing of for this long is taken as not existing, as xDS clients
+	// do with their own timer (a SotW server never says a named resource
+	// does not exist). Default 15s.
+	DoesNotExistAfter time.Duration `yaml:"does_not_exist_after,omitempty"`
 }
 
 // Authority is one xdstp authority.

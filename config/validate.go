@@ -64,6 +64,8 @@ func (c *Config) Validate() error {
 		return &FieldError{Field: "upstream.linger", Msg: "must not be negative"}
 	case c.Upstream.UnavailableAfter < 0:
 		return &FieldError{Field: "upstream.unavailable_after", Msg: "must not be negative"}
+	case c.Upstream.DoesNotExistAfter < 0:
+		return &FieldError{Field: "upstream.does_not_exist_after", Msg: "must not be negative"}
 	case c.Cache.MaxUnreferenced < 0:
 		return &FieldError{Field: "cache.max_unreferenced", Msg: "must not be negative"}
 	case c.Limits.MaxNamesPerRequest <= 0:

@@ -42,9 +42,11 @@ type typeCache struct {
 	ro     *rollout
 	halted map[string]string
 
-	// unavail holds, per name subscribed while its authority was
-	// unreachable and nothing was cached, the timer that reports UNAVAILABLE.
-	unavail map[string]*time.Timer
+	// unavail holds, per subscribed name the cache knows nothing of, the
+	// timer that reports it UNAVAILABLE or, later, absent (armUnknown);
+	// unreachable the names whose error is that UNAVAILABLE.
+	unavail     map[string]*time.Timer
+	unreachable map[string]bool
 
 	// TP2 (see variants.go): variants holds the stored variants of the
 	// names that have constrained variants or subscriptions with parameters;
@@ -89,7 +91,9 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 	h.r.mu.Lock()
 	h.sc.connected[h.authority] = connected
-	if !connected {
+	if connected {
+		h.r.rearmUnknown(h.sc, h.authority)
+	} else {
 		h.r.unconfirm(h.sc, h.authority)
 	}
 	h.r.mu.Unlock()
@@ -276,6 +280,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		if _, ok := errs[e.Name]; ok {
 			ownErrs() // the resource is back: its error is over
 			delete(errs, e.Name)
+			delete(tc.unreachable, e.Name)
 			changed[e.Name] = struct{}{}
 		}
 		if e.Constraints != "" || tc.variantMode(e.Name) {

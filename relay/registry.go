@@ -239,21 +239,33 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	}
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
-	r.armUnavailable(tc, name)
+	r.armUnknown(tc, name)
 	auth, _ := keying.Authority(name)
 	r.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
 }
 
-// armUnavailable starts the UNAVAILABLE timer of a name subscribed while
-// nothing is cached and its authority is unreachable. Called with mu held.
-func (r *Relay) armUnavailable(tc *typeCache, name string) {
-	auth, _ := keying.Authority(name)
-	if _, cached := tc.view.Resources[name]; cached || tc.sc.connected[auth] || tc.unavail[name] != nil {
+// armUnknown watches a name subscribed upstream that the cache knows
+// nothing of. While its authority is unreachable, clients get a TP3
+// UNAVAILABLE error after UnavailableAfter (transient: they keep what they
+// have). Once the upstream is connected and has answered the type, a name it
+// still says nothing of after DefaultDoesNotExistAfter is taken as not
+// existing — a SotW server tells nothing of a named resource that does not
+// exist, and xDS clients conclude the same with their own does-not-exist
+// timer — so that clients holding back for it (transitions) are answered.
+// Called with mu held.
+func (r *Relay) armUnknown(tc *typeCache, name string) {
+	if tc.unavail[name] != nil || tc.knows(name) {
 		return
 	}
-	d := r.cfg.Upstream.UnavailableAfter
+	auth, _ := keying.Authority(name)
+	d := r.cfg.Upstream.DoesNotExistAfter
 	if d <= 0 {
-		d = DefaultUnavailableAfter
+		d = DefaultDoesNotExistAfter
+	}
+	if !tc.sc.connected[auth] {
+		if d = r.cfg.Upstream.UnavailableAfter; d <= 0 {
+			d = DefaultUnavailableAfter
+		}
 	}
 	var t *time.Timer
 	fire := func() {
@@ -263,17 +275,62 @@ func (r *Relay) armUnavailable(tc *typeCache, name string) {
 			return
 		}
 		delete(tc.unavail, name)
-		_, cached := tc.view.Resources[name]
-		_, failed := tc.view.Errors[name]
-		if cached || failed || tc.sc.connected[auth] || (tc.watchers[name].len() == 0 && tc.wild.len() == 0) {
+		if tc.knows(name) || !tc.up[name] {
 			return
 		}
-		r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
-			Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
-		r.notify(tc, tc.view)
+		switch {
+		case !tc.sc.connected[auth]:
+			if _, failed := tc.view.Errors[name]; !failed {
+				r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
+					Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
+				tc.unreachable[name] = true
+				r.notify(tc, tc.view)
+			}
+		case !tc.unconfirmed[auth]:
+			v := r.nextView(tc, map[string]struct{}{name: {}})
+			v.Absent = maps.Clone(v.Absent)
+			if v.Absent == nil {
+				v.Absent = make(map[string]struct{})
+			}
+			v.Absent[name] = struct{}{}
+			if tc.unreachable[name] {
+				v.Errors = maps.Clone(v.Errors)
+				delete(v.Errors, name) // the upstream is back: it is no longer unreachable
+				delete(tc.unreachable, name)
+			}
+			r.publish(tc, v)
+			r.notify(tc, v)
+			return
+		}
+		r.armUnknown(tc, name) // not answered yet: look again later
 	}
 	t = time.AfterFunc(d, fire)
 	tc.unavail[name] = t
+}
+
+// rearmUnknown restarts the watches of unknown names of authority in sc
+// when its upstream connects: from now on the does-not-exist wait. Called
+// with mu held.
+func (r *Relay) rearmUnknown(sc *scope, authority string) {
+	for _, tc := range sc.types {
+		for name, t := range tc.unavail {
+			if a, _ := keying.Authority(name); a == authority {
+				t.Stop()
+				delete(tc.unavail, name)
+				r.armUnknown(tc, name)
+			}
+		}
+	}
+}
+
+// knows reports whether the cache knows something of name: its resource,
+// that it does not exist, or an error other than its own UNAVAILABLE.
+// Called with mu held.
+func (tc *typeCache) knows(name string) bool {
+	_, cached := tc.view.Resources[name]
+	_, absent := tc.view.Absent[name]
+	_, failed := tc.view.Errors[name]
+	return cached || absent || (failed && !tc.unreachable[name])
 }
 
 // setError publishes a per-resource error in the type's View. Called with mu

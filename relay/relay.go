@@ -34,6 +34,11 @@ var Version = "dev"
 // for an unreachable upstream before clients get a TP3 UNAVAILABLE error.
 const DefaultUnavailableAfter = 10 * time.Second
 
+// DefaultDoesNotExistAfter is how long a connected upstream may say nothing
+// of a subscribed name before the relay takes it as not existing (xDS
+// clients' own does-not-exist timer is 15 s).
+const DefaultDoesNotExistAfter = 15 * time.Second
+
 // DefaultLinger is how long a resource stays subscribed upstream after its
 // last watcher left, when the config does not say.
 const DefaultLinger = 5 * time.Second

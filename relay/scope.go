@@ -55,16 +55,17 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 	tc := sc.types[typeURL]
 	if tc == nil {
 		tc = &typeCache{
-			sc:       sc,
-			typeURL:  typeURL,
-			view:     &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
-			watchers: make(map[string]*watcherSet),
-			wild:     &watcherSet{},
-			up:       make(map[string]bool),
-			linger:   make(map[string]*lingerEntry),
-			unavail:  make(map[string]*time.Timer),
-			variants: make(map[string][]variant),
-			params:   make(map[string]map[string]map[string]string),
+			sc:          sc,
+			typeURL:     typeURL,
+			view:        &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
+			watchers:    make(map[string]*watcherSet),
+			wild:        &watcherSet{},
+			up:          make(map[string]bool),
+			linger:      make(map[string]*lingerEntry),
+			unavail:     make(map[string]*time.Timer),
+			unreachable: make(map[string]bool),
+			variants:    make(map[string][]variant),
+			params:      make(map[string]map[string]map[string]string),
 		}
 		sc.types[typeURL] = tc
 	}

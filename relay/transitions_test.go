@@ -3,6 +3,7 @@ package relay_test
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -127,4 +128,25 @@ func TestSotWReconnectStaleWarmCache(t *testing.T) {
 	up.Restart()
 	wantNames(t, moved.RecvType(resource.ClusterType), "c1", "c2")
 	wantNames(t, fresh.RecvType(resource.ClusterType), "c1", "c2")
+}
+
+// A SotW upstream never says that a named resource does not exist: it leaves
+// it out. Once connected and answered, a name it says nothing of for
+// upstream.does_not_exist_after is taken as not existing (as clients do with
+// their own timer), so a client that came with a route to a cluster that
+// never existed is not held back forever.
+func TestNameThatNeverExists(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
+	}))
+	moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Resume(resource.ClusterType, "v-from-another-replica", "c1", "c9")
+	wantNames(t, moved.RecvType(resource.ClusterType), "c1")
+
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+	d.Subscribe(resource.ClusterType, []string{"c9"}, nil)
+	wantDelta(t, d.MustRecv(), nil, []string{"c9"}) // known at once now
 }

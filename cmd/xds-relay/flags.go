@@ -128,6 +128,7 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
       "auth.example": {xds_servers: [...]}   (none: the default servers)
     linger: 5s                  upstream subscription kept after the last watcher left
     unavailable_after: 10s      uncached resources get TP3 UNAVAILABLE when no upstream is reachable this long
+    does_not_exist_after: 15s   a connected upstream saying nothing of a subscribed name this long: it does not exist
   cache:
     max_unreferenced: 10000     unwatched resources kept (LRU)
     persist_path: ""            warm-restart file, rewritten within 1 s of a change
