@@ -77,6 +77,9 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 			}
 			ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
 		}
+		if len(req.GetInitialResourceVersions()) > 0 {
+			st.cameBack()
+		}
 	}
 	capable := keying.WildcardCapable(typeURL)
 	wild := ts.wildcard
@@ -203,9 +206,12 @@ func (st *stream) buildDelta(it item) *encoded {
 				if _, held := ts.has[n]; held && e.NotFound() && st.keepReferenced(ts, v, n) {
 					return // make before break: the client still refers to it
 				}
-				// TP3: the error, and for NOT_FOUND also a removal.
+				// TP3: the error, and for NOT_FOUND also a removal. A transient
+				// error (UNAVAILABLE) leaves the client its copy.
 				errs = append(errs, e)
-				delete(ts.has, n)
+				if e.dataError() {
+					delete(ts.has, n)
+				}
 				if e.NotFound() {
 					drop(n)
 				}
@@ -237,6 +243,15 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 		if _, dup := it.names[n]; !dup {
 			consider(n, true)
+		}
+	}
+	for n := range ts.heldBack {
+		_, named := it.names[n]
+		_, forced := it.force[n]
+		if _, held := ts.has[n]; !held {
+			delete(ts.heldBack, n) // settled meanwhile
+		} else if !named && !forced {
+			consider(n, false)
 		}
 	}
 	if len(ts.unwild) > 0 && hasKey(it.force, keying.Wildcard) {
@@ -295,7 +310,6 @@ func (st *stream) buildDelta(it item) *encoded {
 		st.released(ts, v.TypeURL)
 	}
 	ts.lastView = v
-	st.releaseKept(v.TypeURL)
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version

@@ -1,8 +1,10 @@
 package downstream
 
 import (
+	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -61,19 +63,25 @@ func anyValue(b []byte) []byte {
 }
 
 // referenced reports whether the client of this ADS stream holds a resource
-// that refers to key of typeURL. Called with mu held.
+// that refers to key of typeURL — or one the stream cannot read yet (the
+// client brought it from elsewhere and the cache has not got it): that one
+// may refer to key. Called with mu held.
 func (st *stream) referenced(typeURL, key string) bool {
 	if st.typeURL != "" {
 		return false // per-type streams: the other types travel elsewhere
 	}
+	name, _ := keying.SplitSubscriptionKey(key) // references are by name
 	for _, rt := range keying.Referrers(typeURL) {
 		rts := st.types[rt]
 		if rts == nil {
+			if st.inGrace() {
+				return true // it may not have asked for what it holds yet
+			}
 			continue
 		}
 		found := false
 		rts.eachHeld(func(r *Resource) bool {
-			found = slices.Contains(r.refs(rt)[typeURL], key)
+			found = r == nil || slices.Contains(r.refs(rt)[typeURL], name)
 			return !found
 		})
 		if found {
@@ -85,20 +93,15 @@ func (st *stream) referenced(typeURL, key string) bool {
 
 // eachHeld calls f with each resource the client holds of the type, as far
 // as the stream knows (what it sent last, and what it keeps back), until f
-// returns false. Called with mu held.
+// returns false; with nil for one the stream cannot read (see heldResource).
+// Called with mu held.
 func (ts *typeState) eachHeld(f func(*Resource) bool) {
 	visit := func(k string) bool {
-		if r, ok := ts.kept[k]; ok {
-			return r == nil || f(r) // nil: held from elsewhere, content unknown
+		if r, ok := ts.kept[k]; ok && r != nil {
+			return f(r)
 		}
-		if ts.lastView != nil {
-			if r, ok := ts.lastView.Resources[k]; ok {
-				return f(r)
-			}
-		}
-		return true
+		return f(ts.heldResource(k))
 	}
-	var held map[string]struct{}
 	switch {
 	case ts.has != nil: // Delta: what the client holds
 		for k := range ts.has {
@@ -106,17 +109,59 @@ func (ts *typeState) eachHeld(f func(*Resource) bool) {
 				return
 			}
 		}
-		return
 	case ts.heldKeys != nil: // SotW LDS/CDS: the last full state sent
-		held = ts.heldKeys
-	default: // SotW, the other types: each subscribed name as last sent
-		held = ts.names
-	}
-	for k := range held {
-		if ts.subscribesKey(k) && !visit(k) {
-			return
+		for k := range ts.heldKeys {
+			if ts.subscribesKey(k) && !visit(k) {
+				return
+			}
+		}
+	case ts.fromElsewhere && ts.wildcard:
+		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
+	default: // SotW: each subscribed name as last sent (or from elsewhere)
+		for k := range ts.names {
+			if _, sent := ts.lastView.resource(k); !sent && !ts.fromElsewhere {
+				continue // never sent here: the client does not hold it
+			}
+			if !visit(k) {
+				return
+			}
 		}
 	}
+}
+
+// resource returns the resource of v (nil: none) at key.
+func (v *View) resource(key string) (*Resource, bool) {
+	if v == nil {
+		return nil, false
+	}
+	r, ok := v.Resources[key]
+	return r, ok
+}
+
+// heldResource returns the resource the client holds at key as far as the
+// stream can tell, nil when unknown. SotW: as this stream sent it (a client
+// that brought it from elsewhere may hold any version). Delta: from the last
+// View sent from or the latest queued, at the version the client holds.
+// Called with mu held.
+func (ts *typeState) heldResource(key string) *Resource {
+	if ts.has == nil {
+		r, _ := ts.lastView.resource(key)
+		return r
+	}
+	for _, v := range []*View{ts.lastView, ts.latest} {
+		if v == nil {
+			continue
+		}
+		r, ok := v.Resources[key]
+		if !ok {
+			continue
+		}
+		if ver, held := ts.has[key]; ts.has != nil && (!held || ver != r.Version) {
+			continue
+		}
+		return r
+	}
+	return nil
 }
 
 // subscribesKey reports whether the stream subscribes to key by name or by
@@ -141,44 +186,98 @@ func (st *stream) keepReferenced(ts *typeState, v *View, key string) bool {
 		if ts.kept == nil {
 			ts.kept = make(map[string]*Resource)
 		}
-		var r *Resource // nil when the client brought it from elsewhere
-		if ts.lastView != nil {
-			r = ts.lastView.Resources[key]
-		}
-		ts.kept[key] = r
+		ts.kept[key] = ts.heldResource(key) // nil when unknown
 	}
 	st.hold(ts, v.TypeURL, "referenced")
 	return true
 }
 
-// keptFull returns the resources a full-state response built from v must
-// still carry: those the client holds, still subscribes to, that v dropped
-// and that something the client holds refers to. Called with mu held.
-func (st *stream) keptFull(ts *typeState, v *View, b *body) []*Resource {
+// keptFull returns what a full-state response built from v must still
+// carry, by key: what v dropped — it is not in b, not in v — that the
+// stream subscribes to and that something the client holds refers to (the
+// client holds it then, or should); nil for one whose content the stream
+// does not have (the client brought it from elsewhere). ok is false when
+// the response must be held back whole: such a resource, or a referrer the
+// stream cannot read while the client may lose something. Called with mu
+// held.
+func (st *stream) keptFull(ts *typeState, v *View, b *body) (keep map[string]*Resource, ok bool) {
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
-		return nil
+		return nil, true
 	}
-	var keep []*Resource
-	for k := range ts.heldKeys {
+	refs, unknown := st.referencedNames(v.TypeURL)
+	if unknown {
+		if ts.fromElsewhere {
+			return nil, false // the client may hold anything: nothing can be ruled out
+		}
+		for k := range ts.heldKeys {
+			if _, in := b.keys[k]; !in && ts.subscribes(v, k) {
+				return nil, false
+			}
+		}
+	}
+	// The keys the client may hold of a referenced name: the name, or its
+	// subscription keys with TP2 parameters.
+	cands := map[string]bool{}
+	for _, keys := range []map[string]struct{}{ts.heldKeys, ts.names} {
+		for k := range keys {
+			if name, _ := keying.SplitSubscriptionKey(k); refs[name] {
+				cands[k] = true
+			}
+		}
+	}
+	for n := range refs {
+		cands[n] = true
+	}
+	for k := range cands {
 		if _, in := b.keys[k]; in || !ts.subscribes(v, k) {
 			continue
 		}
 		if _, present := v.Resources[k]; present {
-			continue
+			continue // (not in b: denied, or not selected here)
 		}
-		if !st.referenced(v.TypeURL, k) {
-			continue
+		_, held := ts.heldKeys[k]
+		if _, kept := ts.kept[k]; !held && !kept && !ts.fromElsewhere {
+			continue // never held, and the stream did not send it: nothing to lose
 		}
-		r, ok := ts.kept[k]
-		if !ok && ts.lastView != nil {
-			r, ok = ts.lastView.Resources[k]
+		r := ts.kept[k]
+		if r == nil {
+			r = ts.heldResource(k)
 		}
-		if ok {
-			keep = append(keep, r)
+		if keep == nil {
+			keep = make(map[string]*Resource)
+		}
+		keep[k] = r
+		if r == nil {
+			ok = false
 		}
 	}
-	slices.SortFunc(keep, byName)
-	return keep
+	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
+}
+
+// referencedNames returns the keys of typeURL that what the client holds
+// refers to, and whether it holds a referrer the stream cannot read (which
+// may refer to anything). Called with mu held.
+func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
+	refs := map[string]bool{}
+	unknown := false
+	for _, rt := range keying.Referrers(typeURL) {
+		rts := st.types[rt]
+		if rts == nil {
+			unknown = unknown || st.inGrace()
+			continue
+		}
+		rts.eachHeld(func(r *Resource) bool {
+			if r == nil {
+				unknown = true
+				return true
+			}
+			for _, n := range r.refs(rt)[typeURL] {
+				refs[n] = true
+			}
+			return true
+		})
+	}
+	return refs, unknown
 }
 
 // releaseKept looks again, after the client's resources of typeURL changed
@@ -190,7 +289,7 @@ func (st *stream) releaseKept(typeURL string) bool {
 	queued := false
 	for _, t := range keying.Referenced(typeURL) {
 		ts := st.types[t]
-		if ts == nil || len(ts.kept) == 0 || ts.latest == nil {
+		if ts == nil || ts.latest == nil || (len(ts.kept) == 0 && ts.holding != "referenced") {
 			continue
 		}
 		var free []string
@@ -199,10 +298,52 @@ func (st *stream) releaseKept(typeURL string) bool {
 				free = append(free, k)
 			}
 		}
-		if len(free) > 0 {
-			st.q.pushNames(ts.latest, free)
+		if len(free) > 0 || len(ts.kept) == 0 {
+			st.q.pushNames(ts.latest, free) // (held back whole: looked at again)
 			queued = true
 		}
 	}
 	return queued
+}
+
+// referrerGrace is how long after a client came back with config from
+// elsewhere (a reconnect: version_info, initial_resource_versions) a type it
+// has not asked for yet may still be one it holds: clients send every
+// type's first request at once, but the relay may answer the first before
+// it reads the others.
+const referrerGrace = time.Second
+
+// inGrace reports whether the stream is within referrerGrace of a client
+// that came back with config. Called with mu held.
+func (st *stream) inGrace() bool {
+	return !st.graceUntil.IsZero() && time.Now().Before(st.graceUntil)
+}
+
+// cameBack starts the grace of a client that came back with config and looks
+// again at what it held back when the grace ends. Called with mu held.
+func (st *stream) cameBack() {
+	if !st.graceUntil.IsZero() {
+		return
+	}
+	st.graceUntil = time.Now().Add(referrerGrace)
+	time.AfterFunc(referrerGrace, func() {
+		st.mu.Lock()
+		if st.closed {
+			st.mu.Unlock()
+			return
+		}
+		queued := false
+		for _, t := range slices.Sorted(maps.Keys(st.types)) {
+			ts := st.types[t]
+			if ts.latest != nil && (len(ts.kept) > 0 || ts.holding == "referenced") {
+				st.q.pushNames(ts.latest, slices.Collect(maps.Keys(ts.kept)))
+				queued = true
+			}
+		}
+		if !queued {
+			st.mu.Unlock()
+			return
+		}
+		st.scheduleLocked()
+	})
 }

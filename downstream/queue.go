@@ -18,7 +18,10 @@ type item struct {
 	// beats are names whose TTL the upstream refreshed (View.Heartbeats,
 	// shared; a private union after a merge).
 	beats map[string]struct{}
-	owned bool // names is a private copy
+	// recheck: the stream queued the item itself to look at names again
+	// (pushNames), even in a View it has looked at.
+	recheck bool
+	owned   bool // names is a private copy
 
 	// hold makes the item a barrier: it and everything behind it wait
 	// until the rollout resolves (nil: no barrier).
@@ -88,9 +91,10 @@ func (q *queue) pushNames(v *View, names []string) {
 	}
 	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
 		q.items[n-1].merge(v, set, nil, nil)
+		q.items[n-1].recheck = true
 		return
 	}
-	q.append(item{view: v, names: set, owned: true})
+	q.append(item{view: v, names: set, owned: true, recheck: true})
 }
 
 func (q *queue) append(it item) {
@@ -163,6 +167,7 @@ func collapseRun(run []item) []item {
 		last[t] = i
 		if a := acc[t]; a != nil {
 			a.merge(it.view, it.names, it.beats, keys(it.force))
+			a.recheck = a.recheck || it.recheck
 			if a.canary == nil {
 				a.canary = it.canary
 			}

@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -63,6 +64,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	}
 	if !ts.requested && ts.lastNonce == "" {
 		ts.fromElsewhere = req.GetVersionInfo() != ""
+		if ts.fromElsewhere {
+			st.cameBack()
+		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
@@ -264,7 +268,6 @@ func (st *stream) buildSotW(it item) *encoded {
 	}
 	ts.lastView = v
 	st.released(ts, v.TypeURL)
-	st.releaseKept(v.TypeURL)
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce = it.canary, nonce
 	}
@@ -341,9 +344,21 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		}
 	}
 	b := v.sotw(key, pick, errs, w)
-	keep := st.keptFull(ts, v, b)
+	kept, ok := st.keptFull(ts, v, b)
+	if !ok {
+		// Make before break, where the stream cannot send what the client
+		// holds as it holds it, or cannot read what refers to it: the
+		// client keeps what it has until that is over.
+		ts.kept = kept
+		if ts.kept == nil {
+			ts.kept = map[string]*Resource{} // (looked at again when referrers change)
+		}
+		return st.holdFull(ts, v, "referenced")
+	}
+	keep := slices.Collect(maps.Values(kept))
 	if len(keep) > 0 {
 		// Make before break: what the client still refers to stays.
+		slices.SortFunc(keep, byName)
 		b = v.sotw(key+keptKey(keep), func() []*Resource {
 			all := append(slices.Clone(pick()), keep...)
 			slices.SortFunc(all, byName)
@@ -356,12 +371,8 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if !ts.keepsHeld(v, b) {
 		return st.holdFull(ts, v, "unknown")
 	}
-	ts.kept = nil
+	ts.kept = kept
 	if len(keep) > 0 {
-		ts.kept = make(map[string]*Resource, len(keep))
-		for _, r := range keep {
-			ts.kept[r.key()] = r
-		}
 		st.hold(ts, v.TypeURL, "referenced")
 	}
 	return b

@@ -71,12 +71,15 @@ type stream struct {
 	q         queue                 // guarded by mu
 	nonce     uint64                // guarded by mu
 	scheduled bool                  // guarded by mu: queued in the pool or flushing
-	sending   bool                  // guarded by mu: a SendMsg is in flight
-	closed    bool                  // guarded by mu
-	nodeID    string                // guarded by mu
-	cluster   string                // guarded by mu
-	ttl       bool                  // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
-	principal *Principal            // guarded by mu: built at the first authorization
+	// graceUntil: the client came back with config from elsewhere; until
+	// then a type it has not asked for may hold something (mbb.go).
+	graceUntil time.Time  // guarded by mu
+	sending    bool       // guarded by mu: a SendMsg is in flight
+	closed     bool       // guarded by mu
+	nodeID     string     // guarded by mu
+	cluster    string     // guarded by mu
+	ttl        bool       // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
+	principal  *Principal // guarded by mu: built at the first authorization
 }
 
 // typeState is a stream's protocol state for one type. Guarded by stream.mu.
@@ -137,6 +140,9 @@ type typeState struct {
 	heldKeys      map[string]struct{}
 	initial       map[string]struct{}
 	holding       string
+	// heldBack (Delta): names whose removal is held back: looked at again
+	// with every later change of the type.
+	heldBack map[string]struct{}
 
 	// Make before break (mbb.go): lastView is the View of the last response
 	// sent, latest the last View queued; kept holds the resources whose
@@ -144,6 +150,8 @@ type typeState struct {
 	lastView *View
 	latest   *View
 	kept     map[string]*Resource
+	// lastItem is the View of the last queued change looked at.
+	lastItem *View
 
 	// TP2: wrapped holds the subscribed keys that came as resource locators:
 	// their variants are sent in a Resource with name and constraints.
@@ -294,7 +302,15 @@ func (st *stream) flush() {
 			st.mu.Unlock()
 			return
 		}
-		if ts := st.types[it.view.TypeURL]; ts != nil && len(ts.halted) > 0 {
+		ts := st.types[it.view.TypeURL]
+		if ts != nil && it.view == ts.lastItem && len(it.force) == 0 && len(it.beats) == 0 && !it.recheck {
+			st.mu.Unlock()
+			continue // this very change was looked at already: nothing new
+		}
+		if ts != nil {
+			ts.lastItem = it.view
+		}
+		if ts != nil && len(ts.halted) > 0 {
 			it.view = ts.revert(it.view)
 		}
 		var msg *encoded
@@ -303,11 +319,21 @@ func (st *stream) flush() {
 		} else {
 			msg = st.buildSotW(it)
 		}
+		// Make before break: what the client holds of the type changed, or
+		// the stream learnt what it is: what it kept back may go now.
+		st.releaseKept(it.view.TypeURL)
 		var sent typeCounters
 		if ts := st.types[it.view.TypeURL]; ts != nil {
 			sent = ts.counters
 		}
 		st.sending = msg != nil
+		if msg != nil {
+			if ce := st.srv.log.Check(zap.DebugLevel, "response"); ce != nil {
+				ce.Write(zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", it.view.TypeURL),
+					zap.Uint64("view", it.view.Seq), zap.Int("names", len(it.names)), zap.Int("forced", len(it.force)),
+					zap.Int("beats", len(it.beats)), zap.Int("bytes", msg.size()))
+			}
+		}
 		st.mu.Unlock()
 		if msg == nil {
 			continue

@@ -66,12 +66,17 @@ func (ts *typeState) subscribes(v *View, key string) bool {
 func (st *stream) mayRemove(ts *typeState, v *View, key string) bool {
 	_, brought := ts.initial[key]
 	if v.gone(key) && !(brought && v.Stale) {
+		delete(ts.heldBack, key)
 		return true
 	}
 	reason := "unknown"
 	if v.Stale {
 		reason = "stale"
 	}
+	if ts.heldBack == nil {
+		ts.heldBack = make(map[string]struct{})
+	}
+	ts.heldBack[key] = struct{}{} // looked at again with every later change
 	st.hold(ts, v.TypeURL, reason)
 	return false
 }
@@ -95,8 +100,15 @@ func (st *stream) hold(ts *typeState, typeURL, reason string) {
 	}
 	ts.holding = reason
 	st.srv.m.RemovalsHeld.WithLabelValues(metrics.TypeLabel(typeURL), reason).Inc()
-	st.srv.log.Warn("holding back a removal: the cache does not know the resource is gone", zap.Uint64("stream", st.id),
+	st.srv.log.Warn("holding back a removal: "+holdReasons[reason], zap.Uint64("stream", st.id),
 		zap.String("node", st.nodeID), zap.String("type", typeURL), zap.String("reason", reason))
+}
+
+// holdReasons say why a removal is held back, by reason label.
+var holdReasons = map[string]string{
+	"unknown":    "the cache does not know the resource is gone",
+	"stale":      "the cache is not confirmed by a live upstream and the client brought config from elsewhere",
+	"referenced": "the client still holds something that refers to it (make before break)",
 }
 
 // released ends a hold episode of the type: a response went out, keeping

@@ -449,7 +449,10 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			rolled = append(rolled, name)
 		}
 	}
-	complete := old.Complete || (u.Complete && authority == "")
+	// Complete: the wildcard set is held, and kept up to date only while
+	// the wildcard is subscribed (a warm-restart file's set, kept for new
+	// clients while the upstream is away, goes once the upstream answers).
+	complete := (old.Complete || (u.Complete && authority == "")) && (tc.up[keying.Wildcard] || authority != "")
 	delete(tc.unconfirmed, authority) // the upstream answered on its current stream
 	stale := len(tc.unconfirmed) > 0
 	if len(beats) == 0 {
@@ -510,25 +513,11 @@ func (r *Relay) notifyEvery(tc *typeCache, v *downstream.View) {
 	}
 }
 
-// notify tells the streams that watch a changed name (or the wildcard) of v.
-// A stream watching several is notified several times: its queue merges
-// them. Called with mu held.
+// notify tells the streams that watch a changed name (or the wildcard) of v,
+// once each. Called with mu held.
 func (r *Relay) notify(tc *typeCache, v *downstream.View) {
-	notify := func(ws *watcherSet) {
-		for id := range ws.all {
-			if w := r.watcher(id); w != nil {
-				w.Notify(v, nil)
-			}
-		}
-	}
-	notify(tc.wild)
-	for _, names := range []map[string]struct{}{v.Changed, v.Heartbeats} {
-		for name := range names {
-			notify(tc.watchers[name])
-			if g := globOf(v, name); g != "" {
-				notify(tc.watchers[g])
-			}
-		}
+	for _, w := range r.watchersOf(tc, append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)) {
+		w.Notify(v, nil)
 	}
 }
 

@@ -171,10 +171,13 @@ func TestDeltaInitialResourceVersions(t *testing.T) {
 		again := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "d"})
 		again.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
 			InitialResourceVersions: versions})
-		// The relay may learn of c1's change after answering: collect until
-		// c1's new version arrived. c2 must never be resent.
+		// The relay may learn of c1's change after answering, and holds the
+		// removal of what the client brought a moment, in case it still
+		// refers to it (it may not have asked for its listeners yet): collect
+		// until c1's new version arrived and c0 was removed. c2 must never be
+		// resent.
 		sent, removed := map[string]string{}, map[string]bool{}
-		for sent["c1"] == "" || sent["c1"] == versions["c1"] {
+		for sent["c1"] == "" || sent["c1"] == versions["c1"] || !removed["c0"] {
 			resp = again.MustRecv()
 			for _, res := range resp.GetResources() {
 				sent[res.GetName()] = res.GetVersion()

@@ -3,6 +3,8 @@ package relay
 import (
 	"maps"
 
+	"go.uber.org/zap"
+
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -27,9 +29,9 @@ func (tc *typeCache) wantsOwn(c downstream.Change) bool {
 	if c.Wildcard != nil && *c.Wildcard && tc.noCacheWild {
 		return true
 	}
-	for _, n := range c.Add {
-		if tc.noCache[n] {
-			return true
+	for _, k := range c.Add {
+		if name, _ := keying.SplitSubscriptionKey(k); tc.noCache[name] {
+			return true // (a key with TP2 parameters too)
 		}
 	}
 	return false
@@ -51,6 +53,9 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 	}
 	for _, n := range names {
 		add(tc.watchers[n])
+		for k := range tc.params[n] {
+			add(tc.watchers[k]) // its subscriptions with TP2 parameters
+		}
 		if auth, _ := keying.Authority(n); auth == "" && keying.FullState(tc.typeURL) {
 			tc.noCacheWild = true
 			add(tc.wild)
@@ -76,6 +81,8 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		b.ownTypes = make(map[string]bool)
 	}
 	b.ownTypes[typeURL] = true
+	r.log.Debug("a do_not_cache resource: the stream gets the type from its node's own scope",
+		zap.String("node", b.node.GetId()), zap.String("type", typeURL))
 	to := r.ownScope(b).typeCache(typeURL)
 	from := b.group.types[typeURL]
 	if from == nil {
@@ -103,18 +110,18 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 			seed(n, rs)
 		}
 	}
-	complete := old.Complete
 	if wild {
 		for n, rs := range from.view.Resources {
 			if rs.Authority == "" && n == rs.Name {
 				seed(n, rs)
 			}
 		}
-		complete = complete || from.view.Complete
 	}
-	if len(seeded) > 0 || complete != old.Complete {
+	// The seed lacks the do_not_cache resources themselves: the own View is
+	// not the complete wildcard set until its own upstream answers.
+	if len(seeded) > 0 {
 		v := r.nextView(to, seeded)
-		v.Resources, v.Complete = res, complete
+		v.Resources = res
 		r.publish(to, v)
 	}
 

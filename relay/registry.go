@@ -389,11 +389,19 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
 	}
-	if _, ok := tc.view.Absent[name]; ok {
-		// No longer subscribed: what the upstream said of it goes stale.
+	// No longer subscribed: what the upstream said of it goes stale — that
+	// it does not exist, or (the wildcard) that the cache holds the whole set.
+	_, absent := tc.view.Absent[name]
+	incomplete := name == keying.Wildcard && tc.view.Complete
+	if absent || incomplete {
 		v := r.nextView(tc, nil)
-		v.Absent = maps.Clone(v.Absent)
-		delete(v.Absent, name)
+		if absent {
+			v.Absent = maps.Clone(v.Absent)
+			delete(v.Absent, name)
+		}
+		if incomplete {
+			v.Complete = false
+		}
 		r.publish(tc, v)
 	}
 }
@@ -491,6 +499,15 @@ func (r *Relay) evict() {
 		}
 		if len(changed) == 0 {
 			continue
+		}
+		byClient := make(map[*upstream.Client][]string)
+		for n := range changed {
+			if c := tc.clientFor(n); c != nil {
+				byClient[c] = append(byClient[c], n)
+			}
+		}
+		for c, ns := range byClient {
+			c.Forget(typeURL, ns...) // the upstream may think the relay still holds them
 		}
 		v := r.nextView(tc, changed)
 		v.Resources, v.Complete = res, complete

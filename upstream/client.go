@@ -75,6 +75,7 @@ type typeState struct {
 	requested bool                // SotW: a request for the type was sent on this stream
 	named     bool                // SotW: a request with explicit names was sent on this stream
 	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
+	forget    map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
 	nack      error               // SotW: NACK to send with the next request
 	acks      []deltaAck          // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
@@ -214,6 +215,39 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 	}
 }
 
+// Forget tells the server that the relay no longer holds names of typeURL
+// (it dropped them from its cache). A Delta server remembers what it sent
+// on the stream — go-control-plane even across a dropped wildcard — and
+// would not send them again when they are subscribed later; an explicit
+// unsubscription makes it forget. Names the relay subscribes to are left
+// alone; SotW servers need nothing (a new subscription is answered with the
+// full set).
+func (c *Client) Forget(typeURL string, names ...string) {
+	c.mu.Lock()
+	st, ok := c.types[typeURL]
+	if !ok || c.mode != ModeDelta || st.sent == nil {
+		c.mu.Unlock()
+		return
+	}
+	changed := false
+	for _, n := range names {
+		if _, sub := st.names[n]; !sub {
+			if st.forget == nil {
+				st.forget = make(map[string]struct{})
+			}
+			st.forget[n] = struct{}{}
+			changed = true
+		}
+	}
+	if changed {
+		c.markDirtyLocked(typeURL, st)
+	}
+	c.mu.Unlock()
+	if changed {
+		c.notify()
+	}
+}
+
 // Close stops the client: it cancels the stream, closes the connection and
 // waits for every goroutine of the client. It must not be called from a
 // Handler method. Calling it again is a no-op.
@@ -319,7 +353,7 @@ func (c *Client) resetForStreamLocked() {
 	c.pending = c.pending[:0]
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
-		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks = false, false, false, nil, nil, nil
+		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
 		st.answered, st.wildSure, st.settleAt = false, false, time.Time{}
 	}
 	order := make([]string, 0, len(c.types))

@@ -115,6 +115,14 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				unsub = append(unsub, n)
 			}
 		}
+		for n := range st.forget {
+			_, sub := st.names[n]
+			_, told := st.sent[n]
+			if !sub && !told {
+				unsub = append(unsub, n) // Forget
+			}
+		}
+		st.forget = nil
 		sort.Strings(sub)
 		sort.Strings(unsub)
 		st.sent = make(map[string]struct{}, len(st.names))
