@@ -1,0 +1,92 @@
+package oracle_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/xds-relay/xds-relay/internal/oracle"
+)
+
+var (
+	seeds    = flag.Int("oracle.seeds", 12, "schedules to run: seeds oracle.seed .. oracle.seed+N-1")
+	first    = flag.Uint64("oracle.seed", 1, "the first seed")
+	steps    = flag.Int("oracle.steps", 40, "steps per schedule")
+	duration = flag.Duration("oracle.duration", 0, "run schedules of random seeds for this long instead (make soak)")
+	shrink   = flag.Duration("oracle.shrink", 2*time.Minute, "how long to shrink a failing schedule")
+	logTo    = flag.String("oracle.log", "", "write the relays' debug log of a failing schedule to this file")
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestOracle runs seeded schedules of the whole relay and checks every
+// response every client receives (see the package doc). A failure prints the
+// seed, the schedule and the shortest failing schedule found; replay one with
+//
+//	go test ./internal/oracle -run TestOracle -oracle.seed N -oracle.seeds 1 -oracle.log /tmp/relay.log
+func TestOracle(t *testing.T) {
+	run := func(seed uint64) bool {
+		s := oracle.Generate(seed, *steps)
+		log, buf := zap.NewNop(), &syncBuffer{}
+		if *logTo != "" {
+			log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), buf, zap.DebugLevel))
+		}
+		err := oracle.Execute(s, t.TempDir(), log)
+		if err == nil {
+			return true
+		}
+		if *logTo != "" {
+			if werr := os.WriteFile(*logTo, buf.bytes(), 0o644); werr != nil {
+				t.Log(werr)
+			}
+		}
+		t.Errorf("seed %d failed: %v\nschedule:\n%s", seed, err, s)
+		short, serr := oracle.Shrink(s, err, t.TempDir(), 3, *shrink)
+		t.Errorf("shortest failing schedule found (%d of %d steps):\n%s%v", len(short.Steps), len(s.Steps), short, serr)
+		return false
+	}
+	if *duration > 0 {
+		deadline := time.Now().Add(*duration)
+		n := 0
+		for seed := uint64(time.Now().UnixNano()); time.Now().Before(deadline); seed++ {
+			n++
+			if !run(seed) {
+				break
+			}
+		}
+		t.Logf("%d schedules of %d steps run", n, *steps)
+		return
+	}
+	for seed := *first; seed < *first+uint64(*seeds); seed++ {
+		if !run(seed) {
+			return
+		}
+	}
+}
+
+// syncBuffer is a log sink for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Sync() error { return nil }
+
+func (s *syncBuffer) bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}

@@ -1,0 +1,401 @@
+package oracle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+	"slices"
+	"strings"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+func bodyHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// badMarker marks a cluster version picky clients NACK (its alt_stat_name).
+const badMarker = "bad-version"
+
+func isBad(body []byte) bool { return bytes.Contains(body, []byte(badMarker)) }
+
+// onSotW applies one SotW response as a client does, after checking it
+// against the upstream's history.
+func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.gen != c.gen || c.closed {
+		return
+	}
+	t := resp.GetTypeUrl()
+	ct := c.types[t]
+	if ct == nil {
+		c.fail("a response of type %s it never asked for", t)
+		return
+	}
+	ct.nonce = resp.GetNonce()
+	full := keying.FullState(t)
+	next := map[string]*held{}
+	if !full {
+		maps.Copy(next, ct.held)
+	}
+	var items []item
+	bad := false
+	for _, a := range resp.GetResources() {
+		it, err := decodeAny(t, a.GetValue(), a.GetTypeUrl())
+		if err != nil {
+			c.fail("undecodable %s resource: %v", t, err)
+			return
+		}
+		if it.beat {
+			continue
+		}
+		items = append(items, it)
+		bad = bad || it.bad
+	}
+	for _, it := range items {
+		h, ok := c.accept(t, it)
+		if !ok {
+			return
+		}
+		if c.subscribes(t, it.name) {
+			next[c.key(t, it.name)] = h // (clients ignore what they no longer watch)
+		}
+	}
+	c.note("<- %s v=%s n=%s %v", shortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
+	c.run.trace("%s (relay %s) <- sotw %s %s %v", c.spec.ID, c.run.instance(c.target), shortType(t), resp.GetVersionInfo(), itemNames(items))
+	if resp.GetVersionInfo() == ct.acked && !ct.asked && sameHeld(next, ct.held) {
+		c.fail("%s version %s resent though the client ACKed it and asked for nothing new", t, ct.acked)
+		return
+	}
+	if c.spec.Picky && bad {
+		ct.asked = false
+		c.requestLocked(t, nil, nil, "bad version")
+		return // NACK: the client keeps what it had
+	}
+	var lost []string
+	if full {
+		for k, h := range ct.held {
+			if _, still := next[k]; !still && c.subscribes(t, k) {
+				if !c.justified(t, h) {
+					return
+				}
+				lost = append(lost, k)
+			}
+		}
+	}
+	ct.held, ct.acked, ct.asked = next, resp.GetVersionInfo(), false
+	if !c.checkRefs(t, lost) {
+		return
+	}
+	c.followLocked()
+	c.requestLocked(t, nil, nil) // ACK
+}
+
+// onDelta applies one Delta response as a client does, after checking it
+// against the upstream's history.
+func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.gen != c.gen || c.closed {
+		return
+	}
+	t := resp.GetTypeUrl()
+	ct := c.types[t]
+	if ct == nil {
+		c.fail("a response of type %s it never asked for", t)
+		return
+	}
+	ct.nonce = resp.GetNonce()
+	var items []item
+	bad := false
+	for _, w := range resp.GetResources() {
+		it := fromWrapper(w)
+		if it.beat {
+			continue
+		}
+		items = append(items, it)
+		bad = bad || it.bad
+	}
+	// Removals first: a TP2 response may replace a variant by another of the
+	// same name, removing the old one (removed_resource_names names it with
+	// its constraints).
+	type removal struct{ name, env string }
+	var removed []removal
+	for _, n := range resp.GetRemovedResources() {
+		removed = append(removed, removal{n, "*"})
+	}
+	for _, rn := range resp.GetRemovedResourceNames() {
+		removed = append(removed, removal{rn.GetName(), rn.GetDynamicParameterConstraints().GetConstraint().GetValue()})
+	}
+	c.note("<- %s n=%s +%v -%v", shortType(t), resp.GetNonce(), itemNames(items), removed)
+	c.run.trace("%s (relay %s) <- delta %s +%v -%v", c.spec.ID, c.run.instance(c.target), shortType(t), itemNames(items), removed)
+	if c.spec.Picky && bad {
+		ct.asked = false
+		c.requestLocked(t, nil, nil, "bad version")
+		return
+	}
+	next := maps.Clone(ct.held)
+	var lost []string
+	for _, rm := range removed {
+		k := c.key(t, rm.name)
+		h := ct.held[k]
+		if h == nil {
+			// "It does not exist": only for what the upstream has not got.
+			if ct.names[rm.name] && !c.justified(t, &held{name: rm.name, env: c.env(t)}) {
+				return
+			}
+			continue
+		}
+		if rm.env != "*" && rm.env != h.env {
+			continue // another variant than the one held
+		}
+		delete(next, k)
+		lost = append(lost, k)
+	}
+	for _, it := range items {
+		h, ok := c.accept(t, it)
+		if !ok {
+			return
+		}
+		k := c.key(t, it.name)
+		if cur := ct.held[k]; cur != nil && cur.version == it.version && !ct.asked {
+			c.fail("%s %s resent at version %s the client holds, unasked", t, k, it.version)
+			return
+		}
+		h.version = it.version
+		if c.subscribes(t, it.name) {
+			next[k] = h                                                           // (clients ignore what they no longer watch)
+			lost = slices.DeleteFunc(lost, func(l string) bool { return l == k }) // replaced
+		}
+	}
+	for _, k := range lost {
+		if !c.justified(t, ct.held[k]) {
+			return
+		}
+	}
+	ct.held, ct.asked = next, false
+	if !c.checkRefs(t, lost) {
+		return
+	}
+	c.followLocked()
+	c.requestLocked(t, nil, nil) // ACK
+}
+
+// env is the TP2 parameter the client selects variants of typeURL with.
+func (c *Client) env(typeURL string) string {
+	if c.tp2(typeURL) {
+		return c.spec.Env
+	}
+	return ""
+}
+
+// accept checks one received resource: no invented state — the upstream
+// published that content for a variant the client's parameters select — and
+// returns it as held. Called with mu held.
+func (c *Client) accept(t string, it item) (*held, bool) {
+	if it.env != "" && it.env != c.env(t) {
+		c.fail("got the %s variant env=%s of %s, its parameters are env=%q", t, it.env, it.name, c.env(t))
+		return nil, false
+	}
+	if !c.run.world.Published(t, it.name, it.env, it.hash) {
+		c.fail("got %s %s (env %q) with content %s the upstream never published", t, it.name, it.env, it.hash)
+		return nil, false
+	}
+	return &held{name: it.name, env: it.env, hash: it.hash, version: it.version, refs: c.run.world.refsOf(t, it.name, it.env, it.hash)}, true
+}
+
+// justified reports (and otherwise fails the run) whether the client may be
+// told that h is gone: the upstream removed it after publishing the content
+// the client holds, or the relay it talks to has nothing newer from the
+// upstream than a state without it (a replica behind its sibling). Called
+// with mu held.
+func (c *Client) justified(t string, h *held) bool {
+	env := c.env(t)
+	if c.run.world.GoneSince(t, h.name, env, h.hash, 0) {
+		return true
+	}
+	for _, inst := range []string{c.run.instance(c.target), c.spec.ID} {
+		if i := c.run.sent(inst, t); i >= 0 && c.run.world.AbsentAt(t, h.name, env, i) {
+			return true
+		}
+	}
+	c.fail("told %s %s (content %s) is gone, but the upstream has it (phantom loss)", t, h.name, h.hash)
+	return false
+}
+
+// subscribes reports whether the client subscribes to key of t.
+func (c *Client) subscribes(t, key string) bool {
+	ct := c.types[t]
+	name, _ := keying.SplitSubscriptionKey(key)
+	return ct.wildcard || ct.names[name]
+}
+
+// checkRefs checks make before break on ADS after lost (keys of t) went:
+// nothing the client holds refers to them. Called with mu held.
+func (c *Client) checkRefs(t string, lost []string) bool {
+	if c.spec.PerType || len(lost) == 0 {
+		return true
+	}
+	for _, rt := range worldTypes {
+		for _, h := range c.types[rt].held {
+			for _, n := range h.refs[t] {
+				if slices.Contains(lost, c.key(t, n)) {
+					c.fail("make before break broken: %s %s still refers to %s %s, which the client was told is gone",
+						rt, h.name, t, n)
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// followLocked updates the subscriptions that follow references (RDS and
+// EDS for Envoy; RDS, CDS and EDS for gRPC) from what the client holds, and
+// drops what it no longer subscribes to, as clients do. Called with mu held.
+func (c *Client) followLocked() {
+	follow := []string{keying.RouteType, keying.EndpointType}
+	if c.spec.Shape == GRPC {
+		follow = []string{keying.RouteType, keying.ClusterType, keying.EndpointType}
+	}
+	from := map[string]string{keying.RouteType: keying.ListenerType, keying.ClusterType: keying.RouteType, keying.EndpointType: keying.ClusterType}
+	for _, t := range follow {
+		want := map[string]bool{}
+		for _, h := range c.types[from[t]].held {
+			for _, n := range h.refs[t] {
+				want[n] = true
+			}
+		}
+		ct := c.types[t]
+		var sub, unsub []string
+		for n := range want {
+			if !ct.names[n] {
+				sub = append(sub, n)
+			}
+		}
+		for n := range ct.names {
+			if !want[n] {
+				unsub = append(unsub, n)
+				delete(ct.held, c.key(t, n))
+			}
+		}
+		if len(sub) == 0 && len(unsub) == 0 {
+			continue
+		}
+		ct.names = want
+		ct.asked = true
+		slices.Sort(sub)
+		slices.Sort(unsub)
+		c.requestLocked(t, sub, unsub)
+	}
+}
+
+func sameHeld(a, b map[string]*held) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, h := range a {
+		if o := b[k]; o == nil || o.hash != h.hash || o.env != h.env {
+			return false
+		}
+	}
+	return true
+}
+
+// converged reports whether the client holds exactly what it should of the
+// snapshot, and if not, what differs.
+func (c *Client) converged(s *Snapshot) (bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := c.expected(s)
+	for _, t := range worldTypes {
+		got := map[string]string{}
+		for k, h := range c.types[t].held {
+			got[k] = h.hash
+		}
+		if !maps.Equal(got, want[t]) {
+			return false, c.spec.ID + " " + t + ": holds " + fmtMap(got) + ", want " + fmtMap(want[t])
+		}
+	}
+	return true, ""
+}
+
+// expected is what the client should hold of s, by type and key: content.
+func (c *Client) expected(s *Snapshot) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, t := range worldTypes {
+		out[t] = map[string]string{}
+	}
+	pick := func(t, name string) *Res {
+		r := s.Select(t, name, c.env(t))
+		if r != nil {
+			out[t][c.key(t, name)] = r.Hash
+		}
+		return r
+	}
+	var listeners []string
+	if c.spec.Shape == Envoy {
+		listeners = s.Names(keying.ListenerType)
+		for _, n := range s.Names(keying.ClusterType) {
+			if r := pick(keying.ClusterType, n); r != nil {
+				for _, e := range r.Refs[keying.EndpointType] {
+					pick(keying.EndpointType, e)
+				}
+			}
+		}
+	} else {
+		listeners = slices.Collect(maps.Keys(c.types[keying.ListenerType].names))
+	}
+	for _, l := range listeners {
+		lr := pick(keying.ListenerType, l)
+		if lr == nil {
+			continue
+		}
+		for _, rn := range lr.Refs[keying.RouteType] {
+			rr := pick(keying.RouteType, rn)
+			if rr == nil || c.spec.Shape == Envoy {
+				continue
+			}
+			for _, cn := range rr.Refs[keying.ClusterType] {
+				if cr := pick(keying.ClusterType, cn); cr != nil {
+					for _, e := range cr.Refs[keying.EndpointType] {
+						pick(keying.EndpointType, e)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func fmtMap(m map[string]string) string {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(keying.DisplayKey(k) + ":" + m[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func shortType(t string) string { return t[strings.LastIndexByte(t, '.')+1:] }
+
+func itemNames(items []item) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.name + "@" + it.hash[:4]
+		if it.env != "" {
+			out[i] += "{" + it.env + "}"
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,586 @@
+package oracle
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/relay"
+)
+
+// Options is one world: how the relays, the upstream and the fleet are set
+// up. A Schedule is run against it.
+type Options struct {
+	// Protocol is what the relays speak upstream: "sotw" or "delta".
+	Protocol string
+	// Ordered: the upstream pushes a snapshot's types in xDS order (CDS,
+	// EDS, LDS, RDS); else in a random order (it may break first).
+	Ordered bool
+	// Replicas is the number of relays (1 or 2); clients move between them.
+	Replicas int
+	// Fallback gives the relays a second upstream server (same history).
+	Fallback bool
+	// Persist gives each relay a warm-restart file.
+	Persist bool
+	// GroupBy puts the clients in a node group (keying.group_by: cluster).
+	GroupBy bool
+	// MaxUnreferenced is cache.max_unreferenced (LRU pressure when small).
+	MaxUnreferenced int
+	// Rollout turns guarded rollouts on; picky clients NACK bad versions.
+	Rollout bool
+	// World shapes the resources.
+	World WorldOptions
+}
+
+func (o Options) String() string {
+	return fmt.Sprintf("protocol=%s ordered=%v replicas=%d fallback=%v persist=%v group_by=%v max_unreferenced=%d rollout=%v tp2=%v do_not_cache=%v bad=%v",
+		o.Protocol, o.Ordered, o.Replicas, o.Fallback, o.Persist, o.GroupBy, o.MaxUnreferenced, o.Rollout,
+		o.World.TP2, o.World.DoNotCache, o.World.Bad)
+}
+
+// Op is what a step does.
+type Op string
+
+// The steps of a schedule.
+const (
+	OpPublish      Op = "publish"       // N changes to the upstream's state, one snapshot
+	OpJoin         Op = "join"          // a client connects to relay Relay
+	OpLeave        Op = "leave"         // a client goes away
+	OpMove         Op = "move"          // a client reconnects, to relay Relay, with what it holds
+	OpSlow         Op = "slow"          // a client reads slowly (N ms before each read)
+	OpFast         Op = "fast"          // a client reads at once again
+	OpPause        Op = "pause"         // nothing happens for N ms
+	OpUpstreamDown Op = "upstream-down" // upstream server Server stops
+	OpUpstreamUp   Op = "upstream-up"   // upstream server Server serves again
+	OpRelayRestart Op = "relay-restart" // relay Relay restarts (its clients reconnect)
+)
+
+// Step is one event of a schedule.
+type Step struct {
+	Op     Op
+	Client ClientSpec // join; the client's id for the others
+	Relay  int
+	Server int
+	N      int
+}
+
+func (s Step) String() string {
+	switch s.Op {
+	case OpPublish:
+		return fmt.Sprintf("publish %d changes", s.N)
+	case OpJoin:
+		return fmt.Sprintf("join %s to relay %d", s.Client, s.Relay)
+	case OpLeave, OpFast:
+		return fmt.Sprintf("%s %s", s.Op, s.Client.ID)
+	case OpMove:
+		return fmt.Sprintf("move %s to relay %d", s.Client.ID, s.Relay)
+	case OpSlow:
+		return fmt.Sprintf("slow %s (%d ms a read)", s.Client.ID, s.N)
+	case OpPause:
+		return fmt.Sprintf("pause %d ms", s.N)
+	case OpUpstreamDown, OpUpstreamUp:
+		return fmt.Sprintf("%s %d", s.Op, s.Server)
+	case OpRelayRestart:
+		return fmt.Sprintf("restart relay %d", s.Relay)
+	}
+	return string(s.Op)
+}
+
+// Schedule is a world and the steps run against it; Seed made them.
+type Schedule struct {
+	Seed  uint64
+	Opts  Options
+	Steps []Step
+}
+
+func (s *Schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %s\n", s.Seed, s.Opts)
+	for i, st := range s.Steps {
+		fmt.Fprintf(&b, "  %3d  %s\n", i, st)
+	}
+	return b.String()
+}
+
+// Generate returns the schedule of seed: a world and about steps steps.
+func Generate(seed uint64, steps int) *Schedule {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	o := Options{
+		Protocol:        []string{"sotw", "delta"}[rng.IntN(2)],
+		Ordered:         rng.IntN(2) == 0,
+		Replicas:        1 + rng.IntN(2),
+		Fallback:        rng.IntN(4) == 0,
+		Persist:         rng.IntN(2) == 0,
+		GroupBy:         rng.IntN(4) == 0,
+		MaxUnreferenced: rng.IntN(4),
+		Rollout:         rng.IntN(4) == 0,
+	}
+	o.World = WorldOptions{TP2: rng.IntN(3) == 0, DoNotCache: rng.IntN(5) == 0, Bad: o.Rollout}
+	s := &Schedule{Seed: seed, Opts: o}
+	var clients []string
+	down := map[int]bool{}
+	next := 0
+	join := func() {
+		next++
+		spec := ClientSpec{ID: fmt.Sprintf("c%d", next), Shape: Shape(rng.IntN(2)), Delta: rng.IntN(2) == 0,
+			PerType: rng.IntN(5) == 0}
+		if o.World.TP2 && spec.Shape == GRPC && rng.IntN(2) == 0 {
+			spec.Env = []string{envProd, "test"}[rng.IntN(2)]
+		}
+		spec.Picky = o.World.Bad && rng.IntN(2) == 0
+		s.Steps = append(s.Steps, Step{Op: OpJoin, Client: spec, Relay: rng.IntN(o.Replicas)})
+		clients = append(clients, spec.ID)
+	}
+	for range 2 + rng.IntN(3) {
+		join()
+	}
+	servers := 1
+	if o.Fallback {
+		servers = 2
+	}
+	for range steps {
+		pick := func() ClientSpec { return ClientSpec{ID: clients[rng.IntN(len(clients))]} }
+		switch k := rng.IntN(100); {
+		case k < 30:
+			s.Steps = append(s.Steps, Step{Op: OpPublish, N: 1 + rng.IntN(3)})
+		case k < 40 && len(clients) < 8:
+			join()
+		case k < 45 && len(clients) > 1:
+			i := rng.IntN(len(clients))
+			s.Steps = append(s.Steps, Step{Op: OpLeave, Client: ClientSpec{ID: clients[i]}})
+			clients = slices.Delete(clients, i, i+1)
+		case k < 55:
+			s.Steps = append(s.Steps, Step{Op: OpMove, Client: pick(), Relay: rng.IntN(o.Replicas)})
+		case k < 60:
+			s.Steps = append(s.Steps, Step{Op: OpSlow, Client: pick(), N: 5 + rng.IntN(40)})
+		case k < 65:
+			s.Steps = append(s.Steps, Step{Op: OpFast, Client: pick()})
+		case k < 70:
+			srv := rng.IntN(servers)
+			op := OpUpstreamDown
+			if down[srv] {
+				op = OpUpstreamUp
+			}
+			down[srv] = !down[srv]
+			s.Steps = append(s.Steps, Step{Op: op, Server: srv})
+		case k < 74:
+			s.Steps = append(s.Steps, Step{Op: OpRelayRestart, Relay: rng.IntN(o.Replicas)})
+		default:
+			s.Steps = append(s.Steps, Step{Op: OpPause, N: rng.IntN(60)})
+		}
+	}
+	return s
+}
+
+// Run is one execution of a schedule. Its checks run in the clients'
+// goroutines at every response; the first failures are kept.
+type Run struct {
+	sched  *Schedule
+	world  *World
+	model  *model
+	rng    *rand.Rand
+	ups    []*Upstream
+	relays []*relaySlot
+	dir    string
+	log    *zap.Logger
+
+	mu       sync.Mutex
+	clients  map[string]*Client
+	failures []string
+}
+
+// relaySlot is one relay replica: its address stays across restarts.
+type relaySlot struct {
+	index int
+	addr  string
+
+	mu    sync.Mutex
+	gen   int
+	id    string
+	relay *relay.Relay
+	done  chan error
+}
+
+// Execute runs sched and returns what failed: a check at some response, or
+// convergence once the schedule is over. dir holds warm-restart files.
+func Execute(sched *Schedule, dir string, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	r := &Run{sched: sched, world: newWorld(), rng: rand.New(rand.NewPCG(sched.Seed, 2)), dir: dir, log: log,
+		clients: map[string]*Client{}}
+	defer r.shutdown()
+	r.model = newModel(sched.Opts.World, r.rng)
+	r.world.add(r.model.snapshot())
+	servers := 1
+	if sched.Opts.Fallback {
+		servers = 2
+	}
+	for i := range servers {
+		u := newUpstream(r.world, sched.Opts.Ordered, sched.Seed+uint64(i))
+		if err := u.start("127.0.0.1:0"); err != nil {
+			return err
+		}
+		r.ups = append(r.ups, u)
+	}
+	for i := range sched.Opts.Replicas {
+		slot := &relaySlot{index: i, addr: "127.0.0.1:0"}
+		r.relays = append(r.relays, slot)
+		if err := r.startRelay(slot); err != nil {
+			return err
+		}
+	}
+	for _, st := range sched.Steps {
+		r.trace("step: %s", st)
+		if err := r.step(st); err != nil {
+			return err
+		}
+		if err := r.failed(); err != nil {
+			return err
+		}
+	}
+	return r.quiesce()
+}
+
+// step executes one step.
+func (r *Run) step(st Step) error {
+	client := func() *Client {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.clients[st.Client.ID]
+	}
+	switch st.Op {
+	case OpPublish:
+		var what []string
+		for range st.N {
+			what = append(what, r.model.mutate(r.rng))
+		}
+		r.publish()
+		r.trace("published %d: %s", r.world.Len()-1, strings.Join(what, "; "))
+	case OpJoin:
+		c := newClient(r, st.Client)
+		r.mu.Lock()
+		r.clients[c.spec.ID] = c
+		r.mu.Unlock()
+		c.connect(st.Relay)
+	case OpLeave:
+		if c := client(); c != nil {
+			r.mu.Lock()
+			delete(r.clients, c.spec.ID)
+			r.mu.Unlock()
+			c.close()
+		}
+	case OpMove:
+		if c := client(); c != nil {
+			c.connect(st.Relay)
+		}
+	case OpSlow, OpFast:
+		if c := client(); c != nil {
+			c.setPause(time.Duration(st.N) * time.Millisecond)
+		}
+	case OpPause:
+		time.Sleep(time.Duration(st.N) * time.Millisecond) // the schedule's own time passing
+	case OpUpstreamDown:
+		if st.Server < len(r.ups) {
+			r.ups[st.Server].stop()
+		}
+	case OpUpstreamUp:
+		if u := r.upstream(st.Server); u != nil && !u.running() {
+			return u.start(u.addr)
+		}
+	case OpRelayRestart:
+		if st.Relay < len(r.relays) {
+			slot := r.relays[st.Relay]
+			r.stopRelay(slot)
+			return r.startRelay(slot)
+		}
+	}
+	return nil
+}
+
+func (r *Run) upstream(i int) *Upstream {
+	if i < len(r.ups) {
+		return r.ups[i]
+	}
+	return nil
+}
+
+// publish makes the model's state the next snapshot and pushes it.
+func (r *Run) publish() {
+	r.world.add(r.model.snapshot())
+	for _, u := range r.ups {
+		if u.running() {
+			u.publish()
+		}
+	}
+}
+
+// quiesce ends the schedule: every server and client back to normal, a last
+// snapshot without bad versions, and then every client must hold exactly the
+// upstream's state of what it subscribes to.
+func (r *Run) quiesce() error {
+	for _, u := range r.ups {
+		if !u.running() {
+			if err := u.start(u.addr); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range r.clientList() {
+		c.setPause(0)
+	}
+	for _, g := range r.model.clusters {
+		g.bad = false
+	}
+	r.model.gen++
+	for _, g := range r.model.clusters {
+		g.eds = r.model.content() // a change everyone sees, after the rest settled
+	}
+	r.publish()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := r.failed(); err != nil {
+			return err
+		}
+		var diffs []string
+		snap := r.world.Current()
+		for _, c := range r.clientList() {
+			if ok, diff := c.converged(snap); !ok {
+				diffs = append(diffs, diff)
+			}
+		}
+		if len(diffs) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(diffs)
+			return fmt.Errorf("no convergence 20 s after the schedule ended:\n  %s\n%s", strings.Join(diffs, "\n  "), r.dump())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *Run) clientList() []*Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Client, 0, len(r.clients))
+	for _, c := range r.clients {
+		out = append(out, c)
+	}
+	return out
+}
+
+// dump describes the relays' caches and clients, for a failure message.
+func (r *Run) dump() string {
+	var b strings.Builder
+	for _, s := range r.relays {
+		s.mu.Lock()
+		rl, id := s.relay, s.id
+		s.mu.Unlock()
+		if rl == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "relay %s cache:\n", id)
+		for _, e := range rl.DebugCache(relay.CacheFilter{}) {
+			fmt.Fprintf(&b, "    [%s] %s %s{%s} %s subscribers=%d\n", e.Scope, e.Type[strings.LastIndexByte(e.Type, '.')+1:], e.Name, e.Constraints, e.Version, e.Subscribers)
+		}
+		fmt.Fprintf(&b, "relay %s clients:\n", id)
+		for _, c := range rl.DebugClients("") {
+			fmt.Fprintf(&b, "    %s %s %s:", c.NodeID, c.Protocol, c.Service)
+			for t, ti := range c.Types {
+				fmt.Fprintf(&b, " %s wild=%v names=%v sent=%s acked=%s;", t[strings.LastIndexByte(t, '.')+1:], ti.Wildcard, ti.Names, ti.SentVersion, ti.AckedVersion)
+			}
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "relay %s upstreams:\n", id)
+		for _, u := range rl.DebugUpstreams() {
+			fmt.Fprintf(&b, "    %s %s %s:", u.Authority, u.Server, u.State)
+			for _, ts := range u.Types {
+				fmt.Fprintf(&b, " %s wild=%v names=%v v=%s;", ts.TypeURL[strings.LastIndexByte(ts.TypeURL, '.')+1:], ts.Wildcard, ts.Names, ts.Version)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// shutdown stops every client, relay and server.
+func (r *Run) shutdown() {
+	for _, c := range r.clientList() {
+		c.close()
+	}
+	for _, s := range r.relays {
+		r.stopRelay(s)
+	}
+	for _, u := range r.ups {
+		u.stop()
+	}
+}
+
+// trace logs what happens at Debug.
+func (r *Run) trace(format string, args ...any) {
+	if ce := r.log.Check(zap.DebugLevel, "oracle"); ce != nil {
+		ce.Write(zap.String("event", fmt.Sprintf(format, args...)))
+	}
+}
+
+// fail records a failed check.
+func (r *Run) fail(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.failures) < 5 {
+		r.failures = append(r.failures, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *Run) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.failures) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(r.failures, "\n"))
+}
+
+// listenerFor is the listener a gRPC-shaped client subscribes to.
+func (r *Run) listenerFor(id string) string {
+	ls := r.world.Current().Names(keying.ListenerType)
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return ls[int(h.Sum32())%len(ls)]
+}
+
+// instance is the current instance of relay slot i ("relay-A3").
+func (r *Run) instance(i int) string {
+	if i >= len(r.relays) {
+		return ""
+	}
+	s := r.relays[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+// sent is the latest snapshot index any upstream server sent instance of
+// typeURL.
+func (r *Run) sent(instance, typeURL string) int {
+	best := -1
+	for _, u := range r.ups {
+		best = max(best, u.Sent(instance, typeURL))
+	}
+	return best
+}
+
+func (r *Run) relayAddr(i int) string { return r.relays[i].addr }
+
+// startRelay starts the next instance of slot on its address.
+func (r *Run) startRelay(s *relaySlot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.id = fmt.Sprintf("relay-%c%d", 'A'+s.index, s.gen)
+	o := r.sched.Opts
+	cfg := config.Default()
+	cfg.Admin = ""
+	cfg.Node = config.Node{ID: s.id, Cluster: "relay"}
+	for _, u := range r.ups {
+		cfg.Upstream.XDSServers = append(cfg.Upstream.XDSServers, config.Server{ServerURI: u.addr, Protocol: o.Protocol})
+	}
+	cfg.Upstream.Linger = 30 * time.Millisecond
+	cfg.Upstream.UnavailableAfter = 200 * time.Millisecond
+	cfg.Upstream.DoesNotExistAfter = 600 * time.Millisecond
+	cfg.Cache.MaxUnreferenced = o.MaxUnreferenced
+	if o.Persist {
+		cfg.Cache.PersistPath = filepath.Join(r.dir, fmt.Sprintf("relay-%d.cache", s.index))
+	}
+	if o.GroupBy {
+		cfg.Keying = &config.Keying{GroupBy: []string{"cluster"}}
+	}
+	if o.Rollout {
+		cfg.Rollout = &config.Rollout{CanaryFraction: 0.3, Hold: 300 * time.Millisecond}
+	}
+	var lis net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lis, err = net.Listen("tcp", s.addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("oracle: relay listen: %w", err)
+	}
+	s.addr = lis.Addr().String()
+	cfg.Listen = s.addr
+	rl, err := relay.New(cfg, r.log.Named(s.id))
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("oracle: relay: %w", err)
+	}
+	s.relay, s.done = rl, make(chan error, 1)
+	go func() { s.done <- rl.Serve(lis) }()
+	return nil
+}
+
+// stopRelay closes slot's relay (its warm-restart file is written).
+func (r *Run) stopRelay(s *relaySlot) {
+	s.mu.Lock()
+	rl, done := s.relay, s.done
+	s.relay = nil
+	s.mu.Unlock()
+	if rl != nil {
+		rl.Close()
+		<-done
+	}
+}
+
+// Shrink returns a shorter schedule that still fails, and how (each
+// candidate is run up to tries times: runs are not deterministic), trying
+// for at most budget.
+func Shrink(s *Schedule, err error, dir string, tries int, budget time.Duration) (*Schedule, error) {
+	deadline := time.Now().Add(budget)
+	last := err
+	fails := func(c *Schedule) bool {
+		for i := range tries {
+			sub := filepath.Join(dir, fmt.Sprintf("shrink-%d", i))
+			_ = os.RemoveAll(sub)
+			_ = os.MkdirAll(sub, 0o755)
+			if err := Execute(c, sub, nil); err != nil {
+				last = err
+				return true
+			}
+		}
+		return false
+	}
+	best := s
+	for chunk := len(best.Steps) / 2; chunk >= 1 && time.Now().Before(deadline); {
+		shrunk := false
+		for i := 0; i < len(best.Steps) && time.Now().Before(deadline); i += chunk {
+			c := &Schedule{Seed: best.Seed, Opts: best.Opts, Steps: slices.Delete(slices.Clone(best.Steps), i, min(i+chunk, len(best.Steps)))}
+			if fails(c) {
+				best, shrunk = c, true
+				i -= chunk
+			}
+		}
+		if !shrunk {
+			chunk /= 2
+		}
+	}
+	if best == s {
+		last = err
+	}
+	return best, last
+}

@@ -1,0 +1,508 @@
+package oracle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Upstream is the simulation's authoritative control plane: an ADS server
+// (SotW and Delta) serving the World's latest snapshot. It follows the xDS
+// rules a careful server follows — stale SotW nonces ignored, full state for
+// LDS/CDS, Delta removals of what a stream holds, TP2 locators answered with
+// the selected variant wrapped with its constraints, do_not_cache marked —
+// pushes each snapshot type by type (in xDS order when ordered, else in a
+// random order), and records, per relay instance, the latest snapshot index
+// it sent for each type: what that relay can know at most.
+type Upstream struct {
+	world   *World
+	ordered bool
+
+	mu      sync.Mutex
+	addr    string
+	srv     *grpc.Server
+	done    chan struct{}
+	rng     *rand.Rand
+	streams map[*ustream]struct{}
+	sent    map[string]map[string]int // relay instance → type → latest index sent
+}
+
+// ustream is one ADS stream to the Upstream.
+type ustream struct {
+	u     *Upstream
+	delta bool
+	send  func(proto.Message) error
+
+	mu    sync.Mutex
+	node  string
+	types map[string]*usub
+	nonce int
+	out   []proto.Message
+	wake  chan struct{}
+}
+
+// usub is a stream's subscription of one type and what it was sent.
+type usub struct {
+	requested bool
+	wildcard  bool
+	named     bool              // SotW: a request named resources (the legacy wildcard is over)
+	keys      map[string]string // subscription key → TP2 env ("" for a plain name)
+	lastNonce string            // SotW: the latest nonce sent
+	lastSel   string            // SotW: the selection hash last sent
+	held      map[string]string // Delta: key → version the stream holds
+	heldEnv   map[string]string // Delta: key → env of the variant held (TP2 removals)
+}
+
+func newUpstream(w *World, ordered bool, seed uint64) *Upstream {
+	return &Upstream{world: w, ordered: ordered, rng: rand.New(rand.NewPCG(seed, 3)),
+		streams: map[*ustream]struct{}{}, sent: map[string]map[string]int{}}
+}
+
+// start serves on addr ("127.0.0.1:0" the first time, the same address on
+// a restart).
+func (u *Upstream) start(addr string) error {
+	var lis net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lis, err = net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("oracle: upstream listen: %w", err)
+	}
+	srv := grpc.NewServer()
+	discoverypb.RegisterAggregatedDiscoveryServiceServer(srv, adsServer{u})
+	done := make(chan struct{})
+	u.mu.Lock()
+	u.addr, u.srv, u.done = lis.Addr().String(), srv, done
+	u.mu.Unlock()
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	return nil
+}
+
+// stop ends every stream and releases the port.
+func (u *Upstream) stop() {
+	u.mu.Lock()
+	srv, done := u.srv, u.done
+	u.srv = nil
+	u.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+		<-done
+	}
+}
+
+func (u *Upstream) running() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.srv != nil
+}
+
+// Sent returns the latest snapshot index the Upstream sent relay instance
+// for typeURL, -1 for none.
+func (u *Upstream) Sent(instance, typeURL string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if i, ok := u.sent[instance][typeURL]; ok {
+		return i
+	}
+	return -1
+}
+
+// publish pushes the World's latest snapshot to every stream.
+func (u *Upstream) publish() {
+	u.mu.Lock()
+	streams := make([]*ustream, 0, len(u.streams))
+	for s := range u.streams {
+		streams = append(streams, s)
+	}
+	order := slices.Clone(worldTypes)
+	if !u.ordered {
+		u.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	u.mu.Unlock()
+	snap := u.world.Current()
+	for _, s := range streams {
+		for _, t := range order {
+			s.push(snap, t, false)
+		}
+	}
+}
+
+// adsServer serves the Upstream's ADS streams.
+type adsServer struct{ u *Upstream }
+
+func (a adsServer) StreamAggregatedResources(ss discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	s := a.u.open(false, func(m proto.Message) error { return ss.Send(m.(*discoverypb.DiscoveryResponse)) })
+	defer a.u.close(s)
+	go s.sender(ss.Context())
+	for {
+		req, err := ss.Recv()
+		if err != nil {
+			return nil
+		}
+		s.onSotW(req)
+	}
+}
+
+func (a adsServer) DeltaAggregatedResources(ss discoverypb.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	s := a.u.open(true, func(m proto.Message) error { return ss.Send(m.(*discoverypb.DeltaDiscoveryResponse)) })
+	defer a.u.close(s)
+	go s.sender(ss.Context())
+	for {
+		req, err := ss.Recv()
+		if err != nil {
+			return nil
+		}
+		s.onDelta(req)
+	}
+}
+
+func (u *Upstream) open(delta bool, send func(proto.Message) error) *ustream {
+	s := &ustream{u: u, delta: delta, send: send, types: map[string]*usub{}, wake: make(chan struct{}, 1)}
+	u.mu.Lock()
+	u.streams[s] = struct{}{}
+	u.mu.Unlock()
+	return s
+}
+
+func (u *Upstream) close(s *ustream) {
+	u.mu.Lock()
+	delete(u.streams, s)
+	u.mu.Unlock()
+}
+
+// sender sends the stream's queued responses in order until ctx ends.
+func (s *ustream) sender(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		out := s.out
+		s.out = nil
+		s.mu.Unlock()
+		for _, m := range out {
+			if s.send(m) != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+	}
+}
+
+// queueLocked queues a response and records what it tells the relay.
+// Called with s.mu held.
+func (s *ustream) queueLocked(m proto.Message, typeURL string, index int) {
+	s.out = append(s.out, m)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	if inst := instanceOf(s.node); inst != "" {
+		s.u.mu.Lock()
+		if s.u.sent[inst] == nil {
+			s.u.sent[inst] = map[string]int{}
+		}
+		if index > s.u.sent[inst][typeURL] || s.u.sent[inst][typeURL] == 0 {
+			s.u.sent[inst][typeURL] = index
+		}
+		s.u.mu.Unlock()
+	}
+}
+
+// instanceOf is the relay instance a stream's node id names ("A1", or
+// "A1/cluster=blue" for a node group); "" for a client's own node.
+func instanceOf(node string) string {
+	inst, _, _ := strings.Cut(node, "/")
+	if !strings.HasPrefix(inst, "relay-") {
+		return ""
+	}
+	return inst
+}
+
+func (s *ustream) sub(typeURL string) *usub {
+	st := s.types[typeURL]
+	if st == nil {
+		st = &usub{keys: map[string]string{}, held: map[string]string{}, heldEnv: map[string]string{}}
+		s.types[typeURL] = st
+	}
+	return st
+}
+
+// selection returns what st subscribes to in snap: key → variant.
+func selection(snap *Snapshot, typeURL string, st *usub) map[string]*Res {
+	out := map[string]*Res{}
+	if st.wildcard {
+		for _, n := range snap.Names(typeURL) {
+			if r := snap.Select(typeURL, n, ""); r != nil {
+				out[n] = r
+			}
+		}
+	}
+	for k, env := range st.keys {
+		name, _ := keying.SplitSubscriptionKey(k)
+		if r := snap.Select(typeURL, name, env); r != nil {
+			out[k] = r
+		}
+	}
+	return out
+}
+
+// wrapped returns r as a Resource wrapper: with its constraints for a TP2
+// subscriber (tp2), with cache_control when it is do_not_cache.
+func wrapped(r *Res, tp2 bool) *discoverypb.Resource {
+	w := &discoverypb.Resource{Version: r.Hash, Resource: &anypb.Any{TypeUrl: r.Type, Value: r.Body}}
+	if tp2 {
+		w.ResourceName = &discoverypb.ResourceName{Name: r.Name}
+		if r.Env != "" {
+			w.ResourceName.DynamicParameterConstraints = keying.ValueConstraint(envParam, r.Env)
+		}
+	} else {
+		w.Name = r.Name
+	}
+	if r.DoNotCache {
+		w.CacheControl = &discoverypb.Resource_CacheControl{DoNotCache: true}
+	}
+	return w
+}
+
+// onSotW handles a SotW request: a stale nonce is ignored; a changed
+// subscription or version is answered with the full selection.
+func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.node == "" {
+		s.node = req.GetNode().GetId()
+	}
+	t := req.GetTypeUrl()
+	st := s.sub(t)
+	if st.lastNonce != "" && req.GetResponseNonce() != st.lastNonce {
+		return // xDS: stale
+	}
+	keys := map[string]string{}
+	wild := false
+	for _, n := range req.GetResourceNames() {
+		if n == keying.Wildcard {
+			wild = true
+			continue
+		}
+		keys[n] = ""
+	}
+	for _, l := range req.GetResourceLocators() {
+		keys[locatorKey(l)] = l.GetDynamicParameters()[envParam]
+	}
+	// xDS: a first request without names is a legacy wildcard, which lasts
+	// while requests keep coming without names.
+	if len(keys) > 0 || wild {
+		st.named = true
+	} else if keying.WildcardCapable(t) && !st.named {
+		wild = true
+	}
+	changed := !st.requested || wild != st.wildcard || !mapsEqual(keys, st.keys)
+	st.requested, st.wildcard, st.keys = true, wild, keys
+	snap := s.u.world.Current()
+	if changed || req.GetVersionInfo() != version(snap) {
+		s.respondSotW(snap, t, st, true)
+	}
+}
+
+func version(snap *Snapshot) string { return "i" + strconv.Itoa(snap.Index) }
+
+func locatorKey(l *discoverypb.ResourceLocator) string {
+	if len(l.GetDynamicParameters()) == 0 {
+		return l.GetName()
+	}
+	return keying.SubscriptionKey(l.GetName(), keying.CanonicalParams(l.GetDynamicParameters()))
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// respondSotW queues the stream's full selection of typeURL, unless it is
+// what was sent last and force is false. Called with s.mu held.
+func (s *ustream) respondSotW(snap *Snapshot, typeURL string, st *usub, force bool) {
+	sel := selection(snap, typeURL, st)
+	keys := slices.Sorted(maps_Keys(sel))
+	var h strings.Builder
+	for _, k := range keys {
+		h.WriteString(k + "=" + sel[k].Hash + ";")
+	}
+	if !force && h.String() == st.lastSel {
+		return
+	}
+	st.lastSel = h.String()
+	s.nonce++
+	resp := &discoverypb.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version(snap), Nonce: strconv.Itoa(s.nonce)}
+	once := map[*Res]bool{} // a variant several subscriptions select goes once
+	for _, k := range keys {
+		r := sel[k]
+		if once[r] {
+			continue
+		}
+		once[r] = true
+		_, tp2 := st.keys[k]
+		tp2 = tp2 && keying.HasParams(k)
+		if tp2 || r.DoNotCache {
+			a, _ := anypb.New(wrapped(r, tp2))
+			resp.Resources = append(resp.Resources, a)
+			continue
+		}
+		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: r.Body})
+	}
+	st.lastNonce = resp.Nonce
+	s.queueLocked(resp, typeURL, snap.Index)
+}
+
+// onDelta handles a Delta request: subscription changes whatever the nonce;
+// the first request's initial_resource_versions say what the relay holds.
+func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.node == "" {
+		s.node = req.GetNode().GetId()
+	}
+	t := req.GetTypeUrl()
+	st := s.sub(t)
+	first := !st.requested
+	st.requested = true
+	if first {
+		for n, v := range req.GetInitialResourceVersions() {
+			st.held[n] = v
+		}
+		if keying.WildcardCapable(t) && len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceLocatorsSubscribe()) == 0 {
+			st.wildcard = true
+		}
+	}
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if n == keying.Wildcard {
+			st.wildcard = true
+			continue
+		}
+		st.keys[n] = ""
+	}
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		st.keys[locatorKey(l)] = l.GetDynamicParameters()[envParam]
+	}
+	unsub := func(k string) {
+		delete(st.keys, k)
+		delete(st.held, k)
+		delete(st.heldEnv, k)
+	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		if n == keying.Wildcard {
+			st.wildcard = false
+			continue
+		}
+		unsub(n)
+	}
+	for _, l := range req.GetResourceLocatorsUnsubscribe() {
+		unsub(locatorKey(l))
+	}
+	s.respondDelta(s.u.world.Current(), t, st, first)
+}
+
+// respondDelta queues what st lacks of its selection and the removals of
+// what it holds that is gone. Called with s.mu held.
+func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always bool) {
+	if !st.requested {
+		return
+	}
+	sel := selection(snap, typeURL, st)
+	resp := &discoverypb.DeltaDiscoveryResponse{TypeUrl: typeURL, SystemVersionInfo: version(snap)}
+	once := map[*Res]bool{} // a variant several subscriptions select goes once
+	for _, k := range slices.Sorted(maps_Keys(sel)) {
+		r := sel[k]
+		if st.held[k] == r.Hash {
+			continue
+		}
+		st.held[k], st.heldEnv[k] = r.Hash, r.Env
+		if !once[r] {
+			once[r] = true
+			resp.Resources = append(resp.Resources, wrapped(r, keying.HasParams(k)))
+		}
+	}
+	for _, k := range slices.Sorted(maps_Keys(st.held)) {
+		if _, ok := sel[k]; ok {
+			continue
+		}
+		_, named := st.keys[k]
+		if !named && !st.wildcard {
+			continue
+		}
+		name, _ := keying.SplitSubscriptionKey(k)
+		if keying.HasParams(k) {
+			rn := &discoverypb.ResourceName{Name: name}
+			if env := st.heldEnv[k]; env != "" {
+				rn.DynamicParameterConstraints = keying.ValueConstraint(envParam, env)
+			}
+			resp.RemovedResourceNames = append(resp.RemovedResourceNames, rn)
+		} else {
+			resp.RemovedResources = append(resp.RemovedResources, name)
+		}
+		delete(st.held, k)
+		delete(st.heldEnv, k)
+	}
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && len(resp.RemovedResourceNames) == 0 &&
+		!(always && st.wildcard) {
+		return
+	}
+	s.nonce++
+	resp.Nonce = strconv.Itoa(s.nonce)
+	s.queueLocked(resp, typeURL, snap.Index)
+}
+
+// push sends snap's typeURL to the stream where its selection changed.
+func (s *ustream) push(snap *Snapshot, typeURL string, force bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.types[typeURL]
+	if st == nil || !st.requested {
+		return
+	}
+	if s.delta {
+		s.respondDelta(snap, typeURL, st, false)
+	} else {
+		s.respondSotW(snap, typeURL, st, force)
+	}
+}
+
+func maps_Keys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
