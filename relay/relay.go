@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -22,7 +21,6 @@ import (
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
-	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -54,10 +52,10 @@ type Relay struct {
 	serving  atomic.Bool
 	draining atomic.Bool
 
-	// node is the relay's own node; upCreds the upstream servers' transport
-	// credentials by authority.
-	node    *corev3.Node
-	upCreds map[string][]credentials.TransportCredentials
+	// node is the relay's own node; creds the credentials of the listener
+	// and of the upstream servers.
+	node  *corev3.Node
+	creds *credsSet
 
 	mu      sync.Mutex
 	scopes  map[string]*scope                // guarded by mu; by scope key
@@ -86,7 +84,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		return nil, errors.New("relay: no upstream xds_servers configured")
 	}
 	// TLS files are read before anything starts, so that a bad one fails New.
-	srvCreds, upCreds, err := transportCreds(cfg, log)
+	creds, err := buildCreds(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +94,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		m:       metrics.New(),
 		linger:  cfg.Upstream.Linger,
 		node:    relayNode(cfg),
-		upCreds: upCreds,
+		creds:   creds,
 		scopes:  make(map[string]*scope),
 		bound:   make(map[uint64]*binding),
 	}
@@ -111,6 +109,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		r.evicted = append(r.evicted, k)
 	})
 	if err != nil {
+		creds.close()
 		return nil, fmt.Errorf("relay: cache: %w", err)
 	}
 	r.unref = lru
@@ -150,8 +149,8 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	if n := cfg.Limits.MaxRecvMessageBytes; n > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(n))
 	}
-	if srvCreds != nil {
-		opts = append(opts, grpc.Creds(srvCreds))
+	if creds.downstream != nil {
+		opts = append(opts, grpc.Creds(creds.downstream))
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
@@ -181,18 +180,18 @@ func relayNode(cfg *config.Config) *corev3.Node {
 	return n
 }
 
-// newClient creates the upstream client of auth; creds[i] are the transport
-// credentials of servers[i] (nil: plaintext).
+// newClient creates the upstream client of auth over servers, with the
+// credentials built for them.
 func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upstream.Client {
-	creds := r.upCreds[auth]
+	creds := r.creds.upstream[auth]
 	if auth != "" && len(r.cfg.Upstream.Authorities[auth].XDSServers) == 0 {
-		creds = r.upCreds[""]
+		creds = r.creds.upstream[""]
 	}
 	cfgs := make([]upstream.ServerConfig, len(servers))
 	for i, s := range servers {
 		cfgs[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol)}
 		if i < len(creds) {
-			cfgs[i].Creds = creds[i]
+			cfgs[i].Creds, cfgs[i].CallCreds = creds[i].transport, creds[i].calls
 		}
 	}
 	log := r.log.Named("upstream").With(zap.String("authority", auth))
@@ -209,66 +208,6 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		// that a reconnect does not resend them.
 		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(sc, auth, typeURL) },
 	}, &upstreamHandler{r: r, sc: sc, authority: auth})
-}
-
-// transportCreds reads the TLS files of the config: the downstream server's
-// credentials (nil: plaintext) and, by authority ("" for the default
-// servers), the credentials of each upstream server in the order newClient
-// gets them.
-func transportCreds(cfg *config.Config, log *zap.Logger) (credentials.TransportCredentials, map[string][]credentials.TransportCredentials, error) {
-	var srv credentials.TransportCredentials
-	if t := cfg.TLS; t != nil {
-		var err error
-		srv, err = tlsconfig.ServerCredentials(tlsconfig.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.ClientCAFile},
-			log.Named("tls"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("relay: tls: %w", err)
-		}
-	}
-	up := map[string][]credentials.TransportCredentials{}
-	add := func(auth string, servers []config.Server) error {
-		if len(servers) == 0 {
-			servers = cfg.Upstream.XDSServers
-		}
-		ulog := log.Named("upstream").With(zap.String("authority", auth))
-		for _, s := range servers {
-			c, err := channelCreds(s, ulog.With(zap.String("server", s.ServerURI)))
-			if err != nil {
-				return err
-			}
-			up[auth] = append(up[auth], c)
-		}
-		return nil
-	}
-	if err := add("", cfg.Upstream.XDSServers); err != nil {
-		return nil, nil, err
-	}
-	for auth, a := range cfg.Upstream.Authorities {
-		if err := add(auth, a.XDSServers); err != nil {
-			return nil, nil, err
-		}
-	}
-	return srv, up, nil
-}
-
-// channelCreds returns the transport credentials of s's first channel_creds
-// entry (gRPC bootstrap: the first supported type; both are): nil for
-// insecure or none.
-func channelCreds(s config.Server, log *zap.Logger) (credentials.TransportCredentials, error) {
-	if len(s.ChannelCreds) == 0 || s.ChannelCreds[0].Type != "tls" {
-		return nil, nil
-	}
-	t, err := s.ChannelCreds[0].TLS()
-	if err != nil {
-		return nil, fmt.Errorf("relay: upstream %s: channel_creds: %w", s.ServerURI, err)
-	}
-	creds, err := tlsconfig.ClientCredentials(tlsconfig.Files{
-		CertFile: t.CertificateFile, KeyFile: t.PrivateKeyFile, CAFile: t.CACertificateFile,
-	}, log.Named("tls"))
-	if err != nil {
-		return nil, fmt.Errorf("relay: upstream %s: %w", s.ServerURI, err)
-	}
-	return creds, nil
 }
 
 // connCounter keeps the downstream connection gauge.
@@ -350,6 +289,7 @@ func (r *Relay) Close() {
 	if r.persist != nil {
 		r.persist.close()
 	}
+	r.creds.close()
 }
 
 // Registry is the relay's own Prometheus registry.

@@ -22,6 +22,9 @@ type ServerConfig struct {
 	// Creds are the transport credentials of connections to this server
 	// (TLS, mTLS). nil: plaintext.
 	Creds credentials.TransportCredentials
+	// CallCreds are sent with every stream to this server (e.g. a bearer
+	// token, gRFC A97). grpc sends them over secure transports only.
+	CallCreds []credentials.PerRPCCredentials
 }
 
 // Mode selects the xDS protocol variant spoken to the servers.
@@ -102,7 +105,7 @@ type Config struct {
 	// runs on the run goroutine: it must be safe for concurrent use.
 	InitialVersions func(typeURL string) map[string]string
 	// DialOptions are appended to the defaults (the server's Creds or
-	// insecure credentials, keepalive ping after 5 min idle with a 20 s
+	// insecure credentials, its CallCreds, keepalive ping after 5 min idle with a 20 s
 	// timeout, 64 MiB receive limit), so they can override them.
 	DialOptions []grpc.DialOption
 	// Logger receives lifecycle logs at Info and per-message logs at Debug.

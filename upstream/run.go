@@ -132,15 +132,20 @@ func (c *Client) disconnected(uri string, err error) {
 // dialOptions returns the defaults for server idx followed by
 // Config.DialOptions.
 func (c *Client) dialOptions(idx int) []grpc.DialOption {
-	creds := c.cfg.Servers[idx].Creds
+	srv := c.cfg.Servers[idx]
+	creds := srv.Creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	return append([]grpc.DialOption{
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
-	}, c.cfg.DialOptions...)
+	}
+	for _, cc := range srv.CallCreds {
+		opts = append(opts, grpc.WithPerRPCCredentials(cc))
+	}
+	return append(opts, c.cfg.DialOptions...)
 }
 
 // attempt connects to server idx and runs streams on that connection until
