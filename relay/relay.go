@@ -89,14 +89,14 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:     cfg,
-		log:     log,
-		m:       metrics.New(),
-		linger:  cfg.Upstream.Linger,
-		node:    relayNode(cfg),
-		creds:   creds,
-		scopes:  make(map[string]*scope),
-		bound:   make(map[uint64]*binding),
+		cfg:    cfg,
+		log:    log,
+		m:      metrics.New(),
+		linger: cfg.Upstream.Linger,
+		node:   relayNode(cfg),
+		creds:  creds,
+		scopes: make(map[string]*scope),
+		bound:  make(map[uint64]*binding),
 	}
 	if r.linger <= 0 {
 		r.linger = DefaultLinger
