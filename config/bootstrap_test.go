@@ -77,7 +77,8 @@ func TestBootstrapFile(t *testing.T) {
 				ChannelCreds: []config.ChannelCreds{{Type: "insecure"}}}}},
 			"default.example": {XDSServers: []config.Server{}},
 		},
-		Linger: 7 * time.Second,
+		Linger:           7 * time.Second,
+		UnavailableAfter: 10 * time.Second,
 	}
 	if diff := cmp.Diff(want, cfg.Upstream); diff != "" {
 		t.Errorf("upstream mismatch (-want +got):\n%s", diff)

@@ -175,13 +175,14 @@ type Upstream struct {
 	// Authorities maps an xdstp authority to its servers.
 	Authorities map[string]Authority `yaml:"authorities,omitempty"`
 	// Linger is how long a resource stays subscribed upstream after its last
-	// watcher leaves, written like "5s". Default 5s.
-	Linger time.Duration `yaml:"linger,omitempty"`
+	// watcher leaves, written like "5s"; 0 unsubscribes it at once. Default
+	// 5s.
+	Linger time.Duration `yaml:"linger"`
 	// UnavailableAfter: a subscribed resource that is not cached gets a TP3
 	// UNAVAILABLE error when no server of its authority has been reachable for
 	// this long since the subscription (before clients' own 15 s timeout).
-	// Default 10s.
-	UnavailableAfter time.Duration `yaml:"unavailable_after,omitempty"`
+	// Must be positive. Default 10s.
+	UnavailableAfter time.Duration `yaml:"unavailable_after"`
 }
 
 // Authority is one xdstp authority.

@@ -21,6 +21,7 @@ const (
 	DefaultNodeID              = "xds-relay"
 	DefaultNodeCluster         = "xds-relay"
 	DefaultLinger              = 5 * time.Second
+	DefaultUnavailableAfter    = 10 * time.Second
 	DefaultMaxUnreferenced     = 10000
 	DefaultMaxNamesPerRequest  = 10000
 	DefaultMaxRecvMessageBytes = 4 << 20
@@ -47,7 +48,8 @@ func Default() *Config {
 		Admin:  DefaultAdmin,
 		Node:   Node{ID: DefaultNodeID, Cluster: DefaultNodeCluster},
 		Upstream: Upstream{
-			Linger: DefaultLinger,
+			Linger:           DefaultLinger,
+			UnavailableAfter: DefaultUnavailableAfter,
 		},
 		Cache:    Cache{MaxUnreferenced: DefaultMaxUnreferenced},
 		Shutdown: Shutdown{DrainWindow: DefaultDrainWindow},

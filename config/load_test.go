@@ -19,7 +19,8 @@ func TestDefault(t *testing.T) {
 		Admin:  "127.0.0.1:9902",
 		Node:   config.Node{ID: "xds-relay", Cluster: "xds-relay"},
 		Upstream: config.Upstream{
-			Linger: 5 * time.Second,
+			Linger:           5 * time.Second,
+			UnavailableAfter: 10 * time.Second,
 		},
 		Cache:    config.Cache{MaxUnreferenced: 10000},
 		Shutdown: config.Shutdown{DrainWindow: 5 * time.Second},
@@ -93,7 +94,8 @@ limits:
 						"auth.example":  {XDSServers: []config.Server{{ServerURI: "127.0.0.1:18010"}}},
 						"other.example": {},
 					},
-					Linger: 90 * time.Second,
+					Linger:           90 * time.Second,
+					UnavailableAfter: 10 * time.Second,
 				},
 				Cache:    config.Cache{MaxUnreferenced: 0},
 				Shutdown: config.Shutdown{DrainWindow: 5 * time.Second},
@@ -102,9 +104,10 @@ limits:
 			},
 		},
 		// An explicit zero is kept; an absent key takes the default.
-		{name: "explicit zeros", yaml: "rollout: {canary_fraction: 0, hold: 0s}\nshutdown: {drain_window: 0s}\ncache: {max_unreferenced: 0}\n",
+		{name: "explicit zeros", yaml: "rollout: {canary_fraction: 0, hold: 0s}\nshutdown: {drain_window: 0s}\ncache: {max_unreferenced: 0}\nupstream: {linger: 0s}\n",
 			want: func() *config.Config {
 				c := config.Default()
+				c.Upstream.Linger = 0
 				c.Rollout = &config.Rollout{}
 				c.Shutdown.DrainWindow = 0
 				c.Cache.MaxUnreferenced = 0

@@ -59,8 +59,14 @@ func (c *Config) Validate() error {
 		v.add("node.id", "must not be empty")
 	}
 	v.nonNegative("upstream.linger", c.Upstream.Linger < 0, "")
-	v.nonNegative("upstream.unavailable_after", c.Upstream.UnavailableAfter < 0, "")
+	if c.Upstream.UnavailableAfter <= 0 {
+		v.add("upstream.unavailable_after", "must be positive, got %v", c.Upstream.UnavailableAfter)
+	}
 	v.nonNegative("cache.max_unreferenced", c.Cache.MaxUnreferenced < 0, " (0 keeps none)")
+	if c.Cache.MaxUnreferenced == 0 && c.Cache.PersistPath != "" {
+		v.add("cache.max_unreferenced", "must be positive with cache.persist_path: "+
+			"nothing is watched when the warm-restart file is loaded, and 0 keeps none of it")
+	}
 	v.positive("limits.max_names_per_request", c.Limits.MaxNamesPerRequest)
 	v.positive("limits.max_recv_message_bytes", c.Limits.MaxRecvMessageBytes)
 	v.positive("limits.max_subscriptions_per_stream", c.Limits.MaxSubscriptionsPerStream)

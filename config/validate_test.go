@@ -152,6 +152,13 @@ func TestValidateErrors(t *testing.T) {
 			"cache.max_unreferenced", "config: cache.max_unreferenced: must not be negative (0 keeps none)"},
 		{"negative drain window", withServer(func(c *config.Config) { c.Shutdown.DrainWindow = -time.Second }),
 			"shutdown.drain_window", "config: shutdown.drain_window: must not be negative (0 ends every stream at once)"},
+		{"persist path and no LRU", withServer(func(c *config.Config) {
+			c.Cache.PersistPath = "validate_test.go"
+			c.Cache.MaxUnreferenced = 0
+		}), "cache.max_unreferenced", "config: cache.max_unreferenced: must be positive with cache.persist_path: " +
+			"nothing is watched when the warm-restart file is loaded, and 0 keeps none of it"},
+		{"zero unavailable_after", withServer(func(c *config.Config) { c.Upstream.UnavailableAfter = 0 }),
+			"upstream.unavailable_after", "config: upstream.unavailable_after: must be positive, got 0s"},
 		{"persist path", withServer(func(c *config.Config) { c.Cache.PersistPath = "/nonexistent-dir/cache" }),
 			"cache.persist_path", `config: cache.persist_path: directory of "/nonexistent-dir/cache" does not exist`},
 		{"names limit", withServer(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 0 }),
