@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -33,10 +32,6 @@ var Version = "dev"
 // for an unreachable upstream before clients get a TP3 UNAVAILABLE error.
 const DefaultUnavailableAfter = 10 * time.Second
 
-// DefaultLinger is how long a resource stays subscribed upstream after its
-// last watcher left, when the config does not say.
-const DefaultLinger = 5 * time.Second
-
 // Relay wires the upstream clients, the cache and the downstream server.
 type Relay struct {
 	// set at creation, read-only
@@ -49,8 +44,15 @@ type Relay struct {
 	// persist writes the warm-restart file; nil without cache.persist_path.
 	persist *persister
 
-	serving  atomic.Bool
-	draining atomic.Bool
+	// lifecycle (lifecycle.go)
+	serving   atomic.Bool
+	draining  atomic.Bool
+	synced    atomic.Bool // an upstream stream was established since the start
+	warm      atomic.Bool // the warm-restart file filled the cache
+	drainOnce sync.Once
+	drainDone chan struct{} // closed when the drain is over; set by drainOnce
+	life      context.Context
+	endLife   context.CancelFunc // cuts a drain short (Close)
 
 	// node is the relay's own node; creds the credentials of the listener
 	// and of the upstream servers.
@@ -58,11 +60,11 @@ type Relay struct {
 	creds *credsSet
 
 	mu      sync.Mutex
-	scopes  map[string]*scope                // guarded by mu; by scope key
-	shared  *scope                           // the scope every stream uses by default
-	bound   map[uint64]*binding              // guarded by mu: streams (by id) and their scopes
-	unref   *simplelru.LRU[lruKey, struct{}] // guarded by mu: unreferenced resources
-	evicted []lruKey                         // guarded by mu: collected by the LRU callback
+	scopes  map[string]*scope   // guarded by mu; by scope key
+	shared  *scope              // the scope every stream uses by default
+	bound   map[uint64]*binding // guarded by mu: streams (by id) and their scopes
+	unref   *unrefLRU           // guarded by mu: unreferenced resources
+	evicted []lruKey            // guarded by mu: collected by the LRU callback
 	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
 	rolloutLog []*rollout // guarded by mu
 	closed     bool       // guarded by mu
@@ -98,28 +100,21 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		scopes: make(map[string]*scope),
 		bound:  make(map[uint64]*binding),
 	}
-	if r.linger <= 0 {
-		r.linger = DefaultLinger
-	}
-	size := cfg.Cache.MaxUnreferenced
-	if size <= 0 {
-		size = 1 // simplelru needs a positive size; 0 keeps nothing unreferenced
-	}
-	lru, err := simplelru.NewLRU[lruKey, struct{}](size, func(k lruKey, _ struct{}) {
-		r.evicted = append(r.evicted, k)
-	})
+	lru, err := newUnrefLRU(cfg.Cache.MaxUnreferenced, func(k lruKey) { r.evicted = append(r.evicted, k) })
 	if err != nil {
 		creds.close()
 		return nil, fmt.Errorf("relay: cache: %w", err)
 	}
 	r.unref = lru
-	if cfg.Cache.MaxUnreferenced == 0 {
-		r.unref.Resize(1)
-	}
+	r.life, r.endLife = context.WithCancel(context.Background())
+	r.m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+	r.m.CollectUpstreamConnected(r.upstreamConnected)
+	r.m.CollectReadiness(r.Ready, r.synced.Load)
 
 	r.shared = r.newScope("", r.node, false)
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
+		r.warm.Store(r.cachedShared() > 0)
 		r.persist = newPersister(p, log.Named("persist"), r.currentCache)
 	}
 
@@ -138,7 +133,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		// grpc adds ±10% jitter, so clients of a fleet do not reconnect at once.
 		ka.MaxConnectionAge, ka.MaxConnectionAgeGrace = lim.MaxConnectionAge, 30*time.Second
 	}
-	opts := append(downstream.ServerOptions(),
+	opts := append(r.ds.GRPCOptions(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(ka),
 		grpc.StatsHandler(connCounter{r.m.DownstreamConnections}),
@@ -203,11 +198,15 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		Servers:   cfgs,
 		Node:      sc.node,
 		Mode:      upstream.ModeAuto,
-		Logger:    log,
+		// The shared scope's default servers are dialled at once, so that
+		// readiness and xds_relay_upstream_connected know whether the
+		// control plane is reachable before the first client arrives.
+		Eager:  sc.key == "" && auth == "",
+		Logger: log,
 		// Delta: tell the server which versions the cache already holds, so
 		// that a reconnect does not resend them.
 		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(sc, auth, typeURL) },
-	}, &upstreamHandler{r: r, sc: sc, authority: auth})
+	}, syncHook{&upstreamHandler{r: r, sc: sc, authority: auth}})
 }
 
 // connCounter keeps the downstream connection gauge.
@@ -233,63 +232,6 @@ func protocolMode(p string) upstream.Mode {
 		return upstream.ModeDelta
 	}
 	return upstream.ModeAuto
-}
-
-// Serve serves downstream xDS on lis until Shutdown or Close.
-func (r *Relay) Serve(lis net.Listener) error {
-	r.serving.Store(true)
-	defer r.serving.Store(false)
-	if err := r.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("relay: serve: %w", err)
-	}
-	return nil
-}
-
-// Ready reports whether the downstream listener serves and the relay is not draining.
-func (r *Relay) Ready() bool { return r.serving.Load() && !r.draining.Load() }
-
-// Shutdown drains: readiness turns false, clients get GOAWAY, streams end on
-// their own or are closed when ctx expires, then the upstreams close.
-func (r *Relay) Shutdown(ctx context.Context) {
-	r.draining.Store(true)
-	done := make(chan struct{})
-	go func() {
-		r.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		r.grpc.Stop()
-		<-done
-	}
-	r.Close()
-}
-
-// Close stops everything at once: downstream streams end, upstream streams
-// close, and every goroutine of the relay has returned when it returns.
-func (r *Relay) Close() {
-	r.draining.Store(true)
-	r.grpc.Stop()
-	r.ds.Close()
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	r.closed = true
-	var clients []*upstream.Client
-	for _, sc := range r.scopes {
-		clients = append(clients, r.stopScope(sc)...)
-	}
-	r.mu.Unlock()
-	for _, c := range clients {
-		c.Close()
-	}
-	if r.persist != nil {
-		r.persist.close()
-	}
-	r.creds.close()
 }
 
 // Registry is the relay's own Prometheus registry.

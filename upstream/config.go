@@ -91,6 +91,11 @@ type Config struct {
 	Node *corev3.Node
 	// Mode selects SotW, Delta, or Delta with fallback to SotW (the default).
 	Mode Mode
+	// Eager connects at once and keeps a stream open while nothing is
+	// subscribed, so that the server's reachability is known (and reported
+	// to the Handler) before the first subscription. Default false: nothing
+	// is dialled before the first Subscribe.
+	Eager bool
 	// Backoff returns the wait before reconnect attempt number attempt
 	// (0-based). nil: jittered exponential, 100 ms base, x1.6, 30 s cap, ±20 %.
 	Backoff func(attempt int) time.Duration

@@ -36,8 +36,9 @@ type switchError struct{ to int }
 func (e switchError) Error() string        { return errSwitch.Error() }
 func (e switchError) Is(target error) bool { return target == errSwitch }
 
-// run owns the connection: it waits for a first subscription, then keeps a
-// stream open to the first reachable server, with backoff between rounds.
+// run owns the connection: it waits for a first subscription (unless Eager),
+// then keeps a stream open to the first reachable server, with backoff
+// between rounds.
 //
 // Server choice (gRFC A71): after a failed attempt the next server is tried at
 // once; after the last one, the first one again after a backoff. A stream that
@@ -91,15 +92,15 @@ func (c *Client) run() {
 	}
 }
 
-// waitInterest blocks while nothing is subscribed. It returns false when the
-// client is closed.
+// waitInterest blocks while nothing is subscribed (unless Config.Eager). It
+// returns false when the client is closed.
 func (c *Client) waitInterest() bool {
 	for {
 		if c.ctx.Err() != nil {
 			return false
 		}
 		c.mu.Lock()
-		ok := c.hasInterestLocked()
+		ok := c.cfg.Eager || c.hasInterestLocked()
 		if !ok {
 			c.state = StateIdle
 		}
