@@ -124,3 +124,31 @@ func metricValue(t *testing.T, r *relay.Relay, family string, labels map[string]
 	}
 	return -1
 }
+
+// OPERATIONS.md "Warming a new replica": a new replica whose xds_servers list
+// a sibling relay after the control plane warms from the sibling while the
+// control plane is down: it becomes ready (synced with the sibling) and
+// serves what the sibling has cached. A cold replica without the fallback
+// stays unready (TestReadyOnlyOnceSynced).
+func TestWarmFromSibling(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	sibling := xdstest.StartRelay(t, up.Addr())
+	c := xdstest.DialADS(t, sibling.Addr(), &core.Node{Id: "envoy-1"})
+	c.Subscribe(resource.ClusterType, "*")
+	wantNames(t, c.RecvType(resource.ClusterType), "c1", "c2")
+	up.Stop() // control plane outage; the sibling serves from its cache
+
+	fresh := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(cfg *config.Config) {
+		cfg.Upstream.XDSServers = []config.Server{{ServerURI: up.Addr()}, {ServerURI: sibling.Addr()}}
+	}))
+	xdstest.Eventually(t, fresh.Ready, "the new replica ready through its sibling",
+		func() any { _, body := readyz(fresh.Relay); return body })
+	moved := xdstest.DialADS(t, fresh.Addr(), &core.Node{Id: "envoy-2"})
+	moved.Subscribe(resource.ClusterType, "*")
+	wantNames(t, moved.RecvType(resource.ClusterType), "c1", "c2")
+	if got := metricValue(t, fresh.Relay, "xds_relay_upstream_connected",
+		map[string]string{"scope": "shared", "server": sibling.Addr()}); got != 1 {
+		t.Errorf("xds_relay_upstream_connected{server=sibling} = %v, want 1", got)
+	}
+}
