@@ -12,7 +12,7 @@ package config
 
 import "time"
 
-// Config is the whole relay configuration (see CONTRACT.md). The defaults
+// Config is the whole relay configuration (see docs/INTERFACE.md). The defaults
 // documented on each field are those of Default; Parse decodes a file over
 // them, so a field the file does not mention keeps its default.
 type Config struct {

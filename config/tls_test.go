@@ -216,7 +216,7 @@ func TestValidateTLSErrors(t *testing.T) {
 	}
 }
 
-// TestParseThenValidateTLS is the CONTRACT.md example's TLS parts, from YAML.
+// TestParseThenValidateTLS is the docs/INTERFACE.md example (the interface contract)'s TLS parts, from YAML.
 func TestParseThenValidateTLS(t *testing.T) {
 	f := writeTLSFiles(t)
 	yaml := `

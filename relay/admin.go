@@ -42,7 +42,7 @@ var AdminEndpoints = []AdminEndpoint{
 	{"GET /debug/pprof/", "Go profiles"},
 }
 
-// AdminHandler returns the admin HTTP API (CONTRACT.md, "Admin HTTP"): the
+// AdminHandler returns the admin HTTP API (docs/INTERFACE.md, "Admin HTTP"): the
 // paths of AdminEndpoints. Every other method gets 405, every other path
 // 404. The handler has its own mux (pprof is not served from
 // http.DefaultServeMux) and is safe for concurrent use; each call returns a

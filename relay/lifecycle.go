@@ -88,7 +88,7 @@ func (r *Relay) Drain() <-chan struct{} {
 	return r.drainDone
 }
 
-// Shutdown drains and stops (CONTRACT.md, "Shutdown"): readiness turns false
+// Shutdown drains and stops (docs/INTERFACE.md, "Shutdown"): readiness turns false
 // at once, clients get GOAWAY, the open xDS streams are ended with
 // UNAVAILABLE spread over shutdown.drain_window, and the relay stops as soon
 // as none is left — or when ctx ends, ending the rest at once. Then the

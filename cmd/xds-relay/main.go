@@ -1,6 +1,6 @@
 // Command xds-relay is the caching xDS relay: it loads the config (file and
 // flags), serves downstream xDS on --listen and the admin HTTP API on --admin,
-// and drains on SIGTERM or SIGINT. See `xds-relay --help` and CONTRACT.md.
+// and drains on SIGTERM or SIGINT. See `xds-relay --help` and docs/INTERFACE.md.
 package main
 
 import (
@@ -30,7 +30,7 @@ import (
 var version = "dev"
 
 // drainGrace is how long after shutdown.drain_window the drain may last
-// before the remaining streams are closed (CONTRACT.md: the relay exits
+// before the remaining streams are closed (docs/INTERFACE.md: the relay exits
 // within the window plus 2 s; the rest of the second goes to closing the
 // upstreams, the warm-restart file and the admin server).
 const drainGrace = time.Second
