@@ -132,7 +132,7 @@ type Engine struct {
 
 	// Updated by every client (atomics).
 	ctr         counters
-	prop        histogram
+	prop        *histogram
 	clientsDone atomic.Int64 // clients that have seen cfg.Updates updates
 
 	// One-slot wake-ups for Run.
@@ -154,6 +154,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		decoded: newDecodeCache(1 << 16),
 		syncCh:  make(chan struct{}, 1),
 		doneCh:  make(chan struct{}, 1),
+		prop:    newHistogram(),
 	}, nil
 }
 
@@ -311,7 +312,7 @@ syncing:
 		Updates:       e.ctr.updates.Load(),
 		NACKs:         e.ctr.nacks.Load(),
 		BytesReceived: e.ctr.bytes.Load(),
-		Propagation:   latencies(&e.prop),
+		Propagation:   latencies(e.prop),
 		RunMS:         ms(end.Sub(start)),
 	}
 	var lastSync time.Time

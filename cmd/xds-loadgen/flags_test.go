@@ -81,17 +81,17 @@ func TestParseFlagsErrors(t *testing.T) {
 func TestRunFlags(t *testing.T) {
 	ctx := testContext(t)
 	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"--version"}, &out, &errOut, false); code != 0 || out.String() != "xds-loadgen dev\n" {
+	if code := run(ctx, []string{"--version"}, &out, &errOut, nil); code != 0 || out.String() != "xds-loadgen dev\n" {
 		t.Errorf("--version: %d %q", code, out.String())
 	}
-	if code := run(ctx, []string{"--help"}, &out, &errOut, false); code != 0 {
+	if code := run(ctx, []string{"--help"}, &out, &errOut, nil); code != 0 {
 		t.Errorf("--help: %d", code)
 	}
 	errOut.Reset()
-	if code := run(ctx, []string{"--clients", "3"}, &out, &errOut, false); code != 2 || !strings.Contains(errOut.String(), "target") {
+	if code := run(ctx, []string{"--clients", "3"}, &out, &errOut, nil); code != 2 || !strings.Contains(errOut.String(), "target") {
 		t.Errorf("missing --target: %d %q", code, errOut.String())
 	}
-	if code := run(ctx, []string{"--target", "h:1", "--log-level", "loud"}, &out, &errOut, false); code != 2 {
+	if code := run(ctx, []string{"--target", "h:1", "--log-level", "loud"}, &out, &errOut, nil); code != 2 {
 		t.Errorf("bad --log-level: %d", code)
 	}
 }
