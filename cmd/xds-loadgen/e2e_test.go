@@ -107,6 +107,9 @@ func TestEndToEnd(t *testing.T) {
 				if p := e.Progress(); p.Synced != clients || p.Connected != 0 || p.Launched != clients {
 					t.Errorf("final progress %+v", p)
 				}
+				if s.Losses != 0 {
+					t.Errorf("%d losses from xds-democp, which deletes nothing: %+v", s.Losses, s.LossExamples)
+				}
 			})
 		}
 	}
@@ -126,6 +129,21 @@ func TestRunCLI(t *testing.T) {
 	}
 	if s.Synced != 10 || s.Clients != 10 || s.Updates < 10 {
 		t.Errorf("summary %+v", s)
+	}
+	// The run's config, its bounds and its rates.
+	if c := s.Config; c.Target != addr || c.Clients != 10 || c.RampPerSecond != 1000 || c.Mode != ModeEnvoy || c.DurationMS != 10000 {
+		t.Errorf("config %+v", c)
+	}
+	if s.StartedAt.IsZero() || !s.EndedAt.After(s.StartedAt) {
+		t.Errorf("started %v ended %v", s.StartedAt, s.EndedAt)
+	}
+	if s.Rates.ResponsesPerSecond <= 0 || s.Rates.UpdatesPerSecond <= 0 || s.Rates.BytesPerSecond <= 0 {
+		t.Errorf("rates %+v", s.Rates)
+	}
+	for _, key := range []string{`"config"`, `"started_at"`, `"ended_at"`, `"rates"`, `"losses": 0`} {
+		if !strings.Contains(out.String(), key) {
+			t.Errorf("JSON summary lacks %s", key)
+		}
 	}
 }
 

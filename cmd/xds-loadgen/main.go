@@ -108,6 +108,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty func(
 		fmt.Fprintln(stderr, "xds-loadgen:", err)
 		return 1
 	}
+	if sum.Losses > 0 && !o.cfg.AllowRemovals {
+		fmt.Fprintf(stderr, "xds-loadgen: %d resources lost: clients were told that resources they held are gone "+
+			"(see the summary; --allow-removals if the control plane deletes resources)\n", sum.Losses)
+		return 1
+	}
 	if sum.Failed > 0 {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "xds-loadgen: interrupted with %d of %d clients not synced\n", sum.Failed, sum.Clients)

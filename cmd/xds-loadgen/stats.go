@@ -101,4 +101,5 @@ type counters struct {
 	updates       atomic.Int64 // changed or new resources received after the client synced
 	nacks         atomic.Int64 // NACKs sent
 	bytes         atomic.Int64 // wire bytes received (gRPC payloads)
+	losses        atomic.Int64 // resources a client held that the server said are gone (see Loss)
 }
