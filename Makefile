@@ -15,7 +15,7 @@ CLUSTERS     ?= 100
 DEMO_SECONDS ?= 20
 CHURN        ?= 2/s
 
-.PHONY: all build test test-short lint fuzz soak demo bench clean
+.PHONY: all build test test-short deps lint fuzz soak demo bench clean
 
 all: build
 
@@ -23,13 +23,25 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
-# The whole suite, race detector on, as CI runs it (see .ci/run for the
-# third-party clients it needs: Node's grpc-js-xds, Debian's python3-grpcio).
-test: lint
+# The whole suite, race detector on, as CI runs it. The real third-party
+# clients it runs (Node's grpc-js-xds, Debian's python3-grpcio, Chromium) are
+# installed first when missing: a second or so when they are in place; when
+# one cannot be installed, make test stops and names the command. No test is
+# skipped for a missing client.
+test: lint deps
 	$(GO) test -race -count=1 -timeout 12m ./...
 
+# Without the real clients, race detector or long tests.
 test-short:
 	$(GO) test -count=1 -short ./...
+
+deps:
+	@.ci/install-clients.sh node python || { \
+	  echo "make test: the Node and Python xDS clients are missing and could not be installed:"; \
+	  echo "  run .ci/install-clients.sh (needs npm, and apt-get on Debian)"; exit 1; }
+	@.ci/install-chromium.sh || { \
+	  echo "make test: Chromium (/usr/bin/chromium) is missing and could not be installed:"; \
+	  echo "  run .ci/install-chromium.sh as root (apt-get), or install chromium"; exit 1; }
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

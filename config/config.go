@@ -12,7 +12,7 @@ package config
 
 import "time"
 
-// Config is the whole relay configuration (see CONTRACT.md). The defaults
+// Config is the whole relay configuration (see docs/INTERFACE.md). The defaults
 // documented on each field are those of Default; Parse decodes a file over
 // them, so a field the file does not mention keeps its default.
 type Config struct {
@@ -44,14 +44,38 @@ type Config struct {
 	// Rollout, when set, rolls every changed resource out to a canary cohort
 	// of its watchers first. nil: off.
 	Rollout *Rollout `yaml:"rollout,omitempty"`
+
+	// Readiness says when /readyz answers 200.
+	Readiness Readiness `yaml:"readiness"`
+	// Shutdown is the drain on SIGTERM/SIGINT and POST /drain.
+	Shutdown Shutdown `yaml:"shutdown"`
+}
+
+// Readiness says when the relay is ready for clients (/readyz 200): it
+// serves, is not draining, and its cache is warm.
+type Readiness struct {
+	// RequireSync makes only a sync with an upstream count as warm: a cache
+	// loaded from cache.persist_path is not enough. Default false: either
+	// one makes the relay ready.
+	RequireSync bool `yaml:"require_sync"`
+}
+
+// Shutdown is the drain of the open xDS streams.
+type Shutdown struct {
+	// DrainWindow is the time over which the open xDS streams are ended
+	// (UNAVAILABLE, so that clients reconnect to another replica), evenly
+	// spread so that the other replicas see no reconnect storm. 0 ends them
+	// all at once. Default 5s.
+	DrainWindow time.Duration `yaml:"drain_window"`
 }
 
 // Rollout is the guarded rollout of changed resources.
 type Rollout struct {
 	// CanaryFraction of each resource's watchers get a change first (at
-	// least one client). Default 0.1.
+	// least one client, so 0 means one). Default 0.1 when the key is absent.
 	CanaryFraction float64 `yaml:"canary_fraction"`
-	// Hold is how long the others wait for the canaries' ACKs. Default 2s.
+	// Hold is how long the others wait for the canaries' ACKs; it must be
+	// positive. Default 2s when the key is absent.
 	Hold time.Duration `yaml:"hold"`
 	// MaxNACKRatio: above this fraction of canaries NACKing, the rollout
 	// halts and the others keep the last accepted version. Default 0.
@@ -109,8 +133,9 @@ type Keying struct {
 	DynamicParametersFromNode map[string]string `yaml:"dynamic_parameters_from_node,omitempty"`
 }
 
-// TLS is the downstream listener's TLS. Every file is PEM and is re-read when
-// it changes: new handshakes use the new files, open connections go on.
+// TLS is the downstream listener's TLS. Every file is PEM and is re-read
+// every RefreshInterval: new handshakes use the new files, open connections
+// go on.
 type TLS struct {
 	// CertFile is the server's certificate chain, leaf first. Required.
 	CertFile string `yaml:"cert_file"`
@@ -119,6 +144,9 @@ type TLS struct {
 	// ClientCAFile, when set, holds the CAs that sign client certificates:
 	// every client must present one (mTLS). Empty: clients are not asked.
 	ClientCAFile string `yaml:"client_ca_file,omitempty"`
+	// RefreshInterval is how often the files are re-read (gRPC's
+	// file_watcher certificate provider). Default 10m.
+	RefreshInterval time.Duration `yaml:"refresh_interval,omitempty"`
 }
 
 // Node is the xDS node the relay presents upstream.
@@ -131,26 +159,35 @@ type Node struct {
 	Metadata map[string]string `yaml:"metadata,omitempty"`
 }
 
-// Upstream has the same shape as a gRPC xDS bootstrap (gRFC A27/A47).
+// Upstream has the same shape as a gRPC xDS bootstrap (gRFC A27/A47), or
+// names one.
 type Upstream struct {
+	// BootstrapFile, when set, is a gRPC xDS bootstrap JSON file (the file
+	// GRPC_XDS_BOOTSTRAP names) whose xds_servers and authorities are used as
+	// XDSServers and Authorities; the config then sets neither. The file's
+	// other keys (node, certificate_providers, listener templates) are
+	// ignored: the relay presents its own node. Read by Parse, and by
+	// LoadBootstrap.
+	BootstrapFile string `yaml:"bootstrap_file,omitempty"`
 	// XDSServers are the default servers: legacy names and authorities without
 	// servers of their own go to them. Tried in order.
 	XDSServers []Server `yaml:"xds_servers"`
 	// Authorities maps an xdstp authority to its servers.
 	Authorities map[string]Authority `yaml:"authorities,omitempty"`
 	// Linger is how long a resource stays subscribed upstream after its last
-	// watcher leaves, written like "5s". Default 5s.
-	Linger time.Duration `yaml:"linger,omitempty"`
+	// watcher leaves, written like "5s"; 0 unsubscribes it at once. Default
+	// 5s.
+	Linger time.Duration `yaml:"linger"`
 	// UnavailableAfter: a subscribed resource that is not cached gets a TP3
 	// UNAVAILABLE error when no server of its authority has been reachable for
 	// this long since the subscription (before clients' own 15 s timeout).
-	// Default 10s.
-	UnavailableAfter time.Duration `yaml:"unavailable_after,omitempty"`
+	// Must be positive. Default 10s.
+	UnavailableAfter time.Duration `yaml:"unavailable_after"`
 	// DoesNotExistAfter: a subscribed resource a connected upstream has
 	// said nothing of for this long is taken as not existing, as xDS clients
 	// do with their own timer (a SotW server never says a named resource
-	// does not exist). Default 15s.
-	DoesNotExistAfter time.Duration `yaml:"does_not_exist_after,omitempty"`
+	// does not exist). Must be positive. Default 15s.
+	DoesNotExistAfter time.Duration `yaml:"does_not_exist_after"`
 }
 
 // Authority is one xdstp authority.
@@ -161,12 +198,20 @@ type Authority struct {
 
 // Server is one upstream xDS server.
 type Server struct {
-	// ServerURI is host:port of the server.
+	// ServerURI is the server's gRPC target: host:port, or dns:///host:port,
+	// passthrough:///host:port, unix:PATH.
 	ServerURI string `yaml:"server_uri"`
-	// ChannelCreds are tried in order; the first supported one is used.
-	// Supported: insecure and tls, so the first entry is used. Default
+	// ChannelCreds are the transport credentials, as in the gRPC bootstrap:
+	// types the relay does not support are skipped and the first supported
+	// one is used (ChannelCreds.Supported); at least one must be. Default
 	// insecure.
 	ChannelCreds []ChannelCreds `yaml:"channel_creds,omitempty"`
+	// CallCreds are per-call credentials sent on every stream to the server
+	// (gRFC A97): of type jwt_token_file, with config {jwt_token_file: PATH},
+	// the token read from the file (and again when it expires) is sent as
+	// "authorization: Bearer TOKEN". They need TLS channel creds. Types the
+	// relay does not support are skipped.
+	CallCreds []CallCreds `yaml:"call_creds,omitempty"`
 	// Protocol is the xDS variant spoken to this server: "auto" (Delta, and
 	// SotW when the server answers Delta with UNIMPLEMENTED), "sotw" or
 	// "delta". Default auto.
@@ -175,28 +220,76 @@ type Server struct {
 	ServerFeatures []string `yaml:"server_features,omitempty"`
 }
 
+// Channel credential types of the gRPC bootstrap the relay supports.
+const (
+	CredsInsecure      = "insecure"
+	CredsTLS           = "tls"
+	CredsGoogleDefault = "google_default"
+	// CallCredsJWTTokenFile is the call credential type of gRFC A97.
+	CallCredsJWTTokenFile = "jwt_token_file"
+)
+
 // ChannelCreds selects the transport credentials of an upstream connection,
 // as in the gRPC xDS bootstrap.
 type ChannelCreds struct {
-	// Type is "insecure" (plaintext) or "tls" (TLS, or mTLS with a client
-	// certificate; see TLSChannelCreds).
+	// Type is "insecure" (plaintext), "tls" (TLS, or mTLS with a client
+	// certificate; see TLSChannelCreds) or "google_default"; other types are
+	// skipped.
 	Type string `yaml:"type"`
 	// Config holds the type's settings, as in the gRPC bootstrap: for tls the
-	// keys of TLSChannelCreds (decoded by ChannelCreds.TLS); insecure has
-	// none and ignores it.
+	// keys of TLSChannelCreds (decoded by ChannelCreds.TLS); the others have
+	// none.
+	Config map[string]any `yaml:"config,omitempty"`
+}
+
+// Supported reports whether the relay can use this type of credentials.
+func (cc ChannelCreds) Supported() bool {
+	switch cc.Type {
+	case CredsInsecure, CredsTLS, CredsGoogleDefault:
+		return true
+	}
+	return false
+}
+
+// Selected returns the channel credentials the relay uses for s: the first
+// supported entry (insecure when s has none), and false when none is.
+func (s Server) Selected() (ChannelCreds, bool) {
+	if len(s.ChannelCreds) == 0 {
+		return ChannelCreds{Type: CredsInsecure}, true
+	}
+	for _, cc := range s.ChannelCreds {
+		if cc.Supported() {
+			return cc, true
+		}
+	}
+	return ChannelCreds{}, false
+}
+
+// CallCreds are per-call credentials of an upstream server (gRFC A97).
+type CallCreds struct {
+	// Type is "jwt_token_file"; other types are skipped.
+	Type string `yaml:"type"`
+	// Config for jwt_token_file: {jwt_token_file: PATH}.
 	Config map[string]any `yaml:"config,omitempty"`
 }
 
 // TLSChannelCreds is the config of channel_creds of type tls (gRPC's
-// tls_creds config). Every file is PEM and re-read when it changes.
+// tls_creds, gRFC A65). The files are PEM, re-read every RefreshInterval.
 type TLSChannelCreds struct {
 	// CACertificateFile holds the CAs that verify the server, whose
-	// certificate must name the server_uri's host. Required.
+	// certificate must name the server_uri's host. Empty: the system roots.
 	CACertificateFile string
 	// CertificateFile and PrivateKeyFile are the relay's client certificate
 	// and key, presented when the server asks (mTLS). Both or neither.
 	CertificateFile string
 	PrivateKeyFile  string
+	// SPIFFETrustBundleMapFile, instead of CACertificateFile, verifies the
+	// server's SPIFFE ID against a SPIFFE trust bundle map (gRFC A87; gRPC
+	// honours it when GRPC_EXPERIMENTAL_XDS_MTLS_SPIFFE=true).
+	SPIFFETrustBundleMapFile string
+	// RefreshInterval is how often the files are re-read. Default 10m
+	// (gRPC's file_watcher certificate provider).
+	RefreshInterval time.Duration
 }
 
 // Cache bounds the cache of resources.

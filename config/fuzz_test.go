@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzParse checks that Parse and Validate never panic, that their errors are
-// one line, and that a config that validates has a server.
+// one line per problem, each naming the config, and that a config that
+// validates has a server.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"",
@@ -30,19 +31,24 @@ func FuzzParse(f *testing.F) {
 			if cfg != nil {
 				t.Errorf("Parse returned a config and an error %v", err)
 			}
-			if strings.Contains(err.Error(), "\n") {
-				t.Errorf("Parse error %q is not one line", err)
-			}
+			checkLines(t, "Parse", err)
 			return
 		}
 		if err := cfg.Validate(); err != nil {
-			if strings.Contains(err.Error(), "\n") {
-				t.Errorf("Validate error %q is not one line", err)
-			}
+			checkLines(t, "Validate", err)
 			return
 		}
 		if len(cfg.Upstream.XDSServers) == 0 {
 			t.Errorf("Validate accepted a config without servers: %q", data)
 		}
 	})
+}
+
+// checkLines checks that every line of err is one problem, "config: ...".
+func checkLines(t *testing.T, what string, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !strings.HasPrefix(line, "config: ") {
+			t.Errorf("%s error line %q does not start with \"config: \" (in %q)", what, line, err)
+		}
+	}
 }

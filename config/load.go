@@ -21,6 +21,8 @@ const (
 	DefaultNodeID              = "xds-relay"
 	DefaultNodeCluster         = "xds-relay"
 	DefaultLinger              = 5 * time.Second
+	DefaultUnavailableAfter    = 10 * time.Second
+	DefaultDoesNotExistAfter   = 15 * time.Second
 	DefaultMaxUnreferenced     = 10000
 	DefaultMaxNamesPerRequest  = 10000
 	DefaultMaxRecvMessageBytes = 4 << 20
@@ -33,6 +35,10 @@ const (
 
 	DefaultCanaryFraction = 0.1
 	DefaultRolloutHold    = 2 * time.Second
+	DefaultDrainWindow    = 5 * time.Second
+	// DefaultCertRefresh is how often TLS files are re-read when the config
+	// does not say (gRPC's file_watcher default).
+	DefaultCertRefresh = 10 * time.Minute
 )
 
 // Default returns a new Config holding every default. It has no upstream
@@ -43,9 +49,12 @@ func Default() *Config {
 		Admin:  DefaultAdmin,
 		Node:   Node{ID: DefaultNodeID, Cluster: DefaultNodeCluster},
 		Upstream: Upstream{
-			Linger: DefaultLinger,
+			Linger:            DefaultLinger,
+			UnavailableAfter:  DefaultUnavailableAfter,
+			DoesNotExistAfter: DefaultDoesNotExistAfter,
 		},
-		Cache: Cache{MaxUnreferenced: DefaultMaxUnreferenced},
+		Cache:    Cache{MaxUnreferenced: DefaultMaxUnreferenced},
+		Shutdown: Shutdown{DrainWindow: DefaultDrainWindow},
 		Limits: Limits{
 			MaxNamesPerRequest:        DefaultMaxNamesPerRequest,
 			MaxRecvMessageBytes:       DefaultMaxRecvMessageBytes,
@@ -86,15 +95,31 @@ func Load(path string) (*Config, error) {
 	}
 	cfg, err := Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w (in %s)", err, path)
+		return nil, InFile(err, path)
 	}
 	return cfg, nil
 }
 
+// InFile adds " (in PATH)" to err, to each error when err joins several.
+func InFile(err error, path string) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		out := make([]error, len(errs))
+		for i, e := range errs {
+			out[i] = fmt.Errorf("%w (in %s)", e, path)
+		}
+		return errors.Join(out...)
+	}
+	return fmt.Errorf("%w (in %s)", err, path)
+}
+
 // Parse decodes YAML over Default. Unknown keys, values of the wrong kind and
-// more than one document are errors naming the field; durations are written
-// like "5s". An empty document yields the defaults. Parse does not validate:
-// call Validate.
+// more than one document are errors naming the field (every one of them,
+// joined with errors.Join); durations are written like "5s". An empty
+// document yields the defaults. A key that is present keeps its value, zero
+// included; an optional section that is present (rollout) starts from its
+// defaults. With upstream.bootstrap_file, the servers are read from that
+// file (see Upstream.LoadBootstrap). Parse does not validate: call Validate.
 func Parse(data []byte) (*Config, error) {
 	cfg := Default()
 
@@ -120,46 +145,58 @@ func Parse(data []byte) (*Config, error) {
 		return cfg, nil
 	}
 	w := walker{seen: map[seenKey]bool{}}
-	if err := w.check(root, reflect.TypeFor[Config](), ""); err != nil {
-		return nil, err
+	w.check(root, reflect.TypeFor[Config](), "")
+	if len(w.errs) > 0 {
+		return nil, errors.Join(w.errs...)
 	}
 
-	// The walk above found every error with its path; decode for real.
+	// The walk above found every error with its path; decode for real, over
+	// the defaults of the optional sections the file has: yaml.v3 decodes
+	// into a non-nil pointer's value, so their absent keys keep a default
+	// and their present ones, zero included, are kept.
+	sections := presentSections(root)
+	if sections["rollout"] {
+		cfg.Rollout = defaultRollout()
+	}
 	strict := yaml.NewDecoder(bytes.NewReader(data))
 	strict.KnownFields(true)
 	if err := strict.Decode(cfg); err != nil {
 		return nil, yamlError(err)
 	}
-	markSections(root, cfg)
+	// A section written without a value ("tls:") decodes as nil: make it
+	// present, so that Validate checks it as it does a full one.
+	if sections["keying"] && cfg.Keying == nil {
+		cfg.Keying = &Keying{}
+	}
+	if sections["rollout"] && cfg.Rollout == nil {
+		cfg.Rollout = defaultRollout()
+	}
+	if sections["tls"] && cfg.TLS == nil {
+		cfg.TLS = &TLS{}
+	}
+	if f := cfg.Upstream.BootstrapFile; f != "" {
+		if len(cfg.Upstream.XDSServers) > 0 || len(cfg.Upstream.Authorities) > 0 {
+			return nil, &FieldError{Field: "upstream.bootstrap_file",
+				Msg: "set either bootstrap_file or xds_servers and authorities, not both"}
+		}
+		if err := cfg.Upstream.LoadBootstrap(f); err != nil {
+			return nil, err
+		}
+	}
 	return cfg, nil
 }
 
-// markSections makes the sections that are present in the file but empty
-// ("keying:", "tls:") non-nil, so that Validate checks them as it does a
-// full one.
-func markSections(root *yaml.Node, cfg *Config) {
+func defaultRollout() *Rollout {
+	return &Rollout{CanaryFraction: DefaultCanaryFraction, Hold: DefaultRolloutHold}
+}
+
+// presentSections returns the top-level keys of the file.
+func presentSections(root *yaml.Node) map[string]bool {
+	out := make(map[string]bool)
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		switch root.Content[i].Value {
-		case "keying":
-			if cfg.Keying == nil {
-				cfg.Keying = &Keying{}
-			}
-		case "rollout":
-			if cfg.Rollout == nil {
-				cfg.Rollout = &Rollout{}
-			}
-			if cfg.Rollout.CanaryFraction == 0 {
-				cfg.Rollout.CanaryFraction = DefaultCanaryFraction
-			}
-			if cfg.Rollout.Hold == 0 {
-				cfg.Rollout.Hold = DefaultRolloutHold
-			}
-		case "tls":
-			if cfg.TLS == nil {
-				cfg.TLS = &TLS{}
-			}
-		}
+		out[root.Content[i].Value] = true
 	}
+	return out
 }
 
 // yamlError turns a yaml.v3 error into a one-line error.
@@ -197,6 +234,8 @@ type walker struct {
 	// seen holds the anchored nodes already checked against a type, so that
 	// aliases cost nothing (no "billion laughs").
 	seen map[seenKey]bool
+	// errs are the problems found, in document order.
+	errs []error
 }
 
 type seenKey struct {
@@ -204,23 +243,28 @@ type seenKey struct {
 	t reflect.Type
 }
 
-func (w *walker) check(n *yaml.Node, t reflect.Type, path string) error {
+func (w *walker) fail(path string, n *yaml.Node, msg string) {
+	w.errs = append(w.errs, fieldErr(path, n, msg))
+}
+
+// check records every problem of n as a value of type t at path.
+func (w *walker) check(n *yaml.Node, t reflect.Type, path string) {
 	at := n // errors point at the alias, not at its anchor
 	for n.Kind == yaml.AliasNode {
 		if n.Alias == nil {
-			return nil
+			return
 		}
 		n = n.Alias
 	}
 	if n.Anchor != "" {
 		k := seenKey{n, t}
 		if w.seen[k] {
-			return nil
+			return
 		}
 		w.seen[k] = true
 	}
 	if isNull(n) {
-		return nil // yaml.v3 leaves scalars and structs alone on null
+		return // yaml.v3 leaves scalars and structs alone on null
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem() // an optional section: checked as its struct
@@ -228,71 +272,62 @@ func (w *walker) check(n *yaml.Node, t reflect.Type, path string) error {
 	switch {
 	case isStruct(t):
 		if n.Kind != yaml.MappingNode {
-			return fieldErr(path, at, "must be a mapping")
+			w.fail(path, at, "must be a mapping")
+			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.ShortTag() == "!!merge" {
-				if err := w.checkMerge(v, t, path); err != nil {
-					return err
-				}
+				w.checkMerge(v, t, path)
 				continue
 			}
 			f, ok := fieldByKey(t, k.Value)
 			if !ok {
-				return fieldErr(join(path, k.Value), k, "unknown field")
+				w.fail(join(path, k.Value), k, "unknown field")
+				continue
 			}
-			if err := w.check(v, f.Type, join(path, k.Value)); err != nil {
-				return err
-			}
+			w.check(v, f.Type, join(path, k.Value))
 		}
-		return nil
 	case t.Kind() == reflect.Slice && isStruct(t.Elem()):
 		if n.Kind != yaml.SequenceNode {
-			return fieldErr(path, at, "must be a list")
+			w.fail(path, at, "must be a list")
+			return
 		}
 		for i, c := range n.Content {
-			if err := w.check(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
+			w.check(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
-		return nil
 	case t.Kind() == reflect.Map && isStruct(t.Elem()):
 		if n.Kind != yaml.MappingNode {
-			return fieldErr(path, at, "must be a mapping")
+			w.fail(path, at, "must be a mapping")
+			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				return fieldErr(path, k, "keys must be strings")
+				w.fail(path, k, "keys must be strings")
+				continue
 			}
-			if err := w.check(v, t.Elem(), fmt.Sprintf("%s[%q]", path, k.Value)); err != nil {
-				return err
-			}
+			w.check(v, t.Elem(), fmt.Sprintf("%s[%q]", path, k.Value))
 		}
-		return nil
 	default:
 		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return fieldErr(path, at, "must be "+describe(t))
+			w.fail(path, at, "must be "+describe(t))
 		}
-		return nil
 	}
 }
 
 // checkMerge checks the value of a "<<" merge key: a mapping or a list of them.
-func (w *walker) checkMerge(v *yaml.Node, t reflect.Type, path string) error {
+func (w *walker) checkMerge(v *yaml.Node, t reflect.Type, path string) {
 	for v.Kind == yaml.AliasNode && v.Alias != nil {
 		v = v.Alias
 	}
 	if v.Kind == yaml.SequenceNode {
 		for _, c := range v.Content {
-			if err := w.check(c, t, path); err != nil {
-				return err
-			}
+			w.check(c, t, path)
 		}
-		return nil
+		return
 	}
-	return w.check(v, t, path)
+	w.check(v, t, path)
 }
 
 func isStruct(t reflect.Type) bool { return t.Kind() == reflect.Struct && t != durationType }

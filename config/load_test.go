@@ -19,9 +19,12 @@ func TestDefault(t *testing.T) {
 		Admin:  "127.0.0.1:9902",
 		Node:   config.Node{ID: "xds-relay", Cluster: "xds-relay"},
 		Upstream: config.Upstream{
-			Linger: 5 * time.Second,
+			Linger:            5 * time.Second,
+			UnavailableAfter:  10 * time.Second,
+			DoesNotExistAfter: 15 * time.Second,
 		},
-		Cache: config.Cache{MaxUnreferenced: 10000},
+		Cache:    config.Cache{MaxUnreferenced: 10000},
+		Shutdown: config.Shutdown{DrainWindow: 5 * time.Second},
 		Limits: config.Limits{MaxNamesPerRequest: 10000, MaxRecvMessageBytes: 4 << 20, MaxSubscriptionsPerStream: 100000,
 			MaxStreamsPerConnection: 100, NewStreamsPerSecond: 5000, MaxConnectionAge: 30 * time.Minute, KeepaliveMinTime: 10 * time.Second},
 	}
@@ -92,13 +95,45 @@ limits:
 						"auth.example":  {XDSServers: []config.Server{{ServerURI: "127.0.0.1:18010"}}},
 						"other.example": {},
 					},
-					Linger: 90 * time.Second,
+					Linger:            90 * time.Second,
+					UnavailableAfter:  10 * time.Second,
+					DoesNotExistAfter: 15 * time.Second,
 				},
-				Cache: config.Cache{MaxUnreferenced: 0},
+				Cache:    config.Cache{MaxUnreferenced: 0},
+				Shutdown: config.Shutdown{DrainWindow: 5 * time.Second},
 				Limits: config.Limits{MaxNamesPerRequest: 100, MaxRecvMessageBytes: 1 << 20, MaxSubscriptionsPerStream: 100000,
 					MaxStreamsPerConnection: 100, NewStreamsPerSecond: 5000, MaxConnectionAge: 30 * time.Minute, KeepaliveMinTime: 10 * time.Second},
 			},
 		},
+		// An explicit zero is kept; an absent key takes the default.
+		{name: "explicit zeros", yaml: "rollout: {canary_fraction: 0, hold: 0s}\nshutdown: {drain_window: 0s}\ncache: {max_unreferenced: 0}\nupstream: {linger: 0s}\n",
+			want: func() *config.Config {
+				c := config.Default()
+				c.Upstream.Linger = 0
+				c.Rollout = &config.Rollout{}
+				c.Shutdown.DrainWindow = 0
+				c.Cache.MaxUnreferenced = 0
+				return c
+			}()},
+		{name: "rollout defaults for absent keys", yaml: "rollout: {max_nack_ratio: 0.5}\n",
+			want: func() *config.Config {
+				c := config.Default()
+				c.Rollout = &config.Rollout{CanaryFraction: 0.1, Hold: 2 * time.Second, MaxNACKRatio: 0.5}
+				return c
+			}()},
+		{name: "empty rollout section", yaml: "rollout:\n",
+			want: func() *config.Config {
+				c := config.Default()
+				c.Rollout = &config.Rollout{CanaryFraction: 0.1, Hold: 2 * time.Second}
+				return c
+			}()},
+		{name: "readiness and shutdown", yaml: "readiness: {require_sync: true}\nshutdown: {drain_window: 30s}\n",
+			want: func() *config.Config {
+				c := config.Default()
+				c.Readiness.RequireSync = true
+				c.Shutdown.DrainWindow = 30 * time.Second
+				return c
+			}()},
 		{name: "admin empty disables", yaml: "admin: ''\n",
 			want: func() *config.Config { c := config.Default(); c.Admin = ""; return c }()},
 		{name: "partial node keeps other defaults", yaml: "node: {id: r2}\n",
@@ -165,6 +200,10 @@ func TestParseErrors(t *testing.T) {
 		{"syntax", "a: [\n", "config: line 1: did not find expected node content"},
 		{"two documents", "listen: ':1'\n---\nadmin: ''\n", "config: line 2: more than one YAML document"},
 		{"duplicate key", "listen: ':1'\nlisten: ':2'\n", `config: line 2: mapping key "listen" already defined at line 1`},
+		{"bootstrap and servers", "upstream: {bootstrap_file: b.json, xds_servers: [{server_uri: 'a:1'}]}\n",
+			"config: upstream.bootstrap_file: set either bootstrap_file or xds_servers and authorities, not both"},
+		{"missing bootstrap", "upstream: {bootstrap_file: /nonexistent/b.json}\n",
+			"config: upstream.bootstrap_file: open /nonexistent/b.json: no such file or directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,6 +218,22 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q is not one line", err)
 			}
 		})
+	}
+}
+
+// Parse reports every unknown key and bad value, one line each.
+func TestParseReportsEveryError(t *testing.T) {
+	_, err := config.Parse([]byte("listne: x\nnode: {idd: a}\nupstream: {linger: soon}\n"))
+	want := []string{
+		"config: listne: unknown field (line 1)",
+		"config: node.idd: unknown field (line 2)",
+		`config: upstream.linger: must be a duration like "5s" (line 3)`,
+	}
+	if err == nil {
+		t.Fatal("Parse: no error")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("errors mismatch (-want +got):\n%s", diff)
 	}
 }
 

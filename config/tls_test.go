@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -87,18 +88,22 @@ func TestChannelCredsTLS(t *testing.T) {
 		{"ca only", map[string]any{"ca_certificate_file": "ca.pem"}, config.TLSChannelCreds{CACertificateFile: "ca.pem"}, ""},
 		{"mtls", map[string]any{"ca_certificate_file": "ca.pem", "certificate_file": "c.pem", "private_key_file": "k.pem",
 			"refresh_interval": "10m"},
-			config.TLSChannelCreds{CACertificateFile: "ca.pem", CertificateFile: "c.pem", PrivateKeyFile: "k.pem"}, ""},
-		{"no config", nil, config.TLSChannelCreds{}, "config: config.ca_certificate_file: required for type tls"},
+			config.TLSChannelCreds{CACertificateFile: "ca.pem", CertificateFile: "c.pem", PrivateKeyFile: "k.pem",
+				RefreshInterval: 10 * time.Minute}, ""},
+		// gRFC A65: no files is TLS with the system roots.
+		{"no config", nil, config.TLSChannelCreds{}, ""},
+		{"spiffe bundle map", map[string]any{"spiffe_trust_bundle_map_file": "b.json", "refresh_interval": "1s"},
+			config.TLSChannelCreds{SPIFFETrustBundleMapFile: "b.json", RefreshInterval: time.Second}, ""},
 		{"cert without key", map[string]any{"ca_certificate_file": "ca.pem", "certificate_file": "c.pem"},
 			config.TLSChannelCreds{}, "config: config.private_key_file: required with certificate_file"},
 		{"key without cert", map[string]any{"ca_certificate_file": "ca.pem", "private_key_file": "k.pem"},
 			config.TLSChannelCreds{}, "config: config.certificate_file: required with private_key_file"},
 		{"unknown key", map[string]any{"ca_certificate_file": "ca.pem", "ca_file": "x"}, config.TLSChannelCreds{},
-			"config: config.ca_file: unknown field (want ca_certificate_file, certificate_file, private_key_file)"},
+			"config: config.ca_file: unknown field (want ca_certificate_file, certificate_file, private_key_file, spiffe_trust_bundle_map_file or refresh_interval)"},
 		{"not a string", map[string]any{"ca_certificate_file": 1}, config.TLSChannelCreds{},
 			"config: config.ca_certificate_file: must be a string"},
 		{"bad refresh interval", map[string]any{"ca_certificate_file": "ca.pem", "refresh_interval": "soon"},
-			config.TLSChannelCreds{}, `config: config.refresh_interval: must be a duration like "10m"`},
+			config.TLSChannelCreds{}, `config: config.refresh_interval: must be a positive duration like "10m"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,8 +190,6 @@ func TestValidateTLSErrors(t *testing.T) {
 			"tls.client_ca_file", "open " + f.missing + ": no such file or directory"},
 		{"client ca not PEM", serverTLS(config.TLS{CertFile: f.cert, KeyFile: f.key, ClientCAFile: f.garbage}),
 			"tls.client_ca_file", "no PEM certificate found"},
-		{"creds without ca", creds(map[string]any{"certificate_file": f.cert, "private_key_file": f.key}),
-			cc + ".config.ca_certificate_file", "required for type tls"},
 		{"creds ca missing", creds(map[string]any{"ca_certificate_file": f.missing}),
 			cc + ".config.ca_certificate_file", "open " + f.missing + ": no such file or directory"},
 		{"creds ca is a key", creds(map[string]any{"ca_certificate_file": f.key}),
@@ -197,7 +200,7 @@ func TestValidateTLSErrors(t *testing.T) {
 		{"creds cert without key", creds(map[string]any{"ca_certificate_file": f.ca, "certificate_file": f.cert}),
 			cc + ".config.private_key_file", "required with certificate_file"},
 		{"creds unknown key", creds(map[string]any{"ca_certificate_file": f.ca, "verify": false}),
-			cc + ".config.verify", "unknown field (want ca_certificate_file, certificate_file, private_key_file)"},
+			cc + ".config.verify", "unknown field (want ca_certificate_file, certificate_file, private_key_file, spiffe_trust_bundle_map_file or refresh_interval)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,7 +216,7 @@ func TestValidateTLSErrors(t *testing.T) {
 	}
 }
 
-// TestParseThenValidateTLS is the CONTRACT.md example's TLS parts, from YAML.
+// TestParseThenValidateTLS is the docs/INTERFACE.md example (the interface contract)'s TLS parts, from YAML.
 func TestParseThenValidateTLS(t *testing.T) {
 	f := writeTLSFiles(t)
 	yaml := `

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,9 +35,30 @@ func TestValidateOK(t *testing.T) {
 				"b.example": {},
 			}
 		})},
-		{"zero linger and cache", withServer(func(c *config.Config) {
+		{"zero linger, cache and drain window", withServer(func(c *config.Config) {
 			c.Upstream.Linger = 0
 			c.Cache.MaxUnreferenced = 0
+			c.Shutdown.DrainWindow = 0
+		})},
+		{"zero canary fraction", withServer(func(c *config.Config) {
+			c.Rollout = &config.Rollout{CanaryFraction: 0, Hold: time.Second}
+		})},
+		// gRPC bootstrap: unknown channel_creds types are skipped, the first
+		// supported one is used.
+		{"unknown creds skipped", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "insecure"}, {Type: "alts"}}
+		})},
+		{"unknown creds first", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "alts"}, {Type: "google_default"}}
+		})},
+		{"tls with the system roots", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "tls"}}
+		})},
+		{"grpc targets", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers = []config.Server{
+				{ServerURI: "dns:///cp.example:443"}, {ServerURI: "passthrough:///10.0.0.1:18000"},
+				{ServerURI: "unix:///run/xds.sock"}, {ServerURI: "unix:relative.sock"},
+			}
 		})},
 	}
 	for _, tt := range tests {
@@ -63,9 +85,12 @@ func TestValidateErrors(t *testing.T) {
 		{"server without host", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = ":18000" }),
 			"upstream.xds_servers[0].server_uri",
 			`config: upstream.xds_servers[0].server_uri: must be host:port with a host, got ":18000"`},
-		{"server with scheme", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "dns:///cp:18000" }),
+		{"server with unknown scheme", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "http://cp:18000" }),
 			"upstream.xds_servers[0].server_uri",
-			`config: upstream.xds_servers[0].server_uri: must be host:port, got "dns:///cp:18000"`},
+			`config: upstream.xds_servers[0].server_uri: unsupported scheme "http" (want host:port, dns:///host:port, passthrough:///host:port or unix:PATH)`},
+		{"dns target without port", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "dns:///cp" }),
+			"upstream.xds_servers[0].server_uri",
+			`config: upstream.xds_servers[0].server_uri: must be host:port, got "cp"`},
 		{"server with path", withServer(func(c *config.Config) { c.Upstream.XDSServers[0].ServerURI = "cp/x:18000" }),
 			"upstream.xds_servers[0].server_uri",
 			`config: upstream.xds_servers[0].server_uri: must be host:port without a scheme or spaces, got "cp/x:18000"`},
@@ -76,14 +101,30 @@ func TestValidateErrors(t *testing.T) {
 			c.Upstream.XDSServers = append(c.Upstream.XDSServers, config.Server{ServerURI: "cp:http"})
 		}), "upstream.xds_servers[1].server_uri",
 			`config: upstream.xds_servers[1].server_uri: must be host:port with a port number, got "cp:http"`},
-		{"unknown creds", withServer(func(c *config.Config) {
-			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "insecure"}, {Type: "google_default"}}
-		}), "upstream.xds_servers[0].channel_creds[1].type",
-			`config: upstream.xds_servers[0].channel_creds[1].type: unknown type "google_default" (want insecure or tls)`},
+		{"no supported creds", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "alts"}, {Type: "xds"}}
+		}), "upstream.xds_servers[0].channel_creds",
+			`config: upstream.xds_servers[0].channel_creds: no supported type (want insecure, tls or google_default; others are skipped)`},
 		{"empty creds type", withServer(func(c *config.Config) {
 			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{}}
 		}), "upstream.xds_servers[0].channel_creds[0].type",
-			"config: upstream.xds_servers[0].channel_creds[0].type: must be set (insecure or tls)"},
+			"config: upstream.xds_servers[0].channel_creds[0].type: must be set (insecure, tls or google_default)"},
+		{"call creds on plaintext", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].CallCreds = []config.CallCreds{{Type: "jwt_token_file",
+				Config: map[string]any{"jwt_token_file": "validate_test.go"}}}
+		}), "upstream.xds_servers[0].call_creds",
+			"config: upstream.xds_servers[0].call_creds: need tls channel_creds: call credentials are sent over a secure channel only"},
+		{"call creds without file", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "tls"}}
+			c.Upstream.XDSServers[0].CallCreds = []config.CallCreds{{Type: "jwt_token_file"}}
+		}), "upstream.xds_servers[0].call_creds[0].config.jwt_token_file",
+			"config: upstream.xds_servers[0].call_creds[0].config.jwt_token_file: required for type jwt_token_file"},
+		{"call creds missing file", withServer(func(c *config.Config) {
+			c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "tls"}}
+			c.Upstream.XDSServers[0].CallCreds = []config.CallCreds{{Type: "jwt_token_file",
+				Config: map[string]any{"jwt_token_file": "/nonexistent/token"}}}
+		}), "upstream.xds_servers[0].call_creds[0].config.jwt_token_file",
+			"config: upstream.xds_servers[0].call_creds[0].config.jwt_token_file: open /nonexistent/token: no such file or directory"},
 		{"empty authority name", withServer(func(c *config.Config) {
 			c.Upstream.Authorities = map[string]config.Authority{"": {}}
 		}), `upstream.authorities[""]`, `config: upstream.authorities[""]: authority name must not be empty`},
@@ -100,14 +141,24 @@ func TestValidateErrors(t *testing.T) {
 			`config: upstream.authorities["b.example"].xds_servers[0].server_uri: must be host:port, got "nope"`},
 		{"authority tls", withServer(func(c *config.Config) {
 			c.Upstream.Authorities = map[string]config.Authority{
-				"a.example": {XDSServers: []config.Server{{ServerURI: "a:1", ChannelCreds: []config.ChannelCreds{{Type: "tls"}}}}},
+				"a.example": {XDSServers: []config.Server{{ServerURI: "a:1", ChannelCreds: []config.ChannelCreds{
+					{Type: "tls", Config: map[string]any{"private_key_file": "k.pem"}}}}}},
 			}
-		}), `upstream.authorities["a.example"].xds_servers[0].channel_creds[0].config.ca_certificate_file`,
-			`config: upstream.authorities["a.example"].xds_servers[0].channel_creds[0].config.ca_certificate_file: required for type tls`},
+		}), `upstream.authorities["a.example"].xds_servers[0].channel_creds[0].config.certificate_file`,
+			`config: upstream.authorities["a.example"].xds_servers[0].channel_creds[0].config.certificate_file: required with private_key_file`},
 		{"negative linger", withServer(func(c *config.Config) { c.Upstream.Linger = -1 }),
 			"upstream.linger", "config: upstream.linger: must not be negative"},
 		{"negative cache", withServer(func(c *config.Config) { c.Cache.MaxUnreferenced = -1 }),
-			"cache.max_unreferenced", "config: cache.max_unreferenced: must not be negative"},
+			"cache.max_unreferenced", "config: cache.max_unreferenced: must not be negative (0 keeps none)"},
+		{"negative drain window", withServer(func(c *config.Config) { c.Shutdown.DrainWindow = -time.Second }),
+			"shutdown.drain_window", "config: shutdown.drain_window: must not be negative (0 ends every stream at once)"},
+		{"persist path and no LRU", withServer(func(c *config.Config) {
+			c.Cache.PersistPath = "validate_test.go"
+			c.Cache.MaxUnreferenced = 0
+		}), "cache.max_unreferenced", "config: cache.max_unreferenced: must be positive with cache.persist_path: " +
+			"nothing is watched when the warm-restart file is loaded, and 0 keeps none of it"},
+		{"zero unavailable_after", withServer(func(c *config.Config) { c.Upstream.UnavailableAfter = 0 }),
+			"upstream.unavailable_after", "config: upstream.unavailable_after: must be positive, got 0s"},
 		{"persist path", withServer(func(c *config.Config) { c.Cache.PersistPath = "/nonexistent-dir/cache" }),
 			"cache.persist_path", `config: cache.persist_path: directory of "/nonexistent-dir/cache" does not exist`},
 		{"names limit", withServer(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 0 }),
@@ -124,9 +175,9 @@ func TestValidateErrors(t *testing.T) {
 			c.Keying = &config.Keying{DynamicParametersFromNode: map[string]string{"env": "metadata.env", "zone": "zone"}}
 		}), "keying.dynamic_parameters_from_node.zone", `config: keying.dynamic_parameters_from_node.zone: unknown node field "zone" (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)`},
 		{"rollout fraction", withServer(func(c *config.Config) { c.Rollout = &config.Rollout{CanaryFraction: 2, Hold: time.Second} }),
-			"rollout.canary_fraction", "config: rollout.canary_fraction: must be in (0, 1], got 2"},
+			"rollout.canary_fraction", "config: rollout.canary_fraction: must be in [0, 1] (0: one canary per change), got 2"},
 		{"rollout hold", withServer(func(c *config.Config) { c.Rollout = &config.Rollout{CanaryFraction: 0.1} }),
-			"rollout.hold", "config: rollout.hold: must be positive"},
+			"rollout.hold", "config: rollout.hold: must be positive, got 0s (to turn rollouts off, remove the rollout section)"},
 		{"listen", withServer(func(c *config.Config) { c.Listen = "18001" }),
 			"listen", `config: listen: must be host:port, got "18001"`},
 		{"listen empty", withServer(func(c *config.Config) { c.Listen = "" }),
@@ -154,6 +205,33 @@ func TestValidateErrors(t *testing.T) {
 				t.Errorf("FieldError.Field = %q, want %q", fe.Field, tt.field)
 			}
 		})
+	}
+}
+
+// Validate reports every problem, not the first one only.
+func TestValidateReportsEveryError(t *testing.T) {
+	cfg := withServer(func(c *config.Config) {
+		c.Listen = "nope"
+		c.Node.ID = ""
+		c.Limits.MaxNamesPerRequest = 0
+		c.Upstream.XDSServers = append(c.Upstream.XDSServers, config.Server{ServerURI: "cp"})
+	})
+	err := cfg.Validate()
+	want := []string{
+		`config: listen: must be host:port, got "nope"`,
+		"config: node.id: must not be empty",
+		"config: limits.max_names_per_request: must be positive",
+		`config: upstream.xds_servers[1].server_uri: must be host:port, got "cp"`,
+	}
+	if err == nil {
+		t.Fatal("Validate() = nil")
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("errors mismatch (-want +got):\n%s", diff)
+	}
+	var fe *config.FieldError
+	if !errors.As(err, &fe) || fe.Field != "listen" {
+		t.Errorf("errors.As found %v, want the listen error first", fe)
 	}
 }
 

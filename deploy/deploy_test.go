@@ -40,7 +40,8 @@ func glob(t *testing.T, pattern string) []string {
 
 // TestDockerfile checks the image recipe: a Go build stage on the go.mod
 // toolchain line, a static binary of cmd/xds-relay, the distroless nonroot
-// base and user, and a config path where the Deployment mounts it.
+// base and user, both bases pinned by digest, the OCI labels, and a config
+// path where the Deployment mounts it.
 func TestDockerfile(t *testing.T) {
 	df := string(read(t, "Dockerfile"))
 
@@ -69,10 +70,6 @@ func TestDockerfile(t *testing.T) {
 			froms = append(froms, in)
 		}
 	}
-	wantFroms := []string{"FROM golang:" + m[1] + "-bookworm AS build", "FROM gcr.io/distroless/static-debian12:nonroot"}
-	if !slices.Equal(froms, wantFroms) {
-		t.Errorf("stages = %q, want %q", froms, wantFroms)
-	}
 	last := func(prefix string) string {
 		for i := len(instr) - 1; i >= 0; i-- {
 			if strings.HasPrefix(instr[i], prefix) {
@@ -80,6 +77,24 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 		return ""
+	}
+	wantFroms := []*regexp.Regexp{
+		regexp.MustCompile(`^FROM golang:` + regexp.QuoteMeta(m[1]) + `-bookworm@sha256:[0-9a-f]{64} AS build$`),
+		regexp.MustCompile(`^FROM gcr\.io/distroless/static-debian12:nonroot@sha256:[0-9a-f]{64}$`),
+	}
+	if len(froms) != len(wantFroms) {
+		t.Errorf("stages = %q, want a build stage and a distroless one", froms)
+	}
+	for i, re := range wantFroms {
+		if i < len(froms) && !re.MatchString(froms[i]) {
+			t.Errorf("stage %d = %q, want %s (pinned by digest)", i, froms[i], re)
+		}
+	}
+	labels := last("LABEL ")
+	for _, key := range []string{"title", "description", "source", "version", "revision", "created", "documentation"} {
+		if !strings.Contains(labels, "org.opencontainers.image."+key+"=") {
+			t.Errorf("LABEL lacks org.opencontainers.image.%s", key)
+		}
 	}
 	if got := last("USER "); got != "USER nonroot:nonroot" {
 		t.Errorf("final USER = %q, want nonroot", got)

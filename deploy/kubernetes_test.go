@@ -22,8 +22,9 @@ import (
 // where the image's CMD reads it.
 const configPath = "/etc/xds-relay/config.yaml"
 
-// drainSeconds is cmd/xds-relay's drain timeout after SIGTERM.
-const drainSeconds = 10
+// drainGraceSeconds is how long after shutdown.drain_window cmd/xds-relay
+// may take to exit after SIGTERM (docs/INTERFACE.md: the window plus 2 s).
+const drainGraceSeconds = 2
 
 // kustomization is the part of kustomize's Kustomization the base uses;
 // decoding strictly into it catches misspelt keys.
@@ -136,7 +137,16 @@ func (b *base) relayConfig(t *testing.T) *config.Config {
 	if err != nil {
 		t.Fatalf("ConfigMap config: %v", err)
 	}
-	if err := cfg.Validate(); err != nil {
+	// Validate checks that persist_path's directory exists: it is the pod's
+	// volume (TestDeploymentWiring), not a directory of this machine.
+	check := *cfg
+	if p := cfg.Cache.PersistPath; p != "" {
+		if !filepath.IsAbs(p) {
+			t.Errorf("ConfigMap config: cache.persist_path %q is not absolute", p)
+		}
+		check.Cache.PersistPath = filepath.Join(t.TempDir(), filepath.Base(p))
+	}
+	if err := check.Validate(); err != nil {
 		t.Fatalf("ConfigMap config: %v", err)
 	}
 	return cfg
@@ -270,13 +280,31 @@ func TestDeploymentWiring(t *testing.T) {
 		t.Errorf("prometheus.io/port = %q, want the admin port %d", got, admin)
 	}
 
-	// Drain: preStop sleep, then SIGTERM drains within drainSeconds.
+	// Drain: preStop sleep, then SIGTERM drains within the window + 2 s.
 	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds <= 0 {
 		t.Fatalf("preStop = %+v, want a sleep action (the image has no shell)", c.Lifecycle)
 	}
 	grace := pod.Spec.TerminationGracePeriodSeconds
-	if need := c.Lifecycle.PreStop.Sleep.Seconds + drainSeconds; grace == nil || *grace <= need {
+	drain := int64(cfg.Shutdown.DrainWindow.Seconds()+0.999) + drainGraceSeconds
+	if need := c.Lifecycle.PreStop.Sleep.Seconds + drain; grace == nil || *grace <= need {
 		t.Errorf("terminationGracePeriodSeconds = %v, want more than preStop + drain = %d", grace, need)
+	}
+
+	// Warm restart: persist_path is on a writable volume of the pod.
+	if cfg.Cache.PersistPath == "" {
+		t.Error("the ConfigMap config sets no cache.persist_path")
+	}
+	persisted := false
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath != filepath.Dir(cfg.Cache.PersistPath) || vm.ReadOnly {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			persisted = persisted || (v.Name == vm.Name && (v.EmptyDir != nil || v.PersistentVolumeClaim != nil))
+		}
+	}
+	if !persisted {
+		t.Errorf("cache.persist_path %q is not on a writable volume mounted at its directory", cfg.Cache.PersistPath)
 	}
 	if s := d.Spec.Strategy.RollingUpdate; s == nil || s.MaxUnavailable == nil || s.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rolling update %+v, want maxUnavailable 0", s)
@@ -329,6 +357,22 @@ func TestDeploymentWiring(t *testing.T) {
 	}
 	if !slices.Contains(names, c.Image) {
 		t.Errorf("container image %q is not rewritten by kustomization images %q", c.Image, names)
+	}
+	for _, im := range b.kust.Images {
+		if im.Digest == "" && (im.NewTag == "" || im.NewTag == "latest") {
+			t.Errorf("kustomization image %s: tag %q; want a fixed release or a digest, never latest", im.Name, im.NewTag)
+		}
+	}
+}
+
+// The relays' own Service is the last upstream fallback: a new replica
+// warms from a ready sibling while the control plane is down.
+func TestSiblingFallback(t *testing.T) {
+	b := loadBase(t)
+	servers := b.relayConfig(t).Upstream.XDSServers
+	want := fmt.Sprintf("%s:%d", b.serviceHost(), b.svc.Spec.Ports[0].Port)
+	if len(servers) < 2 || servers[len(servers)-1].ServerURI != want {
+		t.Errorf("xds_servers %+v, want the control plane first and %s last", servers, want)
 	}
 }
 

@@ -46,6 +46,11 @@ func registryNames(t *testing.T) map[string]bool {
 			t.Fatalf("metrics.%s: no label count accepted", v.Type().Field(i).Name)
 		}
 	}
+	// The families collected from the relay's state at each scrape.
+	m.CollectUpstreamConnected(func() []metrics.UpstreamConn {
+		return []metrics.UpstreamConn{{Server: "x", Scope: metrics.ScopeShared}}
+	})
+	m.CollectReadiness(func() bool { return true }, func() bool { return true })
 	fams, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -100,16 +105,29 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID         int             `json:"id"`
-	Type       string          `json:"type"`
-	Title      string          `json:"title"`
-	Datasource json.RawMessage `json:"datasource"`
-	GridPos    struct{ H, W, X, Y int }
-	Targets    []struct {
+	ID          int             `json:"id"`
+	Type        string          `json:"type"`
+	Title       string          `json:"title"`
+	Datasource  json.RawMessage `json:"datasource"`
+	GridPos     struct{ H, W, X, Y int }
+	FieldConfig struct {
+		Defaults struct {
+			Thresholds struct {
+				Steps []struct {
+					Color string   `json:"color"`
+					Value *float64 `json:"value"`
+				} `json:"steps"`
+			} `json:"thresholds"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
+	Targets []struct {
 		RefID string `json:"refId"`
 		Expr  string `json:"expr"`
 	} `json:"targets"`
 }
+
+// rowsInOrder are the dashboard's rows, top to bottom.
+var rowsInOrder = []string{"Overview", "Clients (downstream)", "Upstreams", "Cache", "Rollouts", "Process"}
 
 func TestDashboardMetricsExist(t *testing.T) {
 	names := registryNames(t)
@@ -156,6 +174,76 @@ func TestDashboardMetricsExist(t *testing.T) {
 		checkMetrics(t, "variable "+v.Name, v.Definition, names)
 	}
 
+	// Variables namespace and pod select the relays, and every query honours
+	// them.
+	var vars []string
+	for _, v := range d.Templating.List {
+		vars = append(vars, v.Name)
+	}
+	if !slices.Equal(vars, []string{"datasource", "namespace", "pod"}) {
+		t.Errorf("variables %v, want datasource, namespace, pod", vars)
+	}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if !strings.Contains(tg.Expr, `namespace=~"$namespace"`) || !strings.Contains(tg.Expr, `pod=~"$pod"`) {
+				t.Errorf("panel %q: query does not select $namespace and $pod: %s", p.Title, tg.Expr)
+			}
+		}
+		// A stat panel colours its value: thresholds with at least a base.
+		if p.Type == "stat" {
+			steps := p.FieldConfig.Defaults.Thresholds.Steps
+			if len(steps) == 0 || steps[0].Value != nil {
+				t.Errorf("stat panel %q: thresholds %+v, want steps from a base (null) value", p.Title, steps)
+			}
+			for i := 1; i < len(steps); i++ {
+				if steps[i].Value == nil || (i > 1 && *steps[i].Value <= *steps[i-1].Value) {
+					t.Errorf("stat panel %q: threshold steps not increasing", p.Title)
+				}
+			}
+		}
+	}
+
+	// Rows in order, each panel in the band of its row, the process row
+	// only with process metrics.
+	ps := slices.Clone(d.Panels)
+	slices.SortStableFunc(ps, func(a, b panel) int {
+		if a.GridPos.Y != b.GridPos.Y {
+			return a.GridPos.Y - b.GridPos.Y
+		}
+		return a.GridPos.X - b.GridPos.X
+	})
+	var rows []string
+	for _, p := range ps {
+		if p.Type == "row" {
+			rows = append(rows, p.Title)
+			continue
+		}
+		if len(rows) == 0 {
+			t.Errorf("panel %q is above the first row", p.Title)
+			continue
+		}
+		if rows[len(rows)-1] == "Process" {
+			for _, tg := range p.Targets {
+				if strings.Contains(tg.Expr, "xds_relay_") {
+					t.Errorf("panel %q in the Process row shows relay metrics: %s", p.Title, tg.Expr)
+				}
+			}
+		}
+	}
+	if !slices.Equal(rows, rowsInOrder) {
+		t.Errorf("rows %v, want %v", rows, rowsInOrder)
+	}
+	for i, p := range ps {
+		if p.Type == "row" {
+			continue
+		}
+		for _, q := range ps[i+1:] {
+			if q.Type == "row" && q.GridPos.Y < p.GridPos.Y+p.GridPos.H {
+				t.Errorf("panel %q overlaps row %q below it", p.Title, q.Title)
+			}
+		}
+	}
+
 	// Every relay family is on the dashboard.
 	for name := range names {
 		if strings.HasPrefix(name, "xds_relay_") && !used[name] && unusedFamilies[name] == "" {
@@ -198,6 +286,17 @@ func githubAnchors(doc []byte) map[string]bool {
 	return out
 }
 
+// runbookBase is the default base of the alerts' runbook links: an absolute
+// URL of docs/OPERATIONS.md, overridden by the external label runbook_base.
+const runbookBase = "{{ with $externalLabels.runbook_base }}{{ . }}{{ else }}" +
+	"https://github.com/xds-relay/xds-relay/blob/main/docs/OPERATIONS.md{{ end }}"
+
+var runbookURL = regexp.MustCompile(`^` + regexp.QuoteMeta(runbookBase) + `#([a-z0-9-]+)$`)
+
+// The alerts an operator needs, at least.
+var requiredAlerts = []string{"XdsRelayDown", "XdsRelayAbsent", "XdsRelayUpstreamNeverConnected",
+	"XdsRelayUpstreamDisconnected", "XdsRelayRolloutHalted", "XdsRelayMemoryNearLimit"}
+
 func TestAlertRules(t *testing.T) {
 	names := registryNames(t)
 	var rules alertRules
@@ -238,13 +337,19 @@ func TestAlertRules(t *testing.T) {
 			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: want summary and description annotations", where)
 			}
-			anchor, ok := strings.CutPrefix(r.Annotations["runbook_url"], "docs/OPERATIONS.md#")
-			if !ok || !anchors[anchor] {
-				t.Errorf("%s: runbook_url %q is not a heading of docs/OPERATIONS.md", where, r.Annotations["runbook_url"])
+			m := runbookURL.FindStringSubmatch(r.Annotations["runbook_url"])
+			if m == nil || !anchors[m[1]] {
+				t.Errorf("%s: runbook_url %q is not %s#ANCHOR with a heading of docs/OPERATIONS.md",
+					where, r.Annotations["runbook_url"], runbookBase)
 			}
 		}
 	}
 	if count == 0 {
 		t.Fatal("no rules")
+	}
+	for _, a := range requiredAlerts {
+		if !seen[a] {
+			t.Errorf("no alert %s", a)
+		}
 	}
 }

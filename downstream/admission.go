@@ -1,40 +1,39 @@
 package downstream
 
 import (
-	"sync"
-	"time"
+	"context"
+	"math"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
-// admission is a token bucket on new streams: a reconnect storm is refused
-// with RESOURCE_EXHAUSTED (clients retry with backoff) instead of becoming a
-// burst of work. Safe for concurrent use.
-type admission struct {
-	rate  float64 // tokens per second; 0 admits everything
-	burst float64
-
-	mu     sync.Mutex
-	tokens float64   // guarded by mu
-	last   time.Time // guarded by mu
+// newLimiter is the admission control of new streams: a token bucket of
+// golang.org/x/time/rate refilling perSecond tokens a second, as many at
+// most (at least one); nil (everything admitted) when perSecond is 0.
+func newLimiter(perSecond float64) *rate.Limiter {
+	if perSecond <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(perSecond), max(1, int(math.Ceil(perSecond))))
 }
 
-func newAdmission(rate float64) *admission {
-	return &admission{rate: rate, burst: rate, tokens: rate}
-}
-
-// admit takes a token if one is left.
-func (a *admission) admit(now time.Time) bool {
-	if a.rate <= 0 {
-		return true
+// tap runs before grpc creates a stream (grpc.InTapHandle, on the
+// connection's reader goroutine: it must not block). It refuses the stream
+// early, before any of its state exists, when the admission rate is
+// exceeded (RESOURCE_EXHAUSTED: a reconnect storm is spread out by the
+// clients' own backoff instead of becoming a burst of work) or while the
+// server drains (UNAVAILABLE: connect to another replica). An admitted
+// stream's context carries its handle for Drain (see drain.go).
+func (s *Server) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	if s.lim != nil && !s.lim.Allow() {
+		s.m.AdmissionRejections.Inc()
+		return nil, status.Error(codes.ResourceExhausted, "xds-relay: too many new streams, retry with backoff")
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.last.IsZero() {
-		a.tokens = min(a.burst, a.tokens+now.Sub(a.last).Seconds()*a.rate)
+	if s.drain.refusing() {
+		return nil, status.Error(codes.Unavailable, "xds-relay: draining, connect to another replica")
 	}
-	a.last = now
-	if a.tokens < 1 {
-		return false
-	}
-	a.tokens--
-	return true
+	return context.WithValue(ctx, drainKey{}, newDrainHandle()), nil
 }

@@ -1,7 +1,9 @@
 package downstream
 
 import (
+	"cmp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	runtimesvc "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	secretsvc "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
 	"github.com/xds-relay/xds-relay/internal/metrics"
@@ -75,7 +78,7 @@ type Options struct {
 	// together. Default 100000.
 	MaxSubscriptions int
 	// NewStreamsPerSecond is the admission rate of new streams (burst of
-	// the same size); 0 admits every stream.
+	// the same size, at least one); 0 admits every stream.
 	NewStreamsPerSecond float64
 	// MaxSenders bounds the sender goroutines. Default 4096.
 	MaxSenders int
@@ -92,7 +95,7 @@ type Options struct {
 }
 
 // Server is the downstream xDS server. Create it with NewServer and add it to
-// a grpc.Server built with ServerOptions() by Register.
+// a grpc.Server built with its GRPCOptions by Register.
 type Server struct {
 	// set at creation, read-only
 	src  Source
@@ -100,8 +103,10 @@ type Server struct {
 	log  *zap.Logger
 	m    *metrics.Metrics
 	pool *pool
-	adm  *admission
-	sets nameSets // interned SotW subscriptions
+	lim  *rate.Limiter // admission of new streams; nil: off
+	sets nameSets      // interned SotW subscriptions
+
+	drain drainer // the open streams, for Drain
 
 	nextID atomic.Uint64
 
@@ -132,13 +137,24 @@ func NewServer(src Source, opts Options) *Server {
 		log:     opts.Logger,
 		m:       opts.Metrics,
 		pool:    newPool(2*runtime.GOMAXPROCS(0), opts.MaxSenders),
-		adm:     newAdmission(opts.NewStreamsPerSecond),
+		lim:     newLimiter(opts.NewStreamsPerSecond),
 		streams: make(map[uint64]*stream),
 	}
 }
 
-// Close stops the sender pool. Call it after the grpc.Server has stopped.
-func (s *Server) Close() { s.pool.close() }
+// GRPCOptions are the options of the grpc.Server the server is registered
+// on: ServerOptions, and the tap and interceptor of admission control and
+// Drain (without them every stream is admitted and Drain ends none).
+func (s *Server) GRPCOptions() []grpc.ServerOption {
+	return append(ServerOptions(), grpc.InTapHandle(s.tap), grpc.ChainStreamInterceptor(s.intercept))
+}
+
+// Close waits for the handlers of the streams that Drain ended, and stops
+// the sender pool. Call it after the grpc.Server has stopped.
+func (s *Server) Close() {
+	s.drain.waitHandlers()
+	s.pool.close()
+}
 
 // perType maps each per-type discovery service to the type it serves.
 var perType = []struct {
@@ -196,4 +212,65 @@ func (s *Server) Streams(nodeID string) []StreamInfo {
 		}
 	}
 	return out
+}
+
+// StreamFilter selects streams for StreamsPage. Zero fields match every
+// stream.
+type StreamFilter struct {
+	// Node, when set, is asked whether a stream's node id matches.
+	Node func(nodeID string) bool
+	// Type is a type URL, or its last segment ("Cluster"): streams that
+	// requested that type.
+	Type string
+	// Name is a resource name: streams subscribed to it (of Type when set).
+	Name string
+}
+
+// StreamsPage returns, sorted by stream id, at most limit streams matching f
+// whose id is above after, and how many streams match f in all. It builds
+// the StreamInfo of the page's streams only.
+func (s *Server) StreamsPage(f StreamFilter, after uint64, limit int) (page []StreamInfo, total int) {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b *stream) int { return cmp.Compare(a.id, b.id) })
+	page = []StreamInfo{}
+	for _, st := range all {
+		if !st.matches(f) {
+			continue
+		}
+		total++
+		if st.id > after && len(page) < limit {
+			page = append(page, st.info())
+		}
+	}
+	return page, total
+}
+
+// matches reports whether st is selected by f.
+func (st *stream) matches(f StreamFilter) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if f.Node != nil && !f.Node(st.nodeID) {
+		return false
+	}
+	if f.Type == "" && f.Name == "" {
+		return true
+	}
+	key := canonical(f.Name)
+	for t, ts := range st.types {
+		if f.Type != "" && t != f.Type && t[strings.LastIndexAny(t, "./")+1:] != f.Type {
+			continue
+		}
+		if f.Name == "" {
+			return true
+		}
+		if _, ok := ts.names[key]; ok {
+			return true
+		}
+	}
+	return false
 }

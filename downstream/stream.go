@@ -161,10 +161,6 @@ type typeState struct {
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
-	if !s.adm.admit(time.Now()) {
-		s.m.AdmissionRejections.Inc()
-		return status.Error(codes.ResourceExhausted, "xds-relay: too many new streams, retry with backoff")
-	}
 	st := &stream{
 		srv:     s,
 		id:      s.nextID.Add(1),

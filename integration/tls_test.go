@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"fmt"
 	"testing"
 	"time"
 
@@ -196,7 +198,7 @@ func TestDownstreamCertRotation(t *testing.T) {
 	ca := xdstest.NewCA(t, "relay-ca")
 	first := ca.Server(t)
 	cert, key := first.Write(t, dir, "server")
-	addr := tlsRelay(t, up.Addr(), config.TLS{CertFile: cert, KeyFile: key})
+	addr := tlsRelay(t, up.Addr(), config.TLS{CertFile: cert, KeyFile: key, RefreshInterval: 20 * time.Millisecond})
 
 	old, resp, err := openCDS(t, addr, tlsClientCreds(ca.Pool()), "c1")
 	if err != nil {
@@ -209,13 +211,25 @@ func TestDownstreamCertRotation(t *testing.T) {
 
 	second := ca.Server(t)
 	second.Write(t, dir, "server")
-	fresh, resp, err := openCDS(t, addr, tlsClientCreds(ca.Pool()), "c1")
-	if err != nil {
-		t.Fatalf("client after rotation: %v", err)
-	}
-	if !fresh.serverLeaf().Equal(second.Leaf) {
-		t.Errorf("client after rotation saw serial %v, want the second certificate %v",
-			fresh.serverLeaf().SerialNumber, second.Leaf.SerialNumber)
+	// The files are re-read every refresh_interval: new connections get the
+	// second certificate once that has passed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var fresh *tlsStream
+	for {
+		fresh, resp, err = openCDS(t, addr, tlsClientCreds(ca.Pool()), "c1")
+		if err != nil {
+			t.Fatalf("client after rotation: %v", err)
+		}
+		if fresh.serverLeaf().Equal(second.Leaf) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("clients after rotation still see serial %v, want the second certificate %v",
+				fresh.serverLeaf().SerialNumber, second.Leaf.SerialNumber)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if got := edsService(t, resp); got != "e1" {
 		t.Errorf("client after rotation: EDS service %q, want e1", got)
@@ -282,5 +296,42 @@ func TestUpstreamTLS(t *testing.T) {
 				t.Errorf("EDS service %q, want e1", got)
 			}
 		})
+	}
+}
+
+// TestUpstreamCallCreds: with call_creds of type jwt_token_file (gRFC A97),
+// every stream to the upstream carries the token of the file as
+// "authorization: Bearer TOKEN", over TLS.
+func TestUpstreamCallCreds(t *testing.T) {
+	dir := t.TempDir()
+	ca := xdstest.NewCA(t, "upstream-ca")
+	caFile := xdstest.WriteFile(t, dir, "ca.pem", ca.CertPEM())
+	enc := base64.RawURLEncoding.EncodeToString
+	token := enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." +
+		enc(fmt.Appendf(nil, `{"sub":"xds-relay","exp":%d}`, time.Now().Add(time.Hour).Unix())) + "." + enc([]byte("sig"))
+	tokenFile := xdstest.WriteFile(t, dir, "token.jwt", []byte(token))
+
+	up := xdstest.StartUpstream(t, xdstest.WithTLS(&tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLS(t)},
+		MinVersion: tls.VersionTLS12}))
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "e1")}})
+	r := xdstest.StartRelayLogged(t, zaptest.NewLogger(t), up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].ChannelCreds = []config.ChannelCreds{{Type: "alts"},
+			{Type: "tls", Config: map[string]any{"ca_certificate_file": caFile}}}
+		c.Upstream.XDSServers[0].CallCreds = []config.CallCreds{{Type: "sts"},
+			{Type: "jwt_token_file", Config: map[string]any{"jwt_token_file": tokenFile}}}
+	}))
+	client := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "plain-client"})
+	client.Subscribe(resource.ClusterType, "c1")
+	if got := edsService(t, client.RecvType(resource.ClusterType)); got != "e1" {
+		t.Errorf("EDS service %q, want e1", got)
+	}
+	reqs := up.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("the upstream saw no request")
+	}
+	for _, req := range reqs {
+		if got := req.Header.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+token {
+			t.Errorf("stream %d authorization = %q, want the bearer token of the file", req.StreamID, got)
+		}
 	}
 }

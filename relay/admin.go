@@ -5,29 +5,48 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"reflect"
+	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 )
 
-// AdminHandler returns the admin HTTP API (CONTRACT.md, "Admin HTTP"):
-//
-//	GET /                                        status page (HTML for browsers, ?format=json), else a text index
-//	GET /healthz                                 200 "ok" while the process runs
-//	GET /readyz                                  200 when Ready, else 503
-//	GET /metrics                                 Prometheus text format of Registry
-//	GET /debug/cache?type=&prefix=&authority=    JSON of DebugCache
-//	GET /debug/clients?node=                     JSON of DebugClients
-//	GET /debug/upstreams                         JSON of DebugUpstreams
-//	GET /debug/rollouts                          JSON list; empty until rollouts exist
-//	GET /debug/config                            JSON of EffectiveConfig (secrets redacted)
-//	GET|PUT|POST /debug/loglevel[?level=debug]   show or change the log level (see WithLogLevel)
-//	GET /debug/pprof/...                         net/http/pprof
-//
-// Every other method gets 405, every other path 404. The handler has its own
-// mux (pprof is not served from http.DefaultServeMux) and is safe for
-// concurrent use; each call returns a new handler.
+// AdminEndpoint documents one path of the admin HTTP API.
+type AdminEndpoint struct {
+	// Route is the methods and path, with the query parameters it reads.
+	Route string
+	// Doc says what it answers.
+	Doc string
+}
+
+// AdminEndpoints lists every path of AdminHandler, as the admin index (GET /
+// from curl) and `xds-relay --help` show them.
+var AdminEndpoints = []AdminEndpoint{
+	{"GET /", "status page (HTML in a browser, ?format=json), this index otherwise"},
+	{"GET /healthz", `200 "ok" while the process runs (liveness)`},
+	{"GET /readyz", "200 when serving and synced with an upstream (or warm from cache.persist_path); " +
+		"503 before that and while draining; the body says why (readiness)"},
+	{"GET /metrics", "Prometheus text format (xds_relay_*, go_*, process_*)"},
+	{"POST /drain", "take the relay out of service for maintenance: /readyz 503, GOAWAY, xDS streams " +
+		"ended with UNAVAILABLE over shutdown.drain_window; the process and admin API stay up until SIGTERM"},
+	{"GET /debug/cache?type=&prefix=&authority=", "JSON: the cached resource variants"},
+	{"GET /debug/clients?node=&type=&name=&after=&limit=&names=", "JSON: one page of the downstream streams " +
+		"(node: glob on the node id; limit: 100, at most 1000; names per type: 100), the total and the next page"},
+	{"GET /debug/upstreams", "JSON: the upstream clients and their connection state"},
+	{"GET /debug/rollouts", "JSON: guarded rollouts pending and recently resolved"},
+	{"GET /debug/config", "JSON: the effective config, secrets redacted"},
+	{"GET|PUT|POST /debug/loglevel?level=", "show, or change at once, the log level (debug, info, warn, error)"},
+	{"GET /debug/pprof/", "Go profiles"},
+}
+
+// AdminHandler returns the admin HTTP API (docs/INTERFACE.md, "Admin HTTP"): the
+// paths of AdminEndpoints. Every other method gets 405, every other path
+// 404. The handler has its own mux (pprof is not served from
+// http.DefaultServeMux) and is safe for concurrent use; each call returns a
+// new handler.
 func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 	mux := http.NewServeMux()
 	// Method patterns make the mux answer 405 (with Allow) to other methods.
@@ -36,11 +55,20 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 		writeText(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if r.Ready() {
-			writeText(w, http.StatusOK, "ready\n")
-			return
+		ok, why := r.Readiness()
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
 		}
-		writeText(w, http.StatusServiceUnavailable, "not ready\n")
+		writeText(w, code, why+"\n")
+	})
+	mux.HandleFunc("POST /drain", func(w http.ResponseWriter, _ *http.Request) {
+		if !r.Draining() {
+			r.log.Info("drain requested on the admin API")
+		}
+		r.Drain()
+		writeText(w, http.StatusAccepted, fmt.Sprintf("draining: xDS streams end over %v; /readyz answers 503\n",
+			r.cfg.Shutdown.DrainWindow))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.Registry(), promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(r.log.Named("admin")),
@@ -56,7 +84,12 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 		}))
 	})
 	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, req *http.Request) {
-		r.writeJSON(w, r.DebugClients(req.URL.Query().Get("node")))
+		q, err := clientQuery(req.URL.Query())
+		if err != nil {
+			http.Error(w, "admin: /debug/clients: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.writeJSON(w, r.DebugClientsPage(q))
 	})
 	mux.HandleFunc("GET /debug/upstreams", func(w http.ResponseWriter, _ *http.Request) {
 		r.writeJSON(w, r.DebugUpstreams())
@@ -73,19 +106,37 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 	return mux
 }
 
-const adminIndexText = `xds-relay admin
-/                  status page (open in a browser, or ?format=json)
-/healthz
-/readyz
-/metrics
-/debug/cache?type=&prefix=&authority=
-/debug/clients?node=
-/debug/upstreams
-/debug/rollouts
-/debug/config
-/debug/loglevel    PUT ?level=debug|info|warn|error to change
-/debug/pprof/
-`
+// clientQuery reads the query of /debug/clients.
+func clientQuery(v url.Values) (ClientQuery, error) {
+	q := ClientQuery{Node: v.Get("node"), Type: v.Get("type"), Name: v.Get("name")}
+	var err error
+	if s := v.Get("after"); s != "" {
+		if q.After, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return q, fmt.Errorf("after=%q: want a stream id", s)
+		}
+	}
+	for _, p := range []struct {
+		key string
+		dst *int
+	}{{"limit", &q.Limit}, {"names", &q.Names}} {
+		if s := v.Get(p.key); s != "" {
+			if *p.dst, err = strconv.Atoi(s); err != nil || *p.dst <= 0 {
+				return q, fmt.Errorf("%s=%q: want a positive integer", p.key, s)
+			}
+		}
+	}
+	return q, nil
+}
+
+// adminIndexText is the plain-text index of GET / for curl.
+var adminIndexText = func() string {
+	var b strings.Builder
+	b.WriteString("xds-relay admin\n")
+	for _, e := range AdminEndpoints {
+		fmt.Fprintf(&b, "%s\n    %s\n", e.Route, e.Doc)
+	}
+	return b.String()
+}()
 
 func writeText(w http.ResponseWriter, code int, body string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

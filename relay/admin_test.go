@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -73,12 +74,14 @@ func TestAdminEndpoints(t *testing.T) {
 		bodyContains string
 	}{
 		{"/healthz", http.StatusOK, "text/plain; charset=utf-8", "ok"},
-		{"/readyz", http.StatusServiceUnavailable, "text/plain; charset=utf-8", "not ready"}, // never served
+		{"/readyz", http.StatusServiceUnavailable, "text/plain; charset=utf-8", "starting: the xDS listener does not serve yet"}, // never served
 		{"/metrics", http.StatusOK, "text/plain; version=0.0.4; charset=utf-8; escaping=underscores", "xds_relay_"},
 		{"/debug/cache", http.StatusOK, "application/json", "[]"},
 		{"/debug/cache?type=Cluster&prefix=a&authority=x", http.StatusOK, "application/json", "[]"},
-		{"/debug/clients", http.StatusOK, "application/json", "[]"},
-		{"/debug/clients?node=n1", http.StatusOK, "application/json", "[]"},
+		{"/debug/clients", http.StatusOK, "application/json", `"streams": []`},
+		{"/debug/clients?node=n1&type=Cluster&name=c&limit=5&names=2&after=7", http.StatusOK, "application/json", `"total": 0`},
+		{"/debug/clients?limit=0", http.StatusBadRequest, "text/plain; charset=utf-8", `limit="0": want a positive integer`},
+		{"/debug/clients?after=x", http.StatusBadRequest, "text/plain; charset=utf-8", `after="x": want a stream id`},
 		{"/debug/upstreams", http.StatusOK, "application/json", `"authority": ""`},
 		{"/debug/rollouts", http.StatusOK, "application/json", "[]"},
 		{"/debug/pprof/", http.StatusOK, "text/html; charset=utf-8", "goroutine"},
@@ -124,6 +127,9 @@ func TestAdminMethodNotAllowed(t *testing.T) {
 	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
 		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/debug/cache", "/debug/clients",
 			"/debug/upstreams", "/debug/pprof/", "/debug/pprof/symbol"} {
+			if method == http.MethodPost && path == "/drain" {
+				continue
+			}
 			if got := get(t, method, srv.URL+path); got.code != http.StatusMethodNotAllowed {
 				t.Errorf("%s %s = %d, want 405", method, path, got.code)
 			}
@@ -167,13 +173,13 @@ func TestAdminServingRelay(t *testing.T) {
 		t.Errorf("/debug/cache?prefix=no-such-name = %+v, want none", cache)
 	}
 
-	var clients []relay.ClientInfo
+	var clients relay.ClientPage
 	getJSON(t, srv.URL+"/debug/clients?node=client-1", &clients)
-	if len(clients) != 1 || clients[0].NodeID != "client-1" {
+	if len(clients.Streams) != 1 || clients.Streams[0].NodeID != "client-1" || clients.Total != 1 {
 		t.Errorf("/debug/clients?node=client-1 = %+v, want client-1's stream", clients)
 	}
 	getJSON(t, srv.URL+"/debug/clients?node=someone-else", &clients)
-	if len(clients) != 0 {
+	if len(clients.Streams) != 0 || clients.Total != 0 {
 		t.Errorf("/debug/clients?node=someone-else = %+v, want none", clients)
 	}
 
@@ -184,11 +190,91 @@ func TestAdminServingRelay(t *testing.T) {
 	}
 
 	c.Close()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
+	r.Close()
 	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after Close = %d, want 503", got.code)
+	}
+}
+
+// /debug/clients is paged and filtered: its answer is bounded whatever the
+// fleet, and following "next" visits every stream once.
+func TestAdminClientsPaged(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2", "c3"))
+	r := xdstest.StartRelay(t, up.Addr())
+	srv := httptest.NewServer(r.AdminHandler())
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+
+	for i := range 5 {
+		c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("envoy-%d", i)})
+		c.Subscribe(resource.ClusterType, "c1", "c2", "c3")
+		c.Ack(c.RecvType(resource.ClusterType))
+	}
+	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "grpc-1"})
+	other.Subscribe(resource.ListenerType, "l1")
+
+	// The streams register before their first response: wait for all six.
+	var page relay.ClientPage
+	xdstest.Eventually(t, func() bool {
+		getJSON(t, srv.URL+"/debug/clients", &page)
+		return page.Total == 6
+	}, "six streams listed", func() any { return page })
+
+	seen := map[string]bool{}
+	next := "/debug/clients?node=envoy-*&limit=2&names=1"
+	for pages := 0; next != ""; pages++ {
+		if pages > 3 {
+			t.Fatalf("more than 3 pages for 5 streams by 2")
+		}
+		page = relay.ClientPage{} // "next" is left out on the last page
+		getJSON(t, srv.URL+next, &page)
+		if page.Total != 5 || len(page.Streams) > 2 {
+			t.Fatalf("%s: total %d, %d streams; want 5 in all, at most 2 here", next, page.Total, len(page.Streams))
+		}
+		for _, s := range page.Streams {
+			if seen[s.NodeID] {
+				t.Errorf("%s listed twice", s.NodeID)
+			}
+			seen[s.NodeID] = true
+			if names := s.Types[resource.ClusterType].Names; len(names) != 1 || s.NamesTotal[resource.ClusterType] != 3 {
+				t.Errorf("%s: names %v, names_total %v; want 1 of 3", s.NodeID, names, s.NamesTotal)
+			}
+		}
+		next = page.Next
+	}
+	if len(seen) != 5 {
+		t.Errorf("pages listed %v, want envoy-0 to envoy-4", seen)
+	}
+	getJSON(t, srv.URL+"/debug/clients?type=Listener", &page)
+	if page.Total != 1 || page.Streams[0].NodeID != "grpc-1" {
+		t.Errorf("?type=Listener = %+v, want grpc-1 only", page)
+	}
+	getJSON(t, srv.URL+"/debug/clients?name=c2", &page)
+	if page.Total != 5 {
+		t.Errorf("?name=c2: total %d, want the 5 envoys", page.Total)
+	}
+}
+
+// Every route of relay.AdminEndpoints is served, and the index lists them.
+func TestAdminEndpointsListed(t *testing.T) {
+	srv := newAdmin(t)
+	defer srv.Client().CloseIdleConnections()
+	index := get(t, http.MethodGet, srv.URL+"/").body
+	for _, e := range relay.AdminEndpoints {
+		methods, path, _ := strings.Cut(e.Route, " ")
+		path, _, _ = strings.Cut(path, "?")
+		if !strings.Contains(index, e.Route) {
+			t.Errorf("the index does not list %q", e.Route)
+		}
+		for _, m := range strings.Split(methods, "|") {
+			if m == http.MethodPost || m == http.MethodPut {
+				continue // they change things: tested on their own
+			}
+			if got := get(t, m, srv.URL+path); got.code == http.StatusNotFound || got.code == http.StatusMethodNotAllowed {
+				t.Errorf("%s %s = %d: not served", m, path, got.code)
+			}
+		}
 	}
 }
 

@@ -97,13 +97,9 @@ func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 		h.r.unconfirm(h.sc, h.authority)
 	}
 	h.r.mu.Unlock()
-	v := 0.0
-	if connected {
-		v = 1
-	} else {
+	if !connected {
 		h.r.m.UpstreamReconnects.WithLabelValues(h.authority, server).Inc()
 	}
-	h.r.m.UpstreamConnected.WithLabelValues(h.authority, server).Set(v)
 	if err != nil {
 		h.r.log.Info("upstream disconnected", zap.String("authority", h.authority), zap.String("server", server), zap.Error(err))
 	}

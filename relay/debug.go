@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/xds-relay/xds-relay/downstream"
@@ -123,6 +125,94 @@ func (r *Relay) DebugClients(nodeID string) []ClientInfo {
 	out := r.ds.Streams(nodeID)
 	slices.SortFunc(out, func(a, b ClientInfo) int { return int(a.ID) - int(b.ID) })
 	return out
+}
+
+// ClientQuery selects a page of /debug/clients. Zero fields take defaults.
+type ClientQuery struct {
+	// Node is a glob ('*' matches any run) on the node id.
+	Node string
+	// Type is a type URL or its last segment ("Cluster"): streams that
+	// requested it. Name: streams subscribed to that resource name.
+	Type, Name string
+	// After is the stream id the page starts after (the previous page's
+	// last); Limit the most streams on the page (default 100, at most 1000);
+	// Names the most names listed per type (default 100).
+	After        uint64
+	Limit, Names int
+}
+
+// Limits of ClientQuery.
+const (
+	DefaultClientsLimit = 100
+	MaxClientsLimit     = 1000
+	DefaultClientNames  = 100
+)
+
+// ClientPage is one page of /debug/clients.
+type ClientPage struct {
+	// Total is how many streams match the filter (on every page).
+	Total int `json:"total"`
+	// Streams are the page's streams, by id.
+	Streams []PagedClient `json:"streams"`
+	// Next is the path of the next page; empty on the last one.
+	Next string `json:"next,omitempty"`
+}
+
+// PagedClient is a stream of a ClientPage: its names are cut to the query's
+// Names per type.
+type PagedClient struct {
+	ClientInfo
+	// NamesTotal holds, for each type whose names were cut, how many it has.
+	NamesTotal map[string]int `json:"names_total,omitempty"`
+}
+
+// DebugClientsPage returns the page of downstream streams q selects. Its
+// size is bounded by q.Limit streams and q.Names names per type, whatever
+// the fleet.
+func (r *Relay) DebugClientsPage(q ClientQuery) ClientPage {
+	if q.Limit <= 0 {
+		q.Limit = DefaultClientsLimit
+	}
+	q.Limit = min(q.Limit, MaxClientsLimit)
+	if q.Names <= 0 {
+		q.Names = DefaultClientNames
+	}
+	f := downstream.StreamFilter{Type: q.Type, Name: q.Name}
+	if q.Node != "" {
+		f.Node = func(id string) bool { return glob(q.Node, id) }
+	}
+	infos, total := r.ds.StreamsPage(f, q.After, q.Limit+1) // one more: is there a next page?
+	more := len(infos) > q.Limit
+	infos = infos[:min(len(infos), q.Limit)]
+	page := ClientPage{Total: total, Streams: make([]PagedClient, 0, len(infos))}
+	for _, info := range infos {
+		pc := PagedClient{ClientInfo: info}
+		for t, ti := range info.Types {
+			if len(ti.Names) > q.Names {
+				if pc.NamesTotal == nil {
+					pc.NamesTotal = make(map[string]int)
+				}
+				pc.NamesTotal[t] = len(ti.Names)
+				ti.Names = ti.Names[:q.Names]
+				info.Types[t] = ti
+			}
+		}
+		page.Streams = append(page.Streams, pc)
+	}
+	if more {
+		last := page.Streams[len(page.Streams)-1].ID
+		v := url.Values{"after": {strconv.FormatUint(last, 10)}, "limit": {strconv.Itoa(q.Limit)}}
+		for k, val := range map[string]string{"node": q.Node, "type": q.Type, "name": q.Name} {
+			if val != "" {
+				v.Set(k, val)
+			}
+		}
+		if q.Names != DefaultClientNames {
+			v.Set("names", strconv.Itoa(q.Names))
+		}
+		page.Next = "/debug/clients?" + v.Encode()
+	}
+	return page
 }
 
 // DebugUpstreams lists the upstream connections, by authority.

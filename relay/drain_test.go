@@ -2,60 +2,160 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
-// Graceful drain: /readyz turns 503 at once, open streams are served until
-// the drain deadline, then closed; Shutdown returns.
-func TestGracefulDrain(t *testing.T) {
+// drainFleet starts a relay with the drain window, and n clients that watch
+// every cluster; it returns them in the order they connected.
+func drainFleet(t *testing.T, window time.Duration, n int) (*xdstest.Relay, []*xdstest.ADSClient) {
+	t.Helper()
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters("c1"))
-	r := xdstest.StartRelay(t, up.Addr())
-	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "n"})
-	c.Subscribe(resource.ClusterType, "*")
-	c.Ack(c.RecvType(resource.ClusterType))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Shutdown.DrainWindow = window }))
+	var clients []*xdstest.ADSClient
+	for i := range n {
+		c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: fmt.Sprintf("n%d", i)})
+		c.Subscribe(resource.ClusterType, "*")
+		c.Ack(c.RecvType(resource.ClusterType))
+		clients = append(clients, c)
+	}
+	return r, clients
+}
 
-	readyz := func() int {
-		rec := httptest.NewRecorder()
-		r.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		return rec.Code
+// ended records when each client's stream ended and with what.
+type ended struct {
+	mu    sync.Mutex
+	at    map[int]time.Time
+	codes map[int]codes.Code
+	wg    sync.WaitGroup
+}
+
+func watchEnds(clients []*xdstest.ADSClient) *ended {
+	e := &ended{at: map[int]time.Time{}, codes: map[int]codes.Code{}}
+	for i, c := range clients {
+		e.wg.Go(func() {
+			err := c.Err()
+			e.mu.Lock()
+			e.at[i], e.codes[i] = time.Now(), status.Code(err)
+			e.mu.Unlock()
+		})
 	}
-	if got := readyz(); got != http.StatusOK {
-		t.Fatalf("/readyz before the drain = %d", got)
+	return e
+}
+
+func readyz(r *relay.Relay) (int, string) {
+	rec := httptest.NewRecorder()
+	r.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	return rec.Code, rec.Body.String()
+}
+
+// Contract (Shutdown): /readyz turns 503 at once, the open streams end with
+// UNAVAILABLE spread over shutdown.drain_window, and Shutdown returns as soon
+// as none is left, long before its deadline. (The spread is checked by a
+// lower bound, which timers guarantee; the order the clients observe their
+// ends in depends on scheduling, so it is not checked.)
+func TestShutdownDrainsOverTheWindow(t *testing.T) {
+	const window, n = 400 * time.Millisecond, 4
+	r, clients := drainFleet(t, window, n)
+	if code, body := readyz(r.Relay); code != http.StatusOK {
+		t.Fatalf("/readyz before the drain = %d %q", code, body)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	e := watchEnds(clients)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	start := time.Now()
 	done := make(chan struct{})
 	go func() {
 		r.Shutdown(ctx)
 		close(done)
 	}()
-	wait, stop := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
-	defer stop()
-	for r.Ready() {
-		select {
-		case <-wait.Done():
-			t.Fatal("still ready while draining")
-		case <-time.After(time.Millisecond):
-		}
-	}
-	if got := readyz(); got != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz while draining = %d, want 503", got)
+	xdstest.Eventually(t, func() bool { return !r.Ready() }, "not ready while draining", nil)
+	if code, body := readyz(r.Relay); code != http.StatusServiceUnavailable || body != "draining: xDS streams are being moved to other replicas\n" {
+		t.Errorf("/readyz while draining = %d %q, want 503 draining", code, body)
 	}
 	select {
 	case <-done:
-	case <-wait.Done():
-		t.Fatal("Shutdown did not return after its deadline")
+	case <-time.After(xdstest.WaitTimeout):
+		t.Fatal("Shutdown did not return")
 	}
-	if err := c.Err(); err == nil {
-		t.Fatal("the stream outlived the drain")
+	if ctx.Err() != nil {
+		t.Error("Shutdown waited for its deadline; want it to return when no stream is left")
+	}
+	e.wg.Wait()
+	for i := range n {
+		if e.codes[i] != codes.Unavailable {
+			t.Errorf("client %d ended with %v, want UNAVAILABLE", i, e.codes[i])
+		}
+	}
+	// The i-th of n streams is not ended before i×window/n: the last one
+	// ended after three quarters of the window, not with the others.
+	if last := e.at[n-1].Sub(start); last < window*(n-1)/n {
+		t.Errorf("the last stream ended %v after the start of the drain, before its slot at %v", last, window*(n-1)/n)
+	}
+}
+
+// With a drain window longer than the deadline, Shutdown ends the rest at
+// its deadline.
+func TestShutdownDeadline(t *testing.T) {
+	r, clients := drainFleet(t, time.Hour, 3)
+	e := watchEnds(clients)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	r.Shutdown(ctx)
+	e.wg.Wait()
+	for i := range clients {
+		if c := e.codes[i]; c != codes.Unavailable {
+			t.Errorf("client %d ended with %v, want UNAVAILABLE", i, c)
+		}
+	}
+}
+
+// POST /drain takes the relay out of service but keeps it running: readiness
+// 503, streams ended with UNAVAILABLE, new streams refused, the admin API up.
+func TestManualDrain(t *testing.T) {
+	r, clients := drainFleet(t, 0, 2)
+	e := watchEnds(clients)
+	admin := httptest.NewServer(r.AdminHandler())
+	defer admin.Close()
+	defer admin.Client().CloseIdleConnections()
+
+	if got := get(t, http.MethodPost, admin.URL+"/drain"); got.code != http.StatusAccepted {
+		t.Fatalf("POST /drain = %d %q, want 202", got.code, got.body)
+	}
+	e.wg.Wait()
+	for i := range clients {
+		if c := e.codes[i]; c != codes.Unavailable {
+			t.Errorf("client %d ended with %v, want UNAVAILABLE", i, c)
+		}
+	}
+	if got := get(t, http.MethodGet, admin.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after POST /drain = %d %q, want 503", got.code, got.body)
+	}
+	if got := get(t, http.MethodGet, admin.URL+"/metrics"); got.code != http.StatusOK {
+		t.Errorf("/metrics after POST /drain = %d, want the admin API up", got.code)
+	}
+	// GOAWAY, and the listener closed: new clients go elsewhere.
+	if conn, err := net.DialTimeout("tcp", r.Addr(), xdstest.WaitTimeout); err == nil {
+		conn.Close()
+		t.Error("the xDS listener still accepts connections after the drain")
+	}
+	if got := get(t, http.MethodPost, admin.URL+"/drain"); got.code != http.StatusAccepted {
+		t.Errorf("second POST /drain = %d, want 202", got.code)
 	}
 }

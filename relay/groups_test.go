@@ -3,6 +3,7 @@ package relay_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,8 +35,11 @@ func TestGroupByCluster(t *testing.T) {
 		c.Subscribe(resource.ClusterType, "*")
 		wantNames(t, c.RecvType(resource.ClusterType), tc.want)
 	}
-	if n := up.Stats().TotalStreams; n != 2 {
-		t.Fatalf("upstream saw %d streams, want one per group", n)
+	// One stream per group, and the shared scope's: the relay keeps it open
+	// from the start (with nothing subscribed here) to know that the
+	// upstream is reachable.
+	if n := up.Stats().TotalStreams; n != 2+1 {
+		t.Fatalf("upstream saw %d streams, want one per group and the shared one", n)
 	}
 	var ids []string
 	for _, req := range up.Requests() {
@@ -87,7 +91,7 @@ func TestSecretsNotShared(t *testing.T) {
 		}
 	}
 	clients[0].Close()
-	up.WaitStreams(t, 1) // a's secret stream is gone with a
+	up.WaitStreams(t, 1+1) // a's secret stream is gone with a; b's and the shared one stay
 }
 
 // keying.group_by in any order: one group is one scope and one upstream
@@ -109,8 +113,14 @@ func TestGroupByFieldOrder(t *testing.T) {
 		c.Subscribe(resource.ClusterType, "*")
 		wantNames(t, c.RecvType(resource.ClusterType), "c-blue")
 	}
-	if n := up.Stats().TotalStreams; n != 1 {
-		t.Fatalf("upstream saw %d streams for one group, want 1", n)
+	streams := map[int64]bool{}
+	for _, req := range up.Requests() {
+		if strings.HasPrefix(req.Node.GetId(), "xds-relay-test/") {
+			streams[req.StreamID] = true
+		}
+	}
+	if len(streams) != 1 {
+		t.Fatalf("upstream saw %d streams for one group, want 1", len(streams))
 	}
 	cfg, err := r.EffectiveConfig()
 	if err != nil {
@@ -131,6 +141,7 @@ func TestGroupScopeReleased(t *testing.T) {
 		c.Upstream.Linger = 50 * time.Millisecond
 	}))
 	before := len(r.DebugUpstreams())
+	up.WaitStreams(t, 1) // the shared scope's, dialled at start
 	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b1", Cluster: "blue"})
 	c.Subscribe(resource.ClusterType, "*")
 	wantNames(t, c.RecvType(resource.ClusterType), "c-blue")
@@ -138,7 +149,7 @@ func TestGroupScopeReleased(t *testing.T) {
 		t.Fatal("the group has no upstream client")
 	}
 	c.Close()
-	up.WaitStreams(t, 0)
+	up.WaitStreams(t, 1) // the group's is gone
 	xdstest.Eventually(t, func() bool { return len(r.DebugUpstreams()) == before }, "the group's scope released", nil)
 
 	c = xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b2", Cluster: "blue"})

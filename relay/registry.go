@@ -248,7 +248,7 @@ func (r *Relay) ref(tc *typeCache, name string) {
 // nothing of. While its authority is unreachable, clients get a TP3
 // UNAVAILABLE error after UnavailableAfter (transient: they keep what they
 // have). Once the upstream is connected and has answered the type, a name it
-// still says nothing of after DefaultDoesNotExistAfter is taken as not
+// still says nothing of after upstream.does_not_exist_after is taken as not
 // existing — a SotW server tells nothing of a named resource that does not
 // exist, and xDS clients conclude the same with their own does-not-exist
 // timer — so that clients holding back for it (transitions) are answered.
@@ -259,13 +259,8 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 	}
 	auth, _ := keying.Authority(name)
 	d := r.cfg.Upstream.DoesNotExistAfter
-	if d <= 0 {
-		d = DefaultDoesNotExistAfter
-	}
 	if !tc.sc.connected[auth] {
-		if d = r.cfg.Upstream.UnavailableAfter; d <= 0 {
-			d = DefaultUnavailableAfter
-		}
+		d = r.cfg.Upstream.UnavailableAfter
 	}
 	var t *time.Timer
 	fire := func() {

@@ -3,8 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -22,26 +20,12 @@ import (
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
-	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // Version is the relay's version, reported to upstreams as the node's user
 // agent version. Set by the binaries' -ldflags.
 var Version = "dev"
-
-// DefaultUnavailableAfter is how long a subscribed, uncached resource waits
-// for an unreachable upstream before clients get a TP3 UNAVAILABLE error.
-const DefaultUnavailableAfter = 10 * time.Second
-
-// DefaultDoesNotExistAfter is how long a connected upstream may say nothing
-// of a subscribed name before the relay takes it as not existing (xDS
-// clients' own does-not-exist timer is 15 s).
-const DefaultDoesNotExistAfter = 15 * time.Second
-
-// DefaultLinger is how long a resource stays subscribed upstream after its
-// last watcher left, when the config does not say.
-const DefaultLinger = 5 * time.Second
 
 // Relay wires the upstream clients, the cache and the downstream server.
 type Relay struct {
@@ -55,13 +39,20 @@ type Relay struct {
 	// persist writes the warm-restart file; nil without cache.persist_path.
 	persist *persister
 
-	serving  atomic.Bool
-	draining atomic.Bool
+	// lifecycle (lifecycle.go)
+	serving   atomic.Bool
+	draining  atomic.Bool
+	synced    atomic.Bool // an upstream stream was established since the start
+	warm      atomic.Bool // the warm-restart file filled the cache
+	drainOnce sync.Once
+	drainDone chan struct{} // closed when the drain is over; set by drainOnce
+	life      context.Context
+	endLife   context.CancelFunc // cuts a drain short (Close)
 
-	// node is the relay's own node; upCreds the upstream servers' transport
-	// credentials by authority.
-	node    *corev3.Node
-	upCreds map[string][]credentials.TransportCredentials
+	// node is the relay's own node; creds the credentials of the listener
+	// and of the upstream servers.
+	node  *corev3.Node
+	creds *credsSet
 	// groupBy is keying.group_by sorted (a copy: the config is never
 	// modified), so that one group has one key whatever the field order.
 	groupBy []string
@@ -87,30 +78,33 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		return nil, errors.New("relay: no upstream xds_servers configured")
 	}
 	// TLS files are read before anything starts, so that a bad one fails New.
-	srvCreds, upCreds, err := transportCreds(cfg, log)
+	creds, err := buildCreds(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:     cfg,
-		log:     log,
-		m:       metrics.New(),
-		linger:  cfg.Upstream.Linger,
-		node:    relayNode(cfg),
-		upCreds: upCreds,
-		scopes:  make(map[string]*scope),
-		bound:   make(map[uint64]*binding),
-		unref:   newUnrefLRU(cfg.Cache.MaxUnreferenced),
+		cfg:    cfg,
+		log:    log,
+		m:      metrics.New(),
+		linger: cfg.Upstream.Linger,
+		node:   relayNode(cfg),
+		creds:  creds,
+		scopes: make(map[string]*scope),
+		bound:  make(map[uint64]*binding),
+		unref:  newUnrefLRU(cfg.Cache.MaxUnreferenced),
 	}
 	if k := cfg.Keying; k != nil {
 		r.groupBy = slices.Sorted(slices.Values(k.GroupBy))
 	}
-	if r.linger <= 0 {
-		r.linger = DefaultLinger
-	}
+	r.life, r.endLife = context.WithCancel(context.Background())
+	r.m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+	r.m.CollectUpstreamConnected(r.upstreamConnected)
+	r.m.CollectReadiness(r.Ready, r.synced.Load)
+
 	r.shared = r.newScope("", r.node, false)
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
+		r.warm.Store(r.cachedShared() > 0)
 		r.persist = newPersister(p, log.Named("persist"), r.currentCache)
 	}
 
@@ -129,7 +123,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		// grpc adds ±10% jitter, so clients of a fleet do not reconnect at once.
 		ka.MaxConnectionAge, ka.MaxConnectionAgeGrace = lim.MaxConnectionAge, 30*time.Second
 	}
-	opts := append(downstream.ServerOptions(),
+	opts := append(r.ds.GRPCOptions(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(ka),
 		grpc.StatsHandler(connCounter{r.m.DownstreamConnections}),
@@ -140,8 +134,8 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	if n := cfg.Limits.MaxRecvMessageBytes; n > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(n))
 	}
-	if srvCreds != nil {
-		opts = append(opts, grpc.Creds(srvCreds))
+	if creds.downstream != nil {
+		opts = append(opts, grpc.Creds(creds.downstream))
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
@@ -173,18 +167,18 @@ func relayNode(cfg *config.Config) *corev3.Node {
 	return n
 }
 
-// newClient creates the upstream client of auth; creds[i] are the transport
-// credentials of servers[i] (nil: plaintext).
+// newClient creates the upstream client of auth over servers, with the
+// credentials built for them.
 func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upstream.Client {
-	creds := r.upCreds[auth]
+	creds := r.creds.upstream[auth]
 	if auth != "" && len(r.cfg.Upstream.Authorities[auth].XDSServers) == 0 {
-		creds = r.upCreds[""]
+		creds = r.creds.upstream[""]
 	}
 	cfgs := make([]upstream.ServerConfig, len(servers))
 	for i, s := range servers {
 		cfgs[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol)}
 		if i < len(creds) {
-			cfgs[i].Creds = creds[i]
+			cfgs[i].Creds, cfgs[i].CallCreds = creds[i].transport, creds[i].calls
 		}
 	}
 	log := r.log.Named("upstream").With(zap.String("authority", auth))
@@ -196,71 +190,15 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		Servers:   cfgs,
 		Node:      sc.node,
 		Mode:      upstream.ModeAuto,
-		Logger:    log,
+		// The shared scope's default servers are dialled at once, so that
+		// readiness and xds_relay_upstream_connected know whether the
+		// control plane is reachable before the first client arrives.
+		Eager:  sc.key == "" && auth == "",
+		Logger: log,
 		// Delta: tell the server which versions the cache already holds, so
 		// that a reconnect does not resend them.
 		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(sc, auth, typeURL) },
-	}, &upstreamHandler{r: r, sc: sc, authority: auth})
-}
-
-// transportCreds reads the TLS files of the config: the downstream server's
-// credentials (nil: plaintext) and, by authority ("" for the default
-// servers), the credentials of each upstream server in the order newClient
-// gets them.
-func transportCreds(cfg *config.Config, log *zap.Logger) (credentials.TransportCredentials, map[string][]credentials.TransportCredentials, error) {
-	var srv credentials.TransportCredentials
-	if t := cfg.TLS; t != nil {
-		var err error
-		srv, err = tlsconfig.ServerCredentials(tlsconfig.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.ClientCAFile},
-			log.Named("tls"))
-		if err != nil {
-			return nil, nil, fmt.Errorf("relay: tls: %w", err)
-		}
-	}
-	up := map[string][]credentials.TransportCredentials{}
-	add := func(auth string, servers []config.Server) error {
-		if len(servers) == 0 {
-			servers = cfg.Upstream.XDSServers
-		}
-		ulog := log.Named("upstream").With(zap.String("authority", auth))
-		for _, s := range servers {
-			c, err := channelCreds(s, ulog.With(zap.String("server", s.ServerURI)))
-			if err != nil {
-				return err
-			}
-			up[auth] = append(up[auth], c)
-		}
-		return nil
-	}
-	if err := add("", cfg.Upstream.XDSServers); err != nil {
-		return nil, nil, err
-	}
-	for auth, a := range cfg.Upstream.Authorities {
-		if err := add(auth, a.XDSServers); err != nil {
-			return nil, nil, err
-		}
-	}
-	return srv, up, nil
-}
-
-// channelCreds returns the transport credentials of s's first channel_creds
-// entry (gRPC bootstrap: the first supported type; both are): nil for
-// insecure or none.
-func channelCreds(s config.Server, log *zap.Logger) (credentials.TransportCredentials, error) {
-	if len(s.ChannelCreds) == 0 || s.ChannelCreds[0].Type != "tls" {
-		return nil, nil
-	}
-	t, err := s.ChannelCreds[0].TLS()
-	if err != nil {
-		return nil, fmt.Errorf("relay: upstream %s: channel_creds: %w", s.ServerURI, err)
-	}
-	creds, err := tlsconfig.ClientCredentials(tlsconfig.Files{
-		CertFile: t.CertificateFile, KeyFile: t.PrivateKeyFile, CAFile: t.CACertificateFile,
-	}, log.Named("tls"))
-	if err != nil {
-		return nil, fmt.Errorf("relay: upstream %s: %w", s.ServerURI, err)
-	}
-	return creds, nil
+	}, syncHook{&upstreamHandler{r: r, sc: sc, authority: auth}})
 }
 
 // connCounter keeps the downstream connection gauge.
@@ -286,62 +224,6 @@ func protocolMode(p string) upstream.Mode {
 		return upstream.ModeDelta
 	}
 	return upstream.ModeAuto
-}
-
-// Serve serves downstream xDS on lis until Shutdown or Close.
-func (r *Relay) Serve(lis net.Listener) error {
-	r.serving.Store(true)
-	defer r.serving.Store(false)
-	if err := r.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("relay: serve: %w", err)
-	}
-	return nil
-}
-
-// Ready reports whether the downstream listener serves and the relay is not draining.
-func (r *Relay) Ready() bool { return r.serving.Load() && !r.draining.Load() }
-
-// Shutdown drains: readiness turns false, clients get GOAWAY, streams end on
-// their own or are closed when ctx expires, then the upstreams close.
-func (r *Relay) Shutdown(ctx context.Context) {
-	r.draining.Store(true)
-	done := make(chan struct{})
-	go func() {
-		r.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		r.grpc.Stop()
-		<-done
-	}
-	r.Close()
-}
-
-// Close stops everything at once: downstream streams end, upstream streams
-// close, and every goroutine of the relay has returned when it returns.
-func (r *Relay) Close() {
-	r.draining.Store(true)
-	r.grpc.Stop()
-	r.ds.Close()
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	r.closed = true
-	var clients []*upstream.Client
-	for _, sc := range r.scopes {
-		clients = append(clients, r.stopScope(sc)...)
-	}
-	r.mu.Unlock()
-	for _, c := range clients {
-		c.Close()
-	}
-	if r.persist != nil {
-		r.persist.close()
-	}
 }
 
 // Registry is the relay's own Prometheus registry.

@@ -75,7 +75,8 @@ type UpstreamOverview struct {
 	// State is the client's state (upstream.State*) on the current server,
 	// "standby" on the others.
 	State string `json:"state"`
-	// Connected is xds_relay_upstream_connected for the server.
+	// Connected: some stream is established to the server
+	// (xds_relay_upstream_connected, summed over its scopes).
 	Connected bool `json:"connected"`
 	// Reconnects is xds_relay_upstream_reconnects_total for the server.
 	Reconnects float64 `json:"reconnects"`
@@ -262,7 +263,7 @@ func (r *Relay) upstreamOverview(ups []UpstreamInfo, fams map[string]*dto.Metric
 		for i, server := range r.configuredServers(u.Authority, u.Server) {
 			k := [2]string{u.Authority, server}
 			row := UpstreamOverview{Authority: u.Authority, Server: server, State: "standby",
-				Connected: connected[k] == 1, Reconnects: reconnects[k]}
+				Connected: connected[k] > 0, Reconnects: reconnects[k]}
 			// Before its first attempt a client names no server: the first one is next.
 			if server == u.Server || (u.Server == "" && i == 0) {
 				row.Current, row.State, row.LastError, row.Subscribed = true, u.State, u.LastError, subscribed

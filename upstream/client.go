@@ -115,7 +115,8 @@ func (st *typeState) sortedNames() []string {
 }
 
 // New returns a Client for cfg that reports to h, and starts its run
-// goroutine. Nothing is dialled before the first Subscribe.
+// goroutine. Nothing is dialled before the first Subscribe, unless
+// cfg.Eager.
 func New(cfg Config, h Handler) *Client {
 	log := cfg.Logger
 	if log == nil {
@@ -256,6 +257,17 @@ func (c *Client) Close() {
 		c.cancel()
 		<-c.done
 	})
+}
+
+// ConnectedServer returns the server the client has a stream open to, "" when
+// it has none.
+func (c *Client) ConnectedServer() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != StateConnected {
+		return ""
+	}
+	return c.server
 }
 
 // Status is a snapshot of a Client's state, for debug pages and tests.

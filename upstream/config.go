@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 )
 
@@ -22,6 +23,9 @@ type ServerConfig struct {
 	// Creds are the transport credentials of connections to this server
 	// (TLS, mTLS). nil: plaintext.
 	Creds credentials.TransportCredentials
+	// CallCreds are sent with every stream to this server (e.g. a bearer
+	// token, gRFC A97). grpc sends them over secure transports only.
+	CallCreds []credentials.PerRPCCredentials
 }
 
 // Mode selects the xDS protocol variant spoken to the servers.
@@ -68,12 +72,34 @@ const (
 	// more often with "too_many_pings".
 	keepaliveTime    = 5 * time.Minute
 	keepaliveTimeout = 20 * time.Second
-
-	backoffBase   = 100 * time.Millisecond
-	backoffFactor = 1.6
-	backoffMax    = 30 * time.Second
-	backoffJitter = 0.2
 )
+
+// backoffConfig is the reconnect backoff: 100 ms × 1.6^attempt, at most 30 s,
+// ±20 % jitter, in grpc's own terms (its default starts at 1 s and stops at
+// 120 s, too slow for a control plane that restarts).
+//
+// The schedule stays ours rather than grpc's ConnectParams on one ClientConn
+// per server, because grpc's backoff does not cover what the relay must pace:
+//   - it paces the reconnection of a transport, while xDS needs a pause
+//     between streams too: a server that accepts the connection but fails
+//     the stream, or ends it before any response, leaves the channel READY
+//     and a new stream would start at once, in a loop (grpc-go's own xDS
+//     client keeps a stream backoff of its own for this reason);
+//   - fallback (gRFC A71) is a schedule across servers: the next server at
+//     once after a failure, the first one again after a pause only when the
+//     last one failed too, back to zero once a response arrived; per-channel
+//     backoffs cannot express it;
+//   - grpc exports only these parameters (backoff.Config); its schedule
+//     (internal/backoff) cannot be imported.
+//
+// A fresh ClientConn per attempt keeps grpc's reconnect backoff out of the
+// way of this one.
+var backoffConfig = backoff.Config{
+	BaseDelay:  100 * time.Millisecond,
+	Multiplier: 1.6,
+	Jitter:     0.2,
+	MaxDelay:   30 * time.Second,
+}
 
 // Config configures a Client. The zero value of every optional field is a
 // documented default.
@@ -88,8 +114,13 @@ type Config struct {
 	Node *corev3.Node
 	// Mode selects SotW, Delta, or Delta with fallback to SotW (the default).
 	Mode Mode
+	// Eager connects at once and keeps a stream open while nothing is
+	// subscribed, so that the server's reachability is known (and reported
+	// to the Handler) before the first subscription. Default false: nothing
+	// is dialled before the first Subscribe.
+	Eager bool
 	// Backoff returns the wait before reconnect attempt number attempt
-	// (0-based). nil: jittered exponential, 100 ms base, x1.6, 30 s cap, ±20 %.
+	// (0-based). nil: DefaultBackoff.
 	Backoff func(attempt int) time.Duration
 	// PrimaryRetryInterval is how often, while connected to a fallback server,
 	// the earlier servers are probed. 0: DefaultPrimaryRetryInterval.
@@ -106,7 +137,7 @@ type Config struct {
 	// stream, counts as answered (settle.go). 0: DefaultSettle.
 	Settle time.Duration
 	// DialOptions are appended to the defaults (the server's Creds or
-	// insecure credentials, keepalive ping after 5 min idle with a 20 s
+	// insecure credentials, its CallCreds, keepalive ping after 5 min idle with a 20 s
 	// timeout, 64 MiB receive limit), so they can override them.
 	DialOptions []grpc.DialOption
 	// Logger receives lifecycle logs at Info and per-message logs at Debug.
@@ -115,10 +146,11 @@ type Config struct {
 }
 
 // DefaultBackoff is the reconnect backoff used when Config.Backoff is nil:
-// 100 ms × 1.6^attempt, capped at 30 s, with ±20 % jitter.
+// backoffConfig, computed as grpc's exponential strategy does.
 func DefaultBackoff(attempt int) time.Duration {
-	d := float64(backoffBase) * math.Pow(backoffFactor, float64(max(attempt, 0)))
-	d = min(d, float64(backoffMax))
-	d *= 1 + backoffJitter*(2*rand.Float64()-1)
+	c := backoffConfig
+	d := float64(c.BaseDelay) * math.Pow(c.Multiplier, float64(max(attempt, 0)))
+	d = min(d, float64(c.MaxDelay))
+	d *= 1 + c.Jitter*(2*rand.Float64()-1)
 	return time.Duration(d)
 }

@@ -36,8 +36,9 @@ type switchError struct{ to int }
 func (e switchError) Error() string        { return errSwitch.Error() }
 func (e switchError) Is(target error) bool { return target == errSwitch }
 
-// run owns the connection: it waits for a first subscription, then keeps a
-// stream open to the first reachable server, with backoff between rounds.
+// run owns the connection: it waits for a first subscription (unless Eager),
+// then keeps a stream open to the first reachable server, with backoff
+// between rounds.
 //
 // Server choice (gRFC A71): after a failed attempt the next server is tried at
 // once; after the last one, the first one again after a backoff. A stream that
@@ -91,15 +92,15 @@ func (c *Client) run() {
 	}
 }
 
-// waitInterest blocks while nothing is subscribed. It returns false when the
-// client is closed.
+// waitInterest blocks while nothing is subscribed (unless Config.Eager). It
+// returns false when the client is closed.
 func (c *Client) waitInterest() bool {
 	for {
 		if c.ctx.Err() != nil {
 			return false
 		}
 		c.mu.Lock()
-		ok := c.hasInterestLocked()
+		ok := c.cfg.Eager || c.hasInterestLocked()
 		if !ok {
 			c.state = StateIdle
 		}
@@ -132,15 +133,20 @@ func (c *Client) disconnected(uri string, err error) {
 // dialOptions returns the defaults for server idx followed by
 // Config.DialOptions.
 func (c *Client) dialOptions(idx int) []grpc.DialOption {
-	creds := c.cfg.Servers[idx].Creds
+	srv := c.cfg.Servers[idx]
+	creds := srv.Creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	return append([]grpc.DialOption{
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
-	}, c.cfg.DialOptions...)
+	}
+	for _, cc := range srv.CallCreds {
+		opts = append(opts, grpc.WithPerRPCCredentials(cc))
+	}
+	return append(opts, c.cfg.DialOptions...)
 }
 
 // attempt connects to server idx and runs streams on that connection until

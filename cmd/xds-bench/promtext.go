@@ -1,97 +1,53 @@
 package main
 
 import (
-	"bufio"
-	"strconv"
+	"fmt"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // metrics is a parsed Prometheus text exposition: samples by metric name.
 type metrics map[string][]sample
 
-// sample is one line of the exposition.
+// sample is one sample of a counter, gauge or untyped family.
 type sample struct {
 	labels map[string]string
 	value  float64
 }
 
-// parseMetrics parses the Prometheus text format, as much of it as the
-// relay's /metrics uses: comments, "name value" and "name{k="v",...} value"
-// (an optional timestamp after the value is ignored). Malformed lines are
-// skipped.
-func parseMetrics(text string) metrics {
+// parseMetrics parses the Prometheus text format with prometheus/common's
+// expfmt, the format's own parser. Counters, gauges and untyped samples are
+// kept (the report reads no histogram).
+func parseMetrics(text string) (metrics, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("xds-bench: metrics: %w", err)
+	}
 	m := metrics{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest := line, ""
-		labels := map[string]string{}
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			j := strings.LastIndexByte(line, '}')
-			if j < i {
+	for name, f := range fams {
+		for _, s := range f.GetMetric() {
+			var v float64
+			switch {
+			case s.Counter != nil:
+				v = s.GetCounter().GetValue()
+			case s.Gauge != nil:
+				v = s.GetGauge().GetValue()
+			case s.Untyped != nil:
+				v = s.GetUntyped().GetValue()
+			default:
 				continue
 			}
-			name, rest = line[:i], line[j+1:]
-			var ok bool
-			if labels, ok = parseLabels(line[i+1 : j]); !ok {
-				continue
+			labels := make(map[string]string, len(s.GetLabel()))
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
 			}
-		} else if i := strings.IndexAny(line, " \t"); i >= 0 {
-			name, rest = line[:i], line[i:]
-		} else {
-			continue
+			m[name] = append(m[name], sample{labels: labels, value: v})
 		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		m[name] = append(m[name], sample{labels: labels, value: v})
 	}
-	return m
-}
-
-// parseLabels parses `k="v",k2="v2"` with the format's escapes (\\, \", \n).
-func parseLabels(s string) (map[string]string, bool) {
-	labels := map[string]string{}
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if s == "" {
-			return labels, true
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			return nil, false
-		}
-		key := strings.TrimSpace(s[:eq])
-		var val strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			c := s[i]
-			if c == '\\' && i+1 < len(s) {
-				i++
-				switch s[i] {
-				case 'n':
-					c = '\n'
-				default:
-					c = s[i]
-				}
-			}
-			val.WriteByte(c)
-		}
-		if i >= len(s) {
-			return nil, false
-		}
-		labels[key] = val.String()
-		s = s[i+1:]
-	}
+	return m, nil
 }
 
 // sum returns the sum of name's samples whose labels include every pair of

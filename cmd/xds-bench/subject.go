@@ -165,7 +165,7 @@ func relayMetrics(ctx context.Context, s *servers) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseMetrics(string(b)), nil
+	return parseMetrics(string(b))
 }
 
 // logf writes one progress line for the operator.

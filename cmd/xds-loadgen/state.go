@@ -132,23 +132,31 @@ func (s *clientState) lookup(k fleet.Kind, name string) (resourceState, bool) {
 	return r, ok
 }
 
-// remove forgets a resource of kind k (Delta removal, or absence from a full-state SotW response).
-func (s *clientState) remove(k fleet.Kind, name string) {
+// remove forgets a resource of kind k (Delta removal, or absence from a
+// full-state SotW response) and reports whether the client held it.
+func (s *clientState) remove(k fleet.Kind, name string) bool {
 	t := &s.types[k]
 	if _, ok := t.known[name]; ok {
 		delete(t.known, name)
 		t.refsChanged = true
+		return true
 	}
+	return false
 }
 
 // retainOnly forgets every known resource of kind k not in keep; SotW LDS/CDS
-// responses carry the full state, so what is missing was deleted.
-func (s *clientState) retainOnly(k fleet.Kind, keep map[string]bool) {
+// responses carry the full state, so what is missing was deleted. It returns
+// the names forgotten, sorted.
+func (s *clientState) retainOnly(k fleet.Kind, keep map[string]bool) []string {
+	var gone []string
 	for name := range s.types[k].known {
 		if !keep[name] {
 			s.remove(k, name)
+			gone = append(gone, name)
 		}
 	}
+	slices.Sort(gone)
+	return gone
 }
 
 // resubscribe recomputes, in dependency order, the named subscriptions derived

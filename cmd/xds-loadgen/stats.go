@@ -2,57 +2,56 @@ package main
 
 import (
 	"math"
-	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// Histogram layout: values below 2^histSubBits are exact; above, each power of
-// two is split into 2^histSubBits buckets, so a bucket's width is at most 1/32 of
-// its lower bound (about 3 % relative error).
-const (
-	histSubBits  = 5
-	histSubCount = 1 << histSubBits
-	histBuckets  = (64 - histSubBits + 1) * histSubCount
-)
-
-// histogram is a log-linear histogram of durations, safe for concurrent use
-// (atomics only, so the hot path never takes a lock).
+// histogram records durations in HdrHistogram (github.com/HdrHistogram/
+// hdrhistogram-go): 3 significant digits (0.1 % relative error), from 1 ns
+// to an hour. An HdrHistogram is not safe for concurrent use and thousands of
+// clients record into this one, so the samples are spread over a few shards,
+// each with its mutex, and merged to answer Quantile. Safe for concurrent use.
 type histogram struct {
-	counts [histBuckets]atomic.Uint64
+	next   atomic.Uint32 // the shard of the next sample
 	total  atomic.Uint64
 	max    atomic.Int64
+	shards [histShards]histShard
 }
 
-// bucketOf returns the bucket index of v.
-func bucketOf(v uint64) int {
-	if v < histSubCount {
-		return int(v)
+type histShard struct {
+	mu sync.Mutex
+	h  *hdrhistogram.Histogram // guarded by mu
+}
+
+const (
+	histShards  = 8
+	histHighest = int64(time.Hour)
+	histDigits  = 3
+)
+
+func newHistogram() *histogram {
+	h := &histogram{}
+	for i := range h.shards {
+		h.shards[i].h = hdrhistogram.New(1, histHighest, histDigits)
 	}
-	shift := bits.Len64(v) - histSubBits - 1 // ≥ 0
-	return (shift+1)*histSubCount + int(v>>shift) - histSubCount
+	return h
 }
 
-// bucketRange returns the smallest and largest value of bucket i.
-func bucketRange(i int) (lo, hi uint64) {
-	if i < histSubCount {
-		return uint64(i), uint64(i)
-	}
-	shift := i/histSubCount - 1
-	lo = uint64(histSubCount+i%histSubCount) << shift
-	return lo, lo + (1 << shift) - 1
-}
-
-// Record adds one sample; negative durations (clock skew) count as 0.
+// Record adds one sample; negative durations (clock skew) count as 0, those
+// above an hour as an hour.
 func (h *histogram) Record(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	h.counts[bucketOf(uint64(d))].Add(1)
+	v := min(max(int64(d), 0), histHighest)
+	s := &h.shards[h.next.Add(1)%histShards]
+	s.mu.Lock()
+	_ = s.h.RecordValue(v) // v is within the trackable range
+	s.mu.Unlock()
 	h.total.Add(1)
 	for {
 		m := h.max.Load()
-		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
+		if v <= m || h.max.CompareAndSwap(m, v) {
 			return
 		}
 	}
@@ -64,24 +63,20 @@ func (h *histogram) Count() uint64 { return h.total.Load() }
 // Max returns the largest sample.
 func (h *histogram) Max() time.Duration { return time.Duration(h.max.Load()) }
 
-// Quantile returns the q-quantile (0 < q ≤ 1) within the bucket's relative error,
-// never above Max; 0 without samples.
+// Quantile returns the q-quantile (0 < q ≤ 1) within HdrHistogram's
+// precision, never above Max; 0 without samples.
 func (h *histogram) Quantile(q float64) time.Duration {
-	total := h.total.Load()
-	if total == 0 {
+	all := hdrhistogram.New(1, histHighest, histDigits)
+	for i := range h.shards {
+		s := &h.shards[i]
+		s.mu.Lock()
+		all.Merge(s.h)
+		s.mu.Unlock()
+	}
+	if all.TotalCount() == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(total)))
-	rank = max(1, min(rank, total))
-	var seen uint64
-	for i := range h.counts {
-		seen += h.counts[i].Load()
-		if seen >= rank {
-			lo, hi := bucketRange(i)
-			return min(time.Duration(lo+(hi-lo)/2), h.Max())
-		}
-	}
-	return h.Max()
+	return min(time.Duration(all.ValueAtQuantile(100*q)), h.Max())
 }
 
 // percentile returns the exact q-quantile (nearest rank) of sorted samples; 0 when empty.
@@ -106,4 +101,5 @@ type counters struct {
 	updates       atomic.Int64 // changed or new resources received after the client synced
 	nacks         atomic.Int64 // NACKs sent
 	bytes         atomic.Int64 // wire bytes received (gRPC payloads)
+	losses        atomic.Int64 // resources a client held that the server said are gone (see Loss)
 }

@@ -18,8 +18,57 @@ type Latencies struct {
 	Max     float64 `json:"max_ms"`
 }
 
+// Rates are per second over the whole run.
+type Rates struct {
+	ResponsesPerSecond float64 `json:"responses_per_second"`
+	UpdatesPerSecond   float64 `json:"updates_per_second"`
+	BytesPerSecond     float64 `json:"bytes_per_second"`
+}
+
+// RunConfig is the configuration of a run, as the JSON summary records it.
+type RunConfig struct {
+	Target         string              `json:"target"`
+	TLS            bool                `json:"tls"`
+	MTLS           bool                `json:"mtls"`
+	Clients        int                 `json:"clients"`
+	StreamsPerConn int                 `json:"streams_per_conn"`
+	RampPerSecond  float64             `json:"ramp_per_second"`
+	Mode           Mode                `json:"mode"`
+	Protocol       Protocol            `json:"protocol"`
+	LDSName        string              `json:"lds_name,omitempty"`
+	DurationMS     float64             `json:"duration_ms"`
+	Updates        int64               `json:"updates"`
+	SyncTimeoutMS  float64             `json:"sync_timeout_ms"`
+	NACKRatio      float64             `json:"nack_ratio"`
+	SlowRatio      float64             `json:"slow_ratio"`
+	SlowDelayMS    float64             `json:"slow_delay_ms"`
+	NodePrefix     string              `json:"node_prefix"`
+	Node           NodeTemplate        `json:"node"`
+	Params         []map[string]string `json:"params,omitempty"`
+	AllowRemovals  bool                `json:"allow_removals"`
+}
+
+func runConfig(c Config) RunConfig {
+	rc := RunConfig{Target: c.Target, Clients: c.Clients, StreamsPerConn: c.StreamsPerConn, RampPerSecond: float64(c.Ramp),
+		Mode: c.Mode, Protocol: c.Protocol, DurationMS: ms(c.Duration), Updates: c.Updates,
+		SyncTimeoutMS: ms(c.SyncTimeout), NACKRatio: c.NACKRatio, SlowRatio: c.SlowRatio, SlowDelayMS: ms(c.SlowDelay),
+		NodePrefix: c.NodePrefix, Node: c.Node, Params: c.Params, AllowRemovals: c.AllowRemovals}
+	if c.Mode == ModeGRPC {
+		rc.LDSName = c.LDSName
+	}
+	if c.TLS != nil {
+		rc.TLS, rc.MTLS = true, c.TLS.CertFile != ""
+	}
+	return rc
+}
+
 // Summary is the final result of a run; --json prints it as JSON.
 type Summary struct {
+	// Config is the run's configuration; StartedAt and EndedAt its bounds.
+	Config    RunConfig `json:"config"`
+	StartedAt time.Time `json:"started_at"`
+	EndedAt   time.Time `json:"ended_at"`
+
 	Target      string   `json:"target"`
 	Mode        Mode     `json:"mode"`
 	Protocol    Protocol `json:"protocol"`
@@ -41,6 +90,13 @@ type Summary struct {
 	TimeToSyncAllMS *float64 `json:"time_to_sync_all_ms"`
 	// RunMS is the length of the whole run.
 	RunMS float64 `json:"run_ms"`
+	// Rates are the responses, updates and bytes received per second over
+	// the run.
+	Rates Rates `json:"rates"`
+	// Losses counts resources clients held that the server said are gone
+	// (see Loss); LossExamples lists the first ones.
+	Losses       int64  `json:"losses"`
+	LossExamples []Loss `json:"loss_examples,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -115,6 +171,12 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		row("time to sync all", "- (not all clients synced)")
 	}
 	row("run time", fmtDuration(fromMS(s.RunMS)))
+	row("rates", fmt.Sprintf("%.0f responses/s, %.0f updates/s, %s/s", s.Rates.ResponsesPerSecond,
+		s.Rates.UpdatesPerSecond, fmtBytes(int64(s.Rates.BytesPerSecond))))
+	row("losses", s.Losses)
+	for _, l := range s.LossExamples {
+		row("  lost", fmt.Sprintf("%s: %s %s (%s)", l.Client, l.Type, l.Name, l.How))
+	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("loadgen: write summary: %w", err)
 	}

@@ -88,11 +88,11 @@ func TestSummaryJSON(t *testing.T) {
 }
 
 func TestLatencies(t *testing.T) {
-	var h histogram
+	h := newHistogram()
 	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond} {
 		h.Record(d)
 	}
-	l := latencies(&h)
+	l := latencies(h)
 	if l.Samples != 3 || l.Max != 4 || l.P50 < 1.9 || l.P50 > 2.1 {
 		t.Errorf("latencies %+v", l)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 // options are the command line of xds-relay.
@@ -18,6 +19,7 @@ type options struct {
 	listen     string
 	admin      string
 	upstream   string
+	bootstrap  string
 	logLevel   string
 	logFormat  string
 	version    bool
@@ -27,14 +29,11 @@ type options struct {
 	set map[string]bool
 }
 
-// parseArgs parses args (without the program name). On --help it writes the
-// usage to out and returns flag.ErrHelp.
+// parseArgs parses args (without the program name). The "validate"
+// subcommand may come before, after or between the flags. On --help it
+// writes the usage to out and returns flag.ErrHelp.
 func parseArgs(args []string, out io.Writer) (*options, error) {
 	o := &options{set: map[string]bool{}}
-	if len(args) > 0 && args[0] == "validate" {
-		o.validate = true
-		args = args[1:]
-	}
 	def := config.Default()
 	fs := flag.NewFlagSet("xds-relay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned, usage is written below
@@ -43,19 +42,34 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.admin, "admin", def.Admin, "admin HTTP `ADDR` (host:port); \"\" disables it")
 	fs.StringVar(&o.upstream, "upstream", "",
 		"one default plaintext upstream xDS server `ADDR` (host:port); replaces upstream.xds_servers")
+	fs.StringVar(&o.bootstrap, "upstream-bootstrap", "",
+		"a gRPC xDS bootstrap JSON `FILE` (as GRPC_XDS_BOOTSTRAP names) whose xds_servers and authorities\n"+
+			"replace the config's upstream servers (upstream.bootstrap_file)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			writeUsage(out, fs)
-			return nil, flag.ErrHelp
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				writeUsage(out, fs)
+				return nil, flag.ErrHelp
+			}
+			return nil, err
 		}
-		return nil, err
+		// The flag package stops at the first argument that is not a flag.
+		if fs.NArg() > 0 && fs.Arg(0) == "validate" && !o.validate {
+			o.validate = true
+			args = fs.Args()[1:]
+			continue
+		}
+		break
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.upstream != "" && o.bootstrap != "" {
+		return nil, errors.New("--upstream and --upstream-bootstrap both replace the upstream servers: give one")
 	}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	switch o.logLevel {
@@ -86,10 +100,16 @@ func (o *options) config() (*config.Config, error) {
 		cfg.Admin = o.admin
 	}
 	if o.set["upstream"] {
+		cfg.Upstream.BootstrapFile, cfg.Upstream.Authorities = "", nil
 		cfg.Upstream.XDSServers = []config.Server{{
 			ServerURI:    o.upstream,
 			ChannelCreds: []config.ChannelCreds{{Type: "insecure"}},
 		}}
+	}
+	if o.set["upstream-bootstrap"] {
+		if err := cfg.Upstream.LoadBootstrap(o.bootstrap); err != nil {
+			return nil, err
+		}
 	}
 	return cfg, nil
 }
@@ -101,37 +121,50 @@ resource.
 Usage:
   xds-relay [flags]                     run the relay until SIGTERM or SIGINT
   xds-relay validate [flags]            check the config (file and flags) and exit:
-                                        "config OK" and 0, or the bad field and 1
+  xds-relay [flags] validate            "config OK" and 0, or every bad field and 1
 
 Flags (given flags override the config file):
 `
 
 const usageConfig = `
-Config file (YAML; unknown keys are errors; durations like "5s"):
+Config file (YAML; unknown keys are errors; durations like "5s"; a key that is
+present keeps its value, 0 included):
   listen: ":18001"              downstream xDS gRPC address
-  admin: "127.0.0.1:9902"       admin HTTP address ("" disables): /healthz, /readyz,
-                                /metrics, /debug/cache, /debug/clients, /debug/upstreams,
-                                /debug/pprof/
+  admin: "127.0.0.1:9902"       admin HTTP address ("" disables it; endpoints below)
   node:                         the identity the relay presents upstream
     id: "xds-relay"
     cluster: "xds-relay"
     metadata: {}                string values
   upstream:                     the shape of a gRPC xDS bootstrap (gRFC A27/A47)
+    bootstrap_file: ""          or: a gRPC xDS bootstrap JSON file whose xds_servers and
+                                authorities are used (its node is ignored)
     xds_servers:                default servers, tried in order; at least one
-      - server_uri: "127.0.0.1:18000"     host:port
-        channel_creds: [{type: insecure}] the first entry is used: insecure, or TLS:
+      - server_uri: "127.0.0.1:18000"     host:port, or dns:///host:port, unix:PATH
+        channel_creds: [{type: insecure}] as in the gRPC bootstrap: unknown types are
+                                          skipped, the first of insecure, tls,
+                                          google_default is used. TLS (gRFC A65):
                                           {type: tls, config: {ca_certificate_file: ca.pem,
                                           certificate_file: relay.pem, private_key_file:
-                                          relay-key.pem}}; the cert and key are optional (mTLS)
+                                          relay-key.pem, refresh_interval: 10m}}; no CA file:
+                                          the system roots; the cert and key give mTLS
+        call_creds:                       per-call credentials (gRFC A97), over tls only:
+          - {type: jwt_token_file, config: {jwt_token_file: /var/run/token.jwt}}
+                                          sent as "authorization: Bearer TOKEN"
         protocol: auto                    auto (Delta; SotW if the server has none), sotw, delta
     authorities:                xdstp://AUTHORITY/... names go to its servers
       "auth.example": {xds_servers: [...]}   (none: the default servers)
-    linger: 5s                  upstream subscription kept after the last watcher left
+    linger: 5s                  upstream subscription kept after the last watcher left (0: none)
     unavailable_after: 10s      uncached resources get TP3 UNAVAILABLE when no upstream is reachable this long
     does_not_exist_after: 15s   a connected upstream saying nothing of a subscribed name this long: it does not exist
   cache:
-    max_unreferenced: 10000     unwatched resources kept (LRU)
+    max_unreferenced: 10000     unwatched resources kept (LRU); 0 keeps none
     persist_path: ""            warm-restart file, rewritten within 1 s of a change
+  readiness:
+    require_sync: false         /readyz 200 only once synced with an upstream (false: a
+                                warm-restart file loaded at start is enough)
+  shutdown:
+    drain_window: 5s            on SIGTERM/SIGINT and POST /drain, open xDS streams end with
+                                UNAVAILABLE spread over this window (0: all at once)
   limits:
     max_names_per_request: 10000
     max_recv_message_bytes: 4194304
@@ -149,20 +182,27 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     rules: [{identities, nodes, clusters, types, authorities, names}]   globs; first match allows
   rollout:                      guarded rollout (off when absent): a changed resource goes to canaries first
     canary_fraction: 0.1        of each resource's watchers, chosen from node ids (at least one client)
-    hold: 2s                    how long the others wait for the canaries' ACK/NACK
+    hold: 2s                    how long the others wait for the canaries' ACK/NACK (positive)
     max_nack_ratio: 0           above it the rollout halts; the others keep the last accepted version
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first
     key_file: server-key.pem    its private key
     client_ca_file: ca.pem      set: clients must present a certificate it signed (mTLS)
-                                TLS files (here and in channel_creds) are re-read when they
-                                change: new handshakes use them, open connections go on
+    refresh_interval: 10m       the files are re-read this often (here and in channel_creds):
+                                new handshakes use them, open connections go on
+`
+
+const usageTail = `
+Shutdown: on SIGTERM or SIGINT /readyz turns 503 at once, clients get GOAWAY, the open xDS
+streams end with UNAVAILABLE over shutdown.drain_window, and the relay exits as soon as none
+is left (at most the window plus 2 s). A second signal stops at once.
 
 Exit status: 0 after a clean shutdown; 1 on a bad config, a port in use or a
 serving error; 2 on a bad flag.
 `
 
-// writeUsage writes the help: the commands, every flag, the config sections.
+// writeUsage writes the help: the commands, every flag, the config sections,
+// every admin endpoint.
 func writeUsage(w io.Writer, fs *flag.FlagSet) {
 	var b strings.Builder
 	b.WriteString(usageHead)
@@ -175,8 +215,14 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 		if f.DefValue != "" && f.DefValue != "false" {
 			usage += fmt.Sprintf(" (default %q)", f.DefValue)
 		}
+		usage = strings.ReplaceAll(usage, "\n", "\n"+strings.Repeat(" ", 27))
 		fmt.Fprintf(&b, "%-26s %s\n", line, usage)
 	})
 	b.WriteString(usageConfig)
+	b.WriteString("\nAdmin HTTP API (on admin):\n")
+	for _, e := range relay.AdminEndpoints {
+		fmt.Fprintf(&b, "  %s\n      %s\n", e.Route, e.Doc)
+	}
+	b.WriteString(usageTail)
 	_, _ = io.WriteString(w, b.String())
 }

@@ -1,6 +1,6 @@
 // Command xds-relay is the caching xDS relay: it loads the config (file and
 // flags), serves downstream xDS on --listen and the admin HTTP API on --admin,
-// and drains on SIGTERM or SIGINT. See `xds-relay --help` and CONTRACT.md.
+// and drains on SIGTERM or SIGINT. See `xds-relay --help` and docs/INTERFACE.md.
 package main
 
 import (
@@ -14,11 +14,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zapgrpc"
+	"google.golang.org/grpc/grpclog"
 
 	"github.com/xds-relay/xds-relay/relay"
 )
@@ -26,8 +29,11 @@ import (
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// drainTimeout bounds the graceful shutdown after a signal.
-const drainTimeout = 10 * time.Second
+// drainGrace is how long after shutdown.drain_window the drain may last
+// before the remaining streams are closed (docs/INTERFACE.md: the relay exits
+// within the window plus 2 s; the rest of the second goes to closing the
+// upstreams, the warm-restart file and the admin server).
+const drainGrace = time.Second
 
 func main() {
 	relay.Version = version
@@ -37,6 +43,13 @@ func main() {
 		// has grown by half instead of doubled, for a lower steady RSS per
 		// client at a small CPU cost. GOGC in the environment overrides it.
 		debug.SetGCPercent(50)
+	}
+	if o, err := parseArgs(os.Args[1:], io.Discard); err == nil {
+		// grpc's own warnings and errors (a certificate file that no longer
+		// loads, a transport failure) go to the same log, as JSON. grpc's
+		// logger is process-wide and set once, before grpc starts.
+		log, _ := newLogger(o.logLevel, o.logFormat, os.Stderr)
+		grpclog.SetLoggerV2(zapgrpc.NewLogger(log.Named("grpc").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	// After the first signal, a second one kills the process at once.
@@ -76,7 +89,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		return fail(exitError, "%v", err)
+		// One line per problem (Validate reports every one).
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fail(exitError, "%s", line)
+		}
+		return exitError
 	}
 	if o.validate {
 		fmt.Fprintln(stdout, "config OK")
@@ -128,36 +145,49 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),
 		zap.Int("authorities", len(cfg.Upstream.Authorities)))
 
-	// Wait for a signal, or for Serve or the admin server to fail.
+	// Wait for a signal, or for Serve or the admin server to fail. Serve
+	// returns nil after POST /drain: the relay then waits for the signal.
 	code := exitOK
 	serveReturned, adminReturned := false, false
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining", zap.Duration("timeout", drainTimeout))
-	case err := <-served:
-		// Serve returns only after Shutdown or Close; anything else is fatal.
-		serveReturned = true
-		if err == nil {
-			err = errors.New("relay stopped serving")
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down: draining", zap.Duration("drain_window", cfg.Shutdown.DrainWindow))
+			waiting = false
+		case err := <-served:
+			serveReturned = true
+			if err == nil && r.Draining() {
+				log.Info("drained on the admin API: no xDS served; waiting for SIGTERM")
+				served = nil // a nil channel is never ready
+				continue
+			}
+			// Serve returns only after Shutdown or Close; anything else is fatal.
+			if err == nil {
+				err = errors.New("relay stopped serving")
+			}
+			log.Error("serve", zap.Error(err))
+			code = fail(exitError, "%v", err)
+			waiting = false
+		case err := <-adminDone:
+			adminReturned = true
+			log.Error("admin", zap.Error(err))
+			code = fail(exitError, "admin: %v", err)
+			waiting = false
 		}
-		log.Error("serve", zap.Error(err))
-		code = fail(exitError, "%v", err)
-	case err := <-adminDone:
-		adminReturned = true
-		log.Error("admin", zap.Error(err))
-		code = fail(exitError, "admin: %v", err)
 	}
 
-	sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.DrainWindow+drainGrace)
 	defer cancel()
-	r.Shutdown(sctx) // readiness off, GOAWAY, drain until sctx, upstreams closed
+	r.Shutdown(sctx) // readiness off, GOAWAY, streams ended over the window, upstreams closed
 	if !serveReturned {
 		if err := <-served; err != nil {
 			log.Error("serve", zap.Error(err))
 		}
 	}
 	if admin != nil && !adminReturned {
-		if err := admin.Shutdown(sctx); err != nil {
+		actx, acancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer acancel()
+		if err := admin.Shutdown(actx); err != nil {
 			log.Warn("admin shutdown", zap.Error(err))
 			_ = admin.Close()
 		}

@@ -17,7 +17,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -97,6 +104,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 		return c
 	}
 	insecure := []config.ChannelCreds{{Type: "insecure"}}
+	bootstrap := writeFile(t, `{"xds_servers": [{"server_uri": "cp.example:443", "channel_creds": [{"type": "google_default"}]}],
+		"node": {"id": "ignored"}}`)
 	tests := []struct {
 		name string
 		args []string
@@ -121,6 +130,14 @@ func TestFlagsOverrideFile(t *testing.T) {
 			fromFile(nil)},
 		{"validate subcommand", []string{"validate", "--config", file, "--listen", "127.0.0.1:1"},
 			fromFile(func(c *config.Config) { c.Listen = "127.0.0.1:1" })},
+		{"validate after the flags", []string{"--config", file, "validate", "--listen", "127.0.0.1:1"},
+			fromFile(func(c *config.Config) { c.Listen = "127.0.0.1:1" })},
+		{"bootstrap replaces the file's servers", []string{"--config", file, "--upstream-bootstrap", bootstrap},
+			fromFile(func(c *config.Config) {
+				c.Upstream.BootstrapFile = bootstrap
+				c.Upstream.XDSServers = []config.Server{{ServerURI: "cp.example:443",
+					ChannelCreds: []config.ChannelCreds{{Type: "google_default"}}}}
+			})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,6 +172,10 @@ func TestBadFlags(t *testing.T) {
 			`xds-relay: unexpected argument "serve" (see xds-relay --help)` + "\n"},
 		{"bad bool", []string{"--version=maybe"},
 			`xds-relay: invalid boolean value "maybe" for -version: parse error (see xds-relay --help)` + "\n"},
+		{"two upstream flags", []string{"--upstream", "a:1", "--upstream-bootstrap", "b.json"},
+			"xds-relay: --upstream and --upstream-bootstrap both replace the upstream servers: give one (see xds-relay --help)\n"},
+		{"validate twice", []string{"validate", "--upstream", "a:1", "validate"},
+			`xds-relay: unexpected argument "validate" (see xds-relay --help)` + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,9 +205,16 @@ func TestHelp(t *testing.T) {
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
 			"group_by", "canary_fraction", "dynamic_parameters_from_node",
 			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
+			"--upstream-bootstrap FILE", "bootstrap_file:", "call_creds:", "jwt_token_file",
+			"readiness:", "require_sync:", "shutdown:", "drain_window:", "xds-relay [flags] validate",
 		} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("%s: help does not mention %q", arg, want)
+			}
+		}
+		for _, e := range relay.AdminEndpoints {
+			if !strings.Contains(stdout, e.Route) {
+				t.Errorf("%s: help does not list the admin endpoint %q", arg, e.Route)
 			}
 		}
 	}
@@ -216,14 +244,16 @@ func TestValidate(t *testing.T) {
 		{"bad server", []string{"validate", "--config", writeFile(t, "upstream: {xds_servers: [{server_uri: nope}]}\n")},
 			exitError, "", `upstream.xds_servers[0].server_uri: must be host:port, got "nope"`, true},
 		{"tls creds", []string{"validate", "--config", writeFile(t,
-			"upstream:\n  xds_servers:\n    - server_uri: 'a:1'\n      channel_creds: [{type: tls}]\n")},
-			exitError, "", "upstream.xds_servers[0].channel_creds[0].config.ca_certificate_file: required for type tls", true},
+			"upstream:\n  xds_servers:\n    - server_uri: 'a:1'\n      channel_creds: [{type: tls, config: {certificate_file: c.pem}}]\n")},
+			exitError, "", "upstream.xds_servers[0].channel_creds[0].config.private_key_file: required with certificate_file", true},
+		{"validate after the flags", []string{"--config", good, "validate"}, exitOK, "config OK\n", "", false},
 		{"unknown key", []string{"validate", "--config", writeFile(t, "upstream: {xds_server: []}\n")},
 			exitError, "", "upstream.xds_server: unknown field (line 1)", true},
 		{"later section", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "keying: {dynamic_parameters_from_node: {env: colour}}\n")},
 			exitError, "", `config: keying.dynamic_parameters_from_node.env: unknown node field "colour"`, true},
 		{"rollout", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "rollout: {hold: 0s, canary_fraction: 2}\n")},
-			exitError, "", "config: rollout.canary_fraction: must be in (0, 1], got 2", true},
+			exitError, "", "xds-relay: config: rollout.canary_fraction: must be in [0, 1] (0: one canary per change), got 2\n" +
+				"xds-relay: config: rollout.hold: must be positive, got 0s (to turn rollouts off, remove the rollout section)\n", false},
 		{"flag fixes the file", []string{"validate", "--config", writeFile(t, "listen: nope\nupstream: {xds_servers: [{server_uri: 'a:1'}]}\n"),
 			"--listen", ":1"}, exitOK, "config OK\n", "", false},
 		{"flag breaks the file", []string{"validate", "--config", good, "--admin", "nope"},
@@ -278,18 +308,22 @@ func TestPortInUse(t *testing.T) {
 	}
 }
 
-// TestRunUntilCancelled starts the relay on free ports, checks that the admin
-// server answers, cancels the context (as SIGTERM does in main) and expects a
-// clean exit.
+// TestRunUntilCancelled starts the relay on free ports in front of a real
+// upstream, checks the admin server and readiness, opens an xDS stream,
+// cancels the context (as SIGTERM does in main) and expects the stream to end
+// with UNAVAILABLE and a clean exit.
 func TestRunUntilCancelled(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "e1")}})
+	file := writeFile(t, "shutdown: {drain_window: 200ms}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stderr := newSyncBuffer()
 	var stdout bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-			"--upstream", "127.0.0.1:1", "--log-level", "debug"}, &stdout, stderr)
+		done <- run(ctx, []string{"--config", file, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+			"--upstream", up.Addr(), "--log-level", "debug"}, &stdout, stderr)
 	}()
 
 	wait, waitCancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -308,7 +342,7 @@ func TestRunUntilCancelled(t *testing.T) {
 	}
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	get := func(path string) int {
+	get := func(path string) (int, string) {
 		req, err := http.NewRequestWithContext(wait, http.MethodGet, "http://"+serving.Admin+path, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -317,29 +351,38 @@ func TestRunUntilCancelled(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
-		_ = resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
 	}
-	if got := get("/healthz"); got != http.StatusOK {
+	if got, _ := get("/healthz"); got != http.StatusOK {
 		t.Errorf("GET /healthz = %d, want 200", got)
 	}
-	// Serve may not have started yet when the line is logged: poll readiness.
+	// Ready once serving and synced with the upstream: poll.
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for get("/readyz") != http.StatusOK {
+	for {
+		code, body := get("/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if !strings.HasPrefix(body, "starting") && !strings.HasPrefix(body, "not synced") {
+			t.Fatalf("/readyz = %d %q, want a reason", code, body)
+		}
 		select {
 		case <-tick.C:
 		case <-wait.Done():
 			t.Fatalf("/readyz not 200 within 10s; stderr:\n%s", stderr)
 		}
 	}
-	conn, err := (&net.Dialer{}).DialContext(wait, "tcp", serving.Listen)
-	if err != nil {
-		t.Fatalf("dial the xDS listener: %v", err)
-	}
-	_ = conn.Close()
+	c := xdstest.DialADS(t, serving.Listen, &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, "c1")
+	c.Ack(c.RecvType(resource.ClusterType))
 
 	cancel()
+	if err := c.Err(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the stream ended with %v, want UNAVAILABLE", err)
+	}
 	select {
 	case code := <-done:
 		if code != exitOK {
@@ -351,4 +394,60 @@ func TestRunUntilCancelled(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
 		t.Errorf("no stopped log line; stderr:\n%s", stderr)
 	}
+}
+
+// After POST /drain the relay serves no xDS but keeps running (admin API
+// up) until the signal.
+func TestDrainThenSignal(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := newSyncBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--upstream", up.Addr()},
+			io.Discard, stderr)
+	}()
+	var serving struct{ Listen, Admin string }
+	select {
+	case line := <-stderr.serving:
+		if err := json.Unmarshal(line, &serving); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not serving; stderr:\n%s", stderr)
+	}
+	resp, err := http.Post("http://"+serving.Admin+"/drain", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /drain = %d", resp.StatusCode)
+	}
+	xdstest.Eventually(t, func() bool { return strings.Contains(stderr.String(), "waiting for SIGTERM") },
+		"the drained relay waits", func() any { return stderr.String() })
+	resp, err = http.Get("http://" + serving.Admin + "/readyz")
+	if err != nil {
+		t.Fatalf("the admin API is down after the drain: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after the drain = %d, want 503", resp.StatusCode)
+	}
+	select {
+	case code := <-done:
+		t.Fatalf("run returned %d after the drain, before the signal", code)
+	default:
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit code = %d, want 0; stderr:\n%s", code, stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after the signal")
+	}
+	http.DefaultClient.CloseIdleConnections()
 }

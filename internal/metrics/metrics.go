@@ -55,8 +55,8 @@ type Metrics struct {
 
 	// Upstream (authoritative control planes).
 
-	// UpstreamConnected is xds_relay_upstream_connected{authority,server}.
-	UpstreamConnected *prometheus.GaugeVec
+	// xds_relay_upstream_connected{authority,server,scope} is collected at
+	// each scrape from the function given to CollectUpstreamConnected.
 	// UpstreamResponses is xds_relay_upstream_responses_total{authority,type_url,result}.
 	UpstreamResponses *prometheus.CounterVec
 	// UpstreamLastUpdate is xds_relay_upstream_last_update_timestamp_seconds{authority}:
@@ -102,6 +102,63 @@ type Metrics struct {
 	// Propagation is xds_relay_propagation_seconds: from the receipt of an
 	// upstream response to a client's ACK of the version that carries it.
 	Propagation prometheus.Histogram
+
+	// Process.
+
+	// BuildInfo is xds_relay_build_info{version,goversion}, always 1.
+	BuildInfo *prometheus.GaugeVec
+}
+
+// Values of the scope label of xds_relay_upstream_connected: the kinds of
+// relay scopes (each with its own upstream streams), aggregated so that the
+// label's cardinality stays bounded however many node groups and nodes there
+// are.
+const (
+	ScopeShared = "shared" // the cache every client uses by default
+	ScopeGroup  = "group"  // the node groups of keying.group_by, together
+	ScopeNode   = "node"   // the nodes' own scopes (secrets, do_not_cache), together
+)
+
+// UpstreamConn is one sample of xds_relay_upstream_connected: how many
+// upstream streams of scopes of kind Scope are connected to Server of
+// Authority.
+type UpstreamConn struct {
+	Authority, Server, Scope string
+	Streams                  int
+}
+
+// CollectUpstreamConnected registers xds_relay_upstream_connected, whose
+// samples f returns at each scrape. f must be safe for concurrent use.
+func (m *Metrics) CollectUpstreamConnected(f func() []UpstreamConn) {
+	m.Registry.MustRegister(upstreamConnected(f))
+}
+
+var upstreamConnectedDesc = prometheus.NewDesc(namespace+"_upstream_connected",
+	"Upstream ADS streams established to a server, by scope kind: shared (0 or 1), group (node groups together), "+
+		"node (nodes' own scopes together). Present for every configured default server from the start: 0 means not connected.",
+	[]string{"authority", "server", "scope"}, nil)
+
+// upstreamConnected collects xds_relay_upstream_connected from a function.
+type upstreamConnected func() []UpstreamConn
+
+func (upstreamConnected) Describe(ch chan<- *prometheus.Desc) { ch <- upstreamConnectedDesc }
+
+func (f upstreamConnected) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range f() {
+		ch <- prometheus.MustNewConstMetric(upstreamConnectedDesc, prometheus.GaugeValue, float64(c.Streams),
+			c.Authority, c.Server, c.Scope)
+	}
+}
+
+// CollectReadiness registers xds_relay_ready (1 while /readyz answers 200)
+// and xds_relay_upstream_synced (1 once an upstream stream was established
+// since the start), read at each scrape. The functions must be safe for
+// concurrent use.
+func (m *Metrics) CollectReadiness(ready, synced func() bool) {
+	f := factory{m.Registry}
+	f.gaugeFunc("ready", "1 while the relay is ready for clients (GET /readyz answers 200), else 0.", ready)
+	f.gaugeFunc("upstream_synced",
+		"1 once the relay has established a stream to an upstream server since it started, else 0 (never connected).", synced)
 }
 
 // New creates every metric on a fresh registry.
@@ -137,9 +194,6 @@ func New() *Metrics {
 		AdmissionRejections: f.counter("admission_rejections_total",
 			"New downstream streams refused by the new-stream rate limit (RESOURCE_EXHAUSTED; clients retry)."),
 
-		UpstreamConnected: f.gaugeVec("upstream_connected",
-			"1 while the ADS stream to an upstream server is established, else 0.",
-			"authority", "server"),
 		UpstreamResponses: f.counterVec("upstream_responses_total",
 			"Discovery responses received from upstream servers, by whether the relay accepted (ack) or rejected (nack) them.",
 			"authority", "type_url", "result"),
@@ -182,6 +236,10 @@ func New() *Metrics {
 			"Seconds from the receipt of an upstream response to a downstream client's ACK of the update it carries.",
 			// 1ms doubling to ~33s: clients give up on a resource after 15-30s.
 			prometheus.ExponentialBuckets(0.001, 2, 16)),
+
+		BuildInfo: f.gaugeVec("build_info",
+			"Always 1; the labels say which build of the relay runs.",
+			"version", "goversion"),
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -219,6 +277,16 @@ func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.Gauge
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	f.reg.MustRegister(g)
 	return g
+}
+
+func (f factory) gaugeFunc(name, help string, v func() bool) {
+	f.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help},
+		func() float64 {
+			if v() {
+				return 1
+			}
+			return 0
+		}))
 }
 
 func (f factory) counter(name, help string) prometheus.Counter {

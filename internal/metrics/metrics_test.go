@@ -33,7 +33,11 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	m.CacheLookups.WithLabelValues("", "hit").Inc()
 	m.RolloutsStarted.Inc()
 	m.Rollouts.WithLabelValues("", "halted").Inc()
-	m.UpstreamConnected.WithLabelValues("", "127.0.0.1:18000").Set(1)
+	m.CollectUpstreamConnected(func() []metrics.UpstreamConn {
+		return []metrics.UpstreamConn{{Server: "127.0.0.1:18000", Scope: metrics.ScopeShared, Streams: 1}}
+	})
+	m.CollectReadiness(func() bool { return true }, func() bool { return false })
+	m.BuildInfo.WithLabelValues("v1", "go1.26").Set(1)
 	m.UpstreamResponses.WithLabelValues("", lds, metrics.ResultACK).Inc()
 	m.UpstreamReconnects.WithLabelValues("", "127.0.0.1:18000").Inc()
 	m.CacheResources.WithLabelValues(lds).Set(3)
@@ -72,6 +76,9 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_rollouts_total":                         dto.MetricType_COUNTER,
 		"xds_relay_tp2_ambiguous_matches_total":            dto.MetricType_COUNTER,
 		"xds_relay_upstream_connected":                     dto.MetricType_GAUGE,
+		"xds_relay_upstream_synced":                        dto.MetricType_GAUGE,
+		"xds_relay_ready":                                  dto.MetricType_GAUGE,
+		"xds_relay_build_info":                             dto.MetricType_GAUGE,
 		"xds_relay_upstream_responses_total":               dto.MetricType_COUNTER,
 		"xds_relay_upstream_reconnects_total":              dto.MetricType_COUNTER,
 		"xds_relay_cache_resources":                        dto.MetricType_GAUGE,

@@ -82,27 +82,19 @@ func TestLoadPool(t *testing.T) {
 	}
 }
 
-func TestNewSourceErrors(t *testing.T) {
+func TestServerCredentialsErrors(t *testing.T) {
 	dir := t.TempDir()
 	ca := xdstest.NewCA(t, "ca")
-	cert, _ := ca.Server(t).Write(t, dir, "server")
-	if _, err := tlsconfig.NewSource(tlsconfig.Files{CertFile: cert}, nil); err == nil {
-		t.Error("NewSource with a certificate and no key: nil error")
+	cert, key := ca.Server(t).Write(t, dir, "server")
+	if _, _, err := tlsconfig.ServerCredentials(tlsconfig.Files{CertFile: cert}, 0); err == nil {
+		t.Error("ServerCredentials with a certificate and no key: nil error")
 	}
-	if _, err := tlsconfig.NewSource(tlsconfig.Files{CAFile: filepath.Join(dir, "missing.pem")}, nil); err == nil {
-		t.Error("NewSource with a missing CA file: nil error")
-	}
-	s, err := tlsconfig.NewSource(tlsconfig.Files{CAFile: xdstest.WriteFile(t, dir, "ca.pem", ca.CertPEM())}, nil)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	if _, err := s.ServerConfig(); err == nil {
-		t.Error("ServerConfig without a certificate: nil error")
-	}
-	if s.Certificate() != nil {
-		t.Error("Certificate() without a certificate file is not nil")
-	}
-	if _, err := tlsconfig.ServerCredentials(tlsconfig.Files{}, nil); err == nil {
+	if _, _, err := tlsconfig.ServerCredentials(tlsconfig.Files{}, 0); err == nil {
 		t.Error("ServerCredentials without files: nil error")
+	}
+	_, _, err := tlsconfig.ServerCredentials(tlsconfig.Files{CertFile: cert, KeyFile: key, CAFile: filepath.Join(dir, "missing.pem")}, 0)
+	var fe *tlsconfig.FileError
+	if !errors.As(err, &fe) || fe.Role != tlsconfig.RoleCA {
+		t.Errorf("ServerCredentials with a missing CA file = %v, want a RoleCA *FileError", err)
 	}
 }

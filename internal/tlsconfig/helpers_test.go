@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -130,14 +129,55 @@ func clientTLS(roots *x509.CertPool, certs ...tls.Certificate) credentials.Trans
 	return credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: certs, MinVersion: tls.VersionTLS12})
 }
 
-// serverCreds is tlsconfig.ServerCredentials or a test failure.
+// refresh is how often the servers of these tests re-read their files.
+const refresh = 20 * time.Millisecond
+
+// serverCreds is tlsconfig.ServerCredentials or a test failure; the
+// provider stops when the test ends.
 func serverCreds(t *testing.T, f tlsconfig.Files) credentials.TransportCredentials {
 	t.Helper()
-	c, err := tlsconfig.ServerCredentials(f, zaptest.NewLogger(t))
+	c, stop, err := tlsconfig.ServerCredentials(f, refresh)
 	if err != nil {
 		t.Fatalf("ServerCredentials: %v", err)
 	}
+	t.Cleanup(stop)
 	return c
+}
+
+// eventually retries f on new connections until it reports true, or fails
+// the test after waitTimeout.
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for !f() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not after %v", what, waitTimeout)
+		case <-time.After(refresh):
+		}
+	}
+}
+
+// steady checks f on new connections for ten refresh intervals: a re-read
+// that should change nothing has had the time to happen.
+func steady(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	end := time.Now().Add(10 * refresh)
+	for time.Now().Before(end) {
+		if !f() {
+			t.Fatalf("%s: changed", what)
+		}
+		time.Sleep(refresh / 2)
+	}
+}
+
+// serves reports whether a call on a new connection with creds succeeds and,
+// when want is set, the server presented want.
+func serves(t *testing.T, addr string, creds credentials.TransportCredentials, want *x509.Certificate) bool {
+	t.Helper()
+	leaf, err := check(t, dial(t, addr, creds))
+	return err == nil && (want == nil || leaf.Equal(want))
 }
 
 // poolOf is a pool of the CAs' certificates.

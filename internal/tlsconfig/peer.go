@@ -3,6 +3,7 @@ package tlsconfig
 import (
 	"context"
 
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 )
@@ -11,9 +12,9 @@ import (
 // is the call's or the stream's context) from the certificate it presented:
 // ok is true only when the connection is TLS and the client's certificate was
 // verified (a server with a client CA, i.e. mTLS). uriSANs are the leaf's URI
-// SANs as written; spiffeID is the SPIFFE ID, set when the leaf carries
-// exactly one URI SAN and it is a spiffe:// URI with a trust domain (an
-// X.509-SVID "MUST contain exactly one URI SAN").
+// SANs as written; spiffeID is the SPIFFE ID, set when the leaf is an
+// X.509-SVID: exactly one URI SAN, a well-formed spiffe:// ID (go-spiffe's
+// x509svid.IDFromCert).
 func PeerIdentity(ctx context.Context) (spiffeID string, uriSANs []string, ok bool) {
 	p, found := peer.FromContext(ctx)
 	if !found || p.AuthInfo == nil {
@@ -27,10 +28,8 @@ func PeerIdentity(ctx context.Context) (spiffeID string, uriSANs []string, ok bo
 	for _, u := range leaf.URIs {
 		uriSANs = append(uriSANs, u.String())
 	}
-	if len(leaf.URIs) == 1 {
-		if u := leaf.URIs[0]; u.Scheme == "spiffe" && u.Host != "" {
-			spiffeID = u.String()
-		}
+	if id, err := x509svid.IDFromCert(leaf); err == nil {
+		spiffeID = id.String()
 	}
 	return spiffeID, uriSANs, true
 }

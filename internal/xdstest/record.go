@@ -9,6 +9,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -29,6 +30,8 @@ type Request struct {
 	// Exactly one of SotW and Delta is set. Treat them as read-only.
 	SotW  *discoverygrpc.DiscoveryRequest
 	Delta *discoverygrpc.DeltaDiscoveryRequest
+	// Header is the stream's request metadata (e.g. "authorization").
+	Header metadata.MD
 }
 
 // IsDelta reports whether r came on an incremental stream.
@@ -249,7 +252,8 @@ func (s *recordingStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	r := Request{StreamID: s.id, Method: s.method}
+	md, _ := metadata.FromIncomingContext(s.ctx)
+	r := Request{StreamID: s.id, Method: s.method, Header: md}
 	var node *core.Node
 	switch m := m.(type) {
 	case *discoverygrpc.DiscoveryRequest:

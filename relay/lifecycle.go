@@ -1,0 +1,194 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// Serve serves downstream xDS on lis until Shutdown, Drain or Close; it
+// returns nil then.
+func (r *Relay) Serve(lis net.Listener) error {
+	r.serving.Store(true)
+	defer r.serving.Store(false)
+	if err := r.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("relay: serve: %w", err)
+	}
+	return nil
+}
+
+// Ready reports whether the relay is ready for clients (see Readiness).
+func (r *Relay) Ready() bool {
+	ok, _ := r.Readiness()
+	return ok
+}
+
+// Readiness says whether the relay is ready for clients, and why (the body
+// of /readyz): it is not draining, its xDS listener serves, and its cache is
+// warm — it has established a stream to an upstream server since it
+// started, or it loaded a warm-restart file (unless readiness.require_sync).
+// A cold relay that cannot reach its control plane stays unready, so that
+// during an outage a rolling update keeps clients on the warm replicas.
+func (r *Relay) Readiness() (ready bool, reason string) {
+	switch {
+	case r.draining.Load():
+		return false, "draining: xDS streams are being moved to other replicas"
+	case !r.serving.Load():
+		return false, "starting: the xDS listener does not serve yet"
+	case r.synced.Load():
+		return true, "ready: serving, synced with an upstream"
+	case r.warm.Load() && !r.cfg.Readiness.RequireSync:
+		return true, fmt.Sprintf("ready: serving from the warm-restart file %s; no upstream reached yet", r.cfg.Cache.PersistPath)
+	case r.warm.Load():
+		return false, "not synced: no upstream server reached yet (readiness.require_sync: the warm-restart file does not count)"
+	}
+	return false, "not synced: no upstream server reached yet, and no warm-restart file loaded"
+}
+
+// Draining reports whether the relay drains (Drain, Shutdown or Close).
+func (r *Relay) Draining() bool { return r.draining.Load() }
+
+// Drain takes the relay out of service without stopping it (POST /drain,
+// for maintenance): readiness turns false, clients get GOAWAY, and the open
+// xDS streams are ended with UNAVAILABLE over shutdown.drain_window, so that
+// the clients reconnect to the other replicas at an even pace. Serve
+// returns; the admin API and the upstreams stay up until Shutdown or Close.
+// It returns a channel closed when no stream is left. Only the first call
+// starts a drain; later ones return the same channel.
+func (r *Relay) Drain() <-chan struct{} {
+	r.drainOnce.Do(func() {
+		r.draining.Store(true)
+		window := r.cfg.Shutdown.DrainWindow
+		if r.life.Err() == nil { // not Close
+			r.log.Info("draining", zap.Duration("drain_window", window), zap.Int("streams", r.ds.OpenStreams()))
+		}
+		done := make(chan struct{})
+		r.drainDone = done
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			r.grpc.GracefulStop() // GOAWAY; returns when every connection is gone
+		}()
+		go func() {
+			defer close(done)
+			_ = r.ds.Drain(r.life, window) // cut short by Close
+			<-stopped
+		}()
+	})
+	return r.drainDone
+}
+
+// Shutdown drains and stops (docs/INTERFACE.md, "Shutdown"): readiness turns false
+// at once, clients get GOAWAY, the open xDS streams are ended with
+// UNAVAILABLE spread over shutdown.drain_window, and the relay stops as soon
+// as none is left — or when ctx ends, ending the rest at once. Then the
+// upstreams close and the warm-restart file is written.
+func (r *Relay) Shutdown(ctx context.Context) {
+	select {
+	case <-r.Drain():
+	case <-ctx.Done():
+		r.log.Warn("drain deadline passed: closing the remaining streams", zap.Int("streams", r.ds.OpenStreams()))
+	}
+	r.Close()
+}
+
+// Close stops everything at once: downstream streams end, upstream streams
+// close, and every goroutine of the relay has returned when it returns.
+func (r *Relay) Close() {
+	r.draining.Store(true)
+	r.endLife()
+	r.grpc.Stop()
+	<-r.Drain() // over at once: its context is cancelled and grpc stopped
+	r.ds.Close()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	var clients []*upstream.Client
+	for _, sc := range r.scopes {
+		clients = append(clients, r.stopScope(sc)...)
+	}
+	r.mu.Unlock()
+	for _, c := range clients {
+		c.Close()
+	}
+	if r.persist != nil {
+		r.persist.close()
+	}
+	r.creds.close()
+}
+
+// syncHook is the upstream.Handler of every upstream client: it marks the
+// relay synced at the first established stream.
+type syncHook struct{ *upstreamHandler }
+
+func (h syncHook) OnState(server string, connected bool, err error) {
+	if connected && !h.r.synced.Swap(true) {
+		h.r.log.Info("synced with an upstream", zap.String("authority", h.authority), zap.String("server", server))
+	}
+	h.upstreamHandler.OnState(server, connected, err)
+}
+
+// upstreamConnected returns the samples of xds_relay_upstream_connected: per
+// authority, server and kind of scope, the streams connected. Every default
+// server of the shared scope has a sample from the start, 0 until it
+// connects.
+func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
+	type key struct{ auth, server, scope string }
+	counts := map[key]int{}
+	for _, s := range r.cfg.Upstream.XDSServers {
+		counts[key{"", s.ServerURI, metrics.ScopeShared}] = 0
+	}
+	r.mu.Lock()
+	for _, sc := range r.scopes {
+		kind := scopeKind(sc.key)
+		for auth, c := range sc.upstreams {
+			if server := c.ConnectedServer(); server != "" {
+				counts[key{auth, server, kind}]++
+			}
+		}
+	}
+	r.mu.Unlock()
+	out := make([]metrics.UpstreamConn, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, metrics.UpstreamConn{Authority: k.auth, Server: k.server, Scope: k.scope, Streams: n})
+	}
+	slices.SortFunc(out, func(a, b metrics.UpstreamConn) int {
+		return strings.Compare(a.Authority+"\x00"+a.Server+"\x00"+a.Scope, b.Authority+"\x00"+b.Server+"\x00"+b.Scope)
+	})
+	return out
+}
+
+// scopeKind is the scope label of a scope key: "" is the shared scope,
+// "group:…" a node group, "node:ID" a node's own.
+func scopeKind(key string) string {
+	switch {
+	case key == "":
+		return metrics.ScopeShared
+	case strings.HasPrefix(key, "group:"):
+		return metrics.ScopeGroup
+	}
+	return metrics.ScopeNode
+}
+
+// cachedShared counts the resources of the shared scope.
+func (r *Relay) cachedShared() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, tc := range r.shared.types {
+		n += len(tc.view.Resources)
+	}
+	return n
+}
