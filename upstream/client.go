@@ -81,10 +81,13 @@ type typeState struct {
 	// answered: the server answered the type on this stream; wildSure: it
 	// certainly applies the wildcard on this stream; settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
-	// (zero: no wait). See settle.go.
+	// (zero: no wait); refetch: the type was subscribed again and asked for
+	// with no version, and nothing settles before the server answers. See
+	// settle.go.
 	answered bool
 	wildSure bool
 	settleAt time.Time
+	refetch  bool
 }
 
 // deltaAck is one queued Delta ACK (err nil) or NACK.
@@ -155,6 +158,15 @@ func New(cfg Config, h Handler) *Client {
 func (c *Client) Subscribe(typeURL string, names ...string) {
 	c.mu.Lock()
 	st := c.typeLocked(typeURL)
+	if len(st.names) == 0 && st.requested && len(names) > 0 {
+		// Subscribed again after it was dropped: the relay holds nothing of
+		// the type, so it asks with no version. A server may have kept
+		// answering meanwhile (a legacy wildcard, the empty list, cannot be
+		// dropped in SotW), and those answers were ACKed and ignored: the
+		// same request again would get nothing. Nor does anything settle
+		// before it answers: the relay holds none of those answers.
+		st.version, st.refetch = "", true
+	}
 	changed := false
 	for _, n := range names {
 		if _, ok := st.names[n]; !ok {
@@ -366,7 +378,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
-		st.answered, st.wildSure, st.settleAt = false, false, time.Time{}
+		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -48,7 +48,7 @@ const DefaultSettle = 250 * time.Millisecond
 // whether it is the wildcard's full set, settling the wildcard when it
 // proves it. Called with mu held.
 func (c *Client) answered(st *typeState, names []string) bool {
-	st.answered = true
+	st.answered, st.refetch = true, false
 	if !st.wildcard() {
 		st.settleAt = time.Time{}
 		return false
@@ -125,6 +125,9 @@ func (c *Client) settleDue(server string, delta bool) {
 			continue
 		}
 		st.settleAt = time.Time{}
+		if st.refetch {
+			continue // the server answers a request with no version
+		}
 		settled := !st.answered
 		st.answered = true
 		if st.wildcard() && !st.wildSure {

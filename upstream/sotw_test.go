@@ -185,3 +185,32 @@ func TestSotWSeveralTypesOneStream(t *testing.T) {
 		t.Errorf("requests on %d streams with %d nodes, want 1 and 1", len(streams), nodes)
 	}
 }
+
+// A legacy wildcard (the empty list) cannot be dropped in SotW: the server
+// keeps answering, and the client ACKs and ignores. Subscribed again, the
+// type is asked for with no version, so the server answers with what it
+// has — the same request again would get nothing, and the relay's cache
+// would never fill.
+func TestSotWWildcardAgainAfterDropped(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("a"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	cur, ucur := 0, 0
+	cp.nextSotW(t, &cur, keying.ClusterType)
+	rec.nextUpdate(t, &ucur, keying.ClusterType)
+	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
+
+	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
+	cp.nextSotW(t, &cur, keying.ClusterType)
+	cp.set(t, keying.ClusterType, cluster("a"), cluster("b")) // answered, ignored
+	cp.nextSotW(t, &cur, keying.ClusterType)                  // its ACK
+
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if got := sorted(names(u)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("update names = %q, want [a b]", got)
+	}
+}
