@@ -196,10 +196,10 @@ func (st *stream) buildDelta(it item) *encoded {
 		}
 		r, present := v.Resources[n]
 		named := ts.watches(v, n)
-		// The wildcard covers default-authority names, never a subscription
-		// with TP2 parameters.
+		// The wildcard covers what the default servers list, never a
+		// subscription with TP2 parameters.
 		plainKey := !keying.HasParams(n)
-		covered := plainKey && ts.wildcard && (!present || r.Authority == "")
+		covered := plainKey && ts.wildcard && (!present || r.InWildcard())
 		switch {
 		case named || (covered && present):
 			if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
@@ -258,7 +258,7 @@ func (st *stream) buildDelta(it item) *encoded {
 		// What only a dropped wildcard covered is removed — unless the
 		// wildcard is back and still covers it: its answer resends it.
 		for _, n := range ts.unwild {
-			if r, ok := v.Resources[n]; ok && ts.wildcard && r.Authority == "" {
+			if r, ok := v.Resources[n]; ok && ts.wildcard && r.InWildcard() {
 				continue
 			}
 			removed = append(removed, n)

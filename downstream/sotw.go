@@ -296,7 +296,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		if _, denied := ts.denied[n]; denied {
 			continue
 		}
-		if r, ok := v.Resources[n]; ok && (!ts.wildcard || r.Authority != "" || !r.plain()) {
+		if r, ok := v.Resources[n]; ok && (!ts.wildcard || !r.InWildcard() || !r.plain()) {
 			extra = append(extra, r)
 		}
 		if isGlob(n) {

@@ -27,6 +27,10 @@ type Resource struct {
 	// default servers. Wildcard subscriptions select the default authority's
 	// resources.
 	Authority string
+	// Listed: the default servers list the resource in their wildcard
+	// answer although its (xdstp) name is another authority's, whose own
+	// stream delivered it — so it stays in the wildcard set (InWildcard).
+	Listed bool
 	// Glob is the xdstp glob collection the resource is a direct member of
 	// ("" for legacy names): a stream subscribed to the glob gets it.
 	Glob string
@@ -61,6 +65,18 @@ func (r *Resource) key() string {
 	return r.Name
 }
 
+// InWildcard reports whether a wildcard subscription selects r (when plain):
+// the default servers sent it or list it.
+func (r *Resource) InWildcard() bool { return r.Authority == "" || r.Listed }
+
+// WithListed returns a copy of the plain resource r listed, or not, in the
+// default servers' wildcard answer.
+func (r *Resource) WithListed(listed bool) *Resource {
+	c := r.WithTTL(r.Version, r.TTL)
+	c.Constraints, c.ConstraintsWire, c.Listed = r.Constraints, r.ConstraintsWire, listed
+	return c
+}
+
 // plain reports whether r is keyed by its name: what wildcard and glob
 // subscriptions select (selections for TP2 parameters are not).
 func (r *Resource) plain() bool { return r.Key == "" || r.Key == r.Name }
@@ -72,7 +88,7 @@ func (r *Resource) Selected(key string) *Resource {
 		return r
 	}
 	root := r.Root()
-	return &Resource{Name: root.Name, Version: root.Version, Any: root.Any, Authority: root.Authority, Glob: root.Glob,
+	return &Resource{Name: root.Name, Version: root.Version, Any: root.Any, Authority: root.Authority, Listed: root.Listed, Glob: root.Glob,
 		UpstreamVersion: root.UpstreamVersion, Constraints: root.Constraints, ConstraintsWire: root.ConstraintsWire,
 		TTL: root.TTL, Key: key, base: root}
 }
@@ -80,7 +96,7 @@ func (r *Resource) Selected(key string) *Resource {
 // WithTTL returns a copy of the plain resource r with another TTL and the
 // version that goes with it.
 func (r *Resource) WithTTL(version string, ttl time.Duration) *Resource {
-	return &Resource{Name: r.Name, Version: version, Any: r.Any, Authority: r.Authority, Glob: r.Glob,
+	return &Resource{Name: r.Name, Version: version, Any: r.Any, Authority: r.Authority, Listed: r.Listed, Glob: r.Glob,
 		UpstreamVersion: r.UpstreamVersion, TTL: ttl}
 }
 
@@ -165,7 +181,7 @@ func (v *View) gone(key string) bool {
 func (v *View) wildcard() []*Resource {
 	v.wildOnce.Do(func() {
 		for _, r := range v.Resources {
-			if r.Authority == "" && r.plain() {
+			if r.InWildcard() && r.plain() {
 				v.wild = append(v.wild, r)
 				v.wildTTL = v.wildTTL || r.TTL > 0
 			}

@@ -203,6 +203,21 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	old := tc.view
 	res := maps.Clone(old.Resources)
 	changed := make(map[string]struct{})
+	// An xdstp name belongs to its authority. The default servers may list
+	// one in their wildcard answer too: once its own authority's stream
+	// delivers it, the default stream only lists it (Resource.Listed) and
+	// never replaces or deletes it, so it neither flips between the two
+	// nor leaves the wildcard set while both have it.
+	owned := func(name string) (*downstream.Resource, bool) {
+		cur, ok := res[name]
+		return cur, ok && authority == "" && cur.Authority != "" && cur.Authority != authority
+	}
+	list := func(name string, listed bool) {
+		if cur, ok := owned(name); ok && cur.Listed != listed {
+			res[name] = cur.WithListed(listed)
+			changed[name] = struct{}{}
+		}
+	}
 	seen := make(map[string]struct{}, len(fresh))
 	touched := false
 	// xDS TTL: a heartbeat (a resource without its body, at the version
@@ -289,8 +304,15 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			sent[e.Name][e.Constraints] = true
 			continue
 		}
+		if _, ok := owned(e.Name); ok {
+			list(e.Name, true)
+			continue
+		}
+		if cur, ok := res[e.Name]; ok && authority != "" && cur.InWildcard() {
+			e.Listed = true // the default servers listed it first
+		}
 		r.armTTL(tc, e.Name, e.TTL)
-		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority {
+		if cur, ok := res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed {
 			if cur.UpstreamVersion != e.UpstreamVersion {
 				res[e.Name] = e // same bytes, new upstream version: nothing to tell clients
 				touched = true
@@ -309,6 +331,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			resolved[name] = true
 			return
 		}
+		list(name, false) // the default servers no longer list it
 		if cur, ok := res[name]; ok && cur.Authority == authority {
 			delete(res, name)
 			changed[name] = struct{}{}
@@ -323,6 +346,9 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	transient := make(map[string]bool, len(u.Errors))
 	for _, e := range u.Errors {
 		if _, sent := seen[e.Name]; sent {
+			continue
+		}
+		if _, ok := owned(e.Name); ok {
 			continue
 		}
 		if e.Constraints != nil {
@@ -353,9 +379,16 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	// leaves the cache, and a name subscribed as such is remembered as
 	// absent, so that later subscribers are told at once.
 	deleted := func(name string) {
+		if _, ok := owned(name); ok {
+			list(name, false)
+			return
+		}
 		removed[name] = true
 		if _, cached := res[name]; cached || tc.variantMode(name) {
 			remove(name) // every variant of it, too
+		}
+		if a, _ := keying.Authority(name); a != authority {
+			return // the default servers' word on another authority's name
 		}
 		if _, known := absent[name]; !known && tc.up[name] {
 			ownAbsent()
@@ -372,7 +405,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		gone := slices.Clone(u.Removed)
 		if u.Complete && !u.Settled && authority == "" {
 			for key, cur := range old.Resources {
-				if _, ok := seen[key]; !ok && key == cur.Name && cur.Authority == "" {
+				if _, ok := seen[key]; !ok && key == cur.Name && cur.InWildcard() {
 					gone = append(gone, key)
 				}
 			}
@@ -448,7 +481,10 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	// Complete: the wildcard set is held, and kept up to date only while
 	// the wildcard is subscribed (a warm-restart file's set, kept for new
 	// clients while the upstream is away, goes once the upstream answers).
-	complete := (old.Complete || (u.Complete && authority == "")) && (tc.up[keying.Wildcard] || authority != "")
+	// A shared scope never holds the do_not_cache resources of the set, so
+	// it never holds the whole set while one of them is in it.
+	complete := (old.Complete || (u.Complete && authority == "")) && (tc.up[keying.Wildcard] || authority != "") &&
+		(sc.own || !tc.withholdsWildcard())
 	delete(tc.unconfirmed, authority) // the upstream answered on its current stream
 	stale := len(tc.unconfirmed) > 0
 	if len(beats) == 0 {

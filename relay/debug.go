@@ -109,7 +109,7 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 // Called with mu held.
 func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
 	subs := tc.watchers[key].len()
-	if res.Authority == "" && key == res.Name && keying.WildcardCapable(tc.typeURL) {
+	if res.InWildcard() && key == res.Name && keying.WildcardCapable(tc.typeURL) {
 		for id := range tc.wild.all {
 			if !tc.watchers[key].contains(id) {
 				subs++

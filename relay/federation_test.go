@@ -1,7 +1,10 @@
 package relay_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -81,4 +84,53 @@ func TestContextParamOrderIsOneSubscription(t *testing.T) {
 			t.Fatalf("upstream asked for %v: want one canonical name", req.Names())
 		}
 	}
+}
+
+// An xdstp name the default servers list in their legacy wildcard answer,
+// and that a client also asks for by name (so the relay subscribes it on its
+// authority's own stream), stays in the wildcard set while both streams
+// deliver it: every full-state response a wildcard client gets carries it.
+// (It once flipped to whichever stream wrote last and left the set: an
+// Envoy-like client was told its cluster was gone, then got it back.)
+func TestWildcardListsAnotherAuthoritysName(t *testing.T) {
+	const x = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/x"
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", x))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}} // the default servers
+	}))
+
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	wild.Subscribe(resource.ClusterType, "*")
+	resp := wild.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c1", x)
+	wild.Ack(resp)
+
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "grpc"})
+	named.Subscribe(resource.ClusterType, x)
+	nresp := named.RecvType(resource.ClusterType)
+	wantNames(t, nresp, x)
+	named.Ack(nresp)
+
+	for i := range 5 {
+		res := xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "eds-c1"),
+			xdstest.EDSCluster(x, fmt.Sprintf("eds-x-%d", i))}}
+		up.SetResources(res)
+		// Both streams deliver the change; whatever the wildcard client gets
+		// in between, it always has both clusters.
+		for deadline := time.Now().Add(quiet); time.Now().Before(deadline); {
+			ctx, cancel := context.WithTimeout(context.Background(), quiet)
+			resp, err := wild.Recv(ctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			wantNames(t, resp, "c1", x)
+			wild.Ack(resp)
+		}
+	}
+	// Deleted, it leaves the wildcard set.
+	up.SetResources(clusters("c1"))
+	resp = wild.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c1")
 }

@@ -37,6 +37,21 @@ func (tc *typeCache) wantsOwn(c downstream.Change) bool {
 	return false
 }
 
+// withholdsWildcard reports whether a do_not_cache resource of the default
+// authority, which a shared or group scope does not store, may be in the
+// wildcard set. Called with mu held.
+func (tc *typeCache) withholdsWildcard() bool {
+	if tc.noCacheWild {
+		return true
+	}
+	for name := range tc.noCache {
+		if auth, _ := keying.Authority(name); auth == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // moveNoCache moves the watchers of the do_not_cache names of tc (a shared
 // or group scope), and its wildcard watchers when one of them is in the
 // wildcard set of a full-state type, to their own scopes. Called with mu
@@ -112,7 +127,7 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 	}
 	if wild {
 		for n, rs := range from.view.Resources {
-			if rs.Authority == "" && n == rs.Name {
+			if rs.InWildcard() && n == rs.Name {
 				seed(n, rs)
 			}
 		}

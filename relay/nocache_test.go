@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"maps"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -129,4 +130,32 @@ func TestDoNotCache(t *testing.T) {
 	recvClusters(t, a, map[string]string{"shared": "eds-shared"})
 	xdstest.Eventually(t, func() bool { return !cachedIn(r, "node:a", "personal") }, "node a's copy kept after its last watch", nil)
 	b.ExpectNoResponse(quiet)
+}
+
+// A shared scope never stores a do_not_cache resource, so the wildcard set
+// it holds is not the whole set once one is in it: not while it runs, and
+// not in its warm-restart file, where it once said so — and a client that
+// asked for the do_not_cache name after a restart was told at once that it
+// did not exist.
+func TestDoNotCacheSharedSetNotComplete(t *testing.T) {
+	_, addr := startNoCacheUpstream(t)
+	path := filepath.Join(t.TempDir(), "cache")
+	cfg := xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Cache.PersistPath = path
+		c.Cache.MaxUnreferenced = 10
+	})
+	first := xdstest.StartRelay(t, addr, cfg)
+	wild := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "c"})
+	wild.Subscribe(resource.ClusterType)
+	recvClusters(t, wild, map[string]string{"shared": "eds-shared", "personal": "eds-c"})
+	wild.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+
+	second := xdstest.StartRelay(t, addr, cfg)
+	d := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "d"})
+	d.Subscribe(resource.ClusterType, []string{"personal"}, nil)
+	wantDelta(t, d.MustRecv(), []string{"personal"}, nil)
 }

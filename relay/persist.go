@@ -152,6 +152,10 @@ func encodeCache(types []persisted) []byte {
 				rb = protowire.AppendTag(rb, 5, protowire.BytesType)
 				rb = protowire.AppendBytes(rb, r.ConstraintsWire)
 			}
+			if r.Listed {
+				rb = protowire.AppendTag(rb, 6, protowire.VarintType)
+				rb = protowire.AppendVarint(rb, 1)
+			}
 			t = protowire.AppendTag(t, 3, protowire.BytesType)
 			t = protowire.AppendBytes(t, rb)
 		}
@@ -201,7 +205,7 @@ func decodeCache(data []byte) ([]persisted, error) {
 				v.Complete = n == 1
 			case 3:
 				r := &downstream.Resource{}
-				if err := eachField(val, func(num protowire.Number, val []byte, _ uint64) error {
+				if err := eachField(val, func(num protowire.Number, val []byte, n uint64) error {
 					switch num {
 					case 1:
 						r.Name = string(val)
@@ -213,6 +217,8 @@ func decodeCache(data []byte) ([]persisted, error) {
 						r.Any = bytes.Clone(val)
 					case 5:
 						r.ConstraintsWire = bytes.Clone(val)
+					case 6:
+						r.Listed = n == 1
 					}
 					return nil
 				}); err != nil {

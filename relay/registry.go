@@ -408,7 +408,7 @@ func (r *Relay) referenced(tc *typeCache, name string) {
 	switch {
 	case name == keying.Wildcard || keying.IsGlob(name):
 		for n, res := range tc.view.Resources {
-			if n == res.Name && ((name == keying.Wildcard && res.Authority == "") || res.Glob == name) {
+			if n == res.Name && ((name == keying.Wildcard && res.InWildcard()) || res.Glob == name) {
 				r.unref.forget(tc.lruKey(n))
 			}
 		}
@@ -422,7 +422,7 @@ func (r *Relay) referenced(tc *typeCache, name string) {
 // pins — and evicts what the LRU pushes out. Called with mu held.
 func (r *Relay) unreferenced(tc *typeCache, name string) {
 	for n, res := range tc.view.Resources {
-		if n != name && (n != res.Name || !((name == keying.Wildcard && res.Authority == "") || (name != "" && res.Glob == name))) {
+		if n != name && (n != res.Name || !((name == keying.Wildcard && res.InWildcard()) || (name != "" && res.Glob == name))) {
 			continue
 		}
 		if !tc.pinned(n, res) {
@@ -443,7 +443,7 @@ func (tc *typeCache) pinned(key string, res *downstream.Resource) bool {
 	if key != res.Name {
 		return false // a TP2 selection: pinned by its own key only
 	}
-	if res.Authority == "" && (tc.wild.len() > 0 || tc.up[keying.Wildcard]) {
+	if res.InWildcard() && (tc.wild.len() > 0 || tc.up[keying.Wildcard]) {
 		return true
 	}
 	g := res.Glob
@@ -486,7 +486,7 @@ func (r *Relay) evict() {
 					zap.String("type", typeURL), zap.String("name", keying.DisplayKey(n)))
 				continue
 			}
-			if cur.Authority == "" {
+			if cur.InWildcard() {
 				complete = false // the wildcard set has lost a member: ask upstream again
 			}
 			delete(res, n)

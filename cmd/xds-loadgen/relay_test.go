@@ -71,16 +71,11 @@ func TestThroughRelayFederated(t *testing.T) {
 	for _, mode := range []Mode{ModeGRPC, ModeEnvoy} {
 		t.Run(string(mode), func(t *testing.T) {
 			runThrough(t, Config{Target: r.Addr(), Clients: clients, Mode: mode, Protocol: ProtocolSotW,
-				LDSName: spec.Name(fleet.Listeners, 0), Duration: 5 * time.Second, Updates: 1,
-				// KNOWN RELAY BUG, found by the loss check (issue 14), left to
-				// the owner of relay/cache.go: an xdstp resource reaches the
-				// View both through the default servers' wildcard (Authority
-				// "") and through auth.example's named subscription (Authority
-				// "auth.example"); the last writer sets Resource.Authority, so
-				// the resource enters and leaves the wildcard set that SotW
-				// LDS/CDS responses carry: Envoy-like clients are told their
-				// listeners and clusters are gone, then get them back.
-				AllowRemovals: mode == ModeEnvoy})
+				// The loss check runs: an xdstp resource that also reaches the
+				// default authority's stream (its wildcard answer) belongs to
+				// auth.example alone, so it never leaves the Envoy-like
+				// clients' SotW LDS/CDS sets (it once did, found by this check).
+				LDSName: spec.Name(fleet.Listeners, 0), Duration: 5 * time.Second, Updates: 1})
 		})
 	}
 	// The xdstp names went to the authority's own upstream stream.
