@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ var (
 	duration = flag.Duration("oracle.duration", 0, "run schedules of random seeds for this long instead (make soak)")
 	shrink   = flag.Duration("oracle.shrink", 2*time.Minute, "how long to shrink a failing schedule")
 	logTo    = flag.String("oracle.log", "", "write the relays' debug log of a failing schedule to this file")
+	keep     = flag.String("oracle.keep", "", "run only these steps of the schedule (comma-separated, as a shrunk schedule prints them)")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,9 +34,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // seed, the schedule and the shortest failing schedule found; replay one with
 //
 //	go test ./internal/oracle -run TestOracle -oracle.seed N -oracle.seeds 1 -oracle.log /tmp/relay.log
+//
+// and a shrunk one with -oracle.keep 1,11,12 (its step numbers).
 func TestOracle(t *testing.T) {
 	run := func(seed uint64) bool {
 		s := oracle.Generate(seed, *steps)
+		if *keep != "" {
+			var at []int
+			for _, f := range strings.Split(*keep, ",") {
+				i, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil {
+					t.Fatalf("-oracle.keep: %v", err)
+				}
+				at = append(at, i)
+			}
+			s = s.Keep(at)
+		}
 		log, buf := zap.NewNop(), &syncBuffer{}
 		if *logTo != "" {
 			log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), buf, zap.DebugLevel))

@@ -75,6 +75,7 @@ type Step struct {
 	Relay  int
 	Server int
 	N      int
+	At     int // the step's index in the generated schedule (Keep)
 }
 
 func (s Step) String() string {
@@ -109,10 +110,22 @@ type Schedule struct {
 func (s *Schedule) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %s\n", s.Seed, s.Opts)
-	for i, st := range s.Steps {
-		fmt.Fprintf(&b, "  %3d  %s\n", i, st)
+	for _, st := range s.Steps {
+		fmt.Fprintf(&b, "  %3d  %s\n", st.At, st)
 	}
 	return b.String()
+}
+
+// Keep returns the schedule with only the steps generated at the given
+// indices (the numbers a schedule prints): a shrunk schedule replayed.
+func (s *Schedule) Keep(at []int) *Schedule {
+	c := &Schedule{Seed: s.Seed, Opts: s.Opts}
+	for _, st := range s.Steps {
+		if slices.Contains(at, st.At) {
+			c.Steps = append(c.Steps, st)
+		}
+	}
+	return c
 }
 
 // Generate returns the schedule of seed: a world and about steps steps.
@@ -127,6 +140,9 @@ func Generate(seed uint64, steps int) *Schedule {
 		GroupBy:         rng.IntN(4) == 0,
 		MaxUnreferenced: rng.IntN(4),
 		Rollout:         rng.IntN(4) == 0,
+	}
+	if o.Persist && o.MaxUnreferenced == 0 {
+		o.MaxUnreferenced = 1 // config: persist_path needs max_unreferenced > 0
 	}
 	o.World = WorldOptions{TP2: rng.IntN(3) == 0, DoNotCache: rng.IntN(5) == 0, Bad: o.Rollout}
 	s := &Schedule{Seed: seed, Opts: o}
@@ -181,6 +197,9 @@ func Generate(seed uint64, steps int) *Schedule {
 		default:
 			s.Steps = append(s.Steps, Step{Op: OpPause, N: rng.IntN(60)})
 		}
+	}
+	for i := range s.Steps {
+		s.Steps[i].At = i
 	}
 	return s
 }
