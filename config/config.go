@@ -44,6 +44,13 @@ type Config struct {
 	// Rollout, when set, rolls every changed resource out to a canary cohort
 	// of its watchers first. nil: off.
 	Rollout *Rollout `yaml:"rollout,omitempty"`
+
+	// REST, when set, serves REST-JSON polling on its own HTTP listener
+	// (see dialects.go). nil: off.
+	REST *REST `yaml:"rest,omitempty"`
+	// Gateway tunes the gateway.control.v1 dialect (see dialects.go). nil:
+	// the defaults.
+	Gateway *Gateway `yaml:"gateway,omitempty"`
 }
 
 // Rollout is the guarded rollout of changed resources.

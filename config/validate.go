@@ -102,6 +102,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.validateDialects(); err != nil {
+		return err
+	}
 	if c.TLS != nil {
 		return checkTLS(c.TLS)
 	}

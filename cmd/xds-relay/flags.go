@@ -18,6 +18,7 @@ type options struct {
 	listen     string
 	admin      string
 	upstream   string
+	restListen string
 	logLevel   string
 	logFormat  string
 	version    bool
@@ -43,6 +44,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.admin, "admin", def.Admin, "admin HTTP `ADDR` (host:port); \"\" disables it")
 	fs.StringVar(&o.upstream, "upstream", "",
 		"one default plaintext upstream xDS server `ADDR` (host:port); replaces upstream.xds_servers")
+	fs.StringVar(&o.restListen, "rest-listen", "", "REST-JSON polling HTTP `ADDR` (host:port); sets rest.listen")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -90,6 +92,12 @@ func (o *options) config() (*config.Config, error) {
 			ServerURI:    o.upstream,
 			ChannelCreds: []config.ChannelCreds{{Type: "insecure"}},
 		}}
+	}
+	if o.set["rest-listen"] {
+		if cfg.REST == nil {
+			cfg.REST = &config.REST{}
+		}
+		cfg.REST.Listen = o.restListen
 	}
 	return cfg, nil
 }
@@ -150,6 +158,13 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
     canary_fraction: 0.1        of each resource's watchers, chosen from node ids (at least one client)
     hold: 2s                    how long the others wait for the canaries' ACK/NACK
     max_nack_ratio: 0           above it the rollout halts; the others keep the last accepted version
+  rest:                         REST-JSON polling (absent: off): POST /v3/discovery:TYPE
+    listen: "127.0.0.1:18080"   HTTP address (TLS as the tls section says)
+    poll_timeout: 30s           an unchanged poll is held this long, then answered 304
+  gateway:                      gateway.control.v1 on --listen (always on; these tune it)
+    group_by: [cluster]         request fields keying snapshot groups: node_id, cluster,
+                                supported_features
+    report_retries: 3           attempts to forward one ReportStatus upstream
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first
     key_file: server-key.pem    its private key
