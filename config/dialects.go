@@ -9,10 +9,6 @@ import (
 // ways in"): REST-JSON polling and the gateway.control.v1 dialect. CSDS needs
 // no configuration: it is served on the downstream listener.
 
-// DefaultPollTimeout is how long a REST-JSON poll is held when nothing
-// changed, when rest.poll_timeout is not set.
-const DefaultPollTimeout = 30 * time.Second
-
 // REST is the REST-JSON polling endpoint (xDS "REST-JSON polling
 // subscriptions"): POST /v3/discovery:TYPE with a DiscoveryRequest in proto3
 // JSON.

@@ -117,10 +117,11 @@ func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
 	return subs
 }
 
-// DebugClients lists the downstream streams, only those of nodeID when it is
+// DebugClients lists the downstream streams (and the REST polls being
+// held), only those of nodeID when it is
 // non-empty, sorted by stream id.
 func (r *Relay) DebugClients(nodeID string) []ClientInfo {
-	out := r.ds.Streams(nodeID)
+	out := append(r.ds.Streams(nodeID), r.dialectClients(nodeID)...)
 	slices.SortFunc(out, func(a, b ClientInfo) int { return int(a.ID) - int(b.ID) })
 	return out
 }

@@ -50,6 +50,8 @@ type Relay struct {
 	linger time.Duration
 	// persist writes the warm-restart file; nil without cache.persist_path.
 	persist *persister
+	// dx holds the other ways in: REST-JSON, CSDS, gateway (dialects.go).
+	dx *dialects
 
 	serving  atomic.Bool
 	draining atomic.Bool
@@ -155,6 +157,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
+	r.newDialects()
 	return r, nil
 }
 
@@ -313,6 +316,7 @@ func (r *Relay) Ready() bool { return r.serving.Load() && !r.draining.Load() }
 // their own or are closed when ctx expires, then the upstreams close.
 func (r *Relay) Shutdown(ctx context.Context) {
 	r.draining.Store(true)
+	r.closeDialects(ctx)
 	done := make(chan struct{})
 	go func() {
 		r.grpc.GracefulStop()
@@ -331,6 +335,10 @@ func (r *Relay) Shutdown(ctx context.Context) {
 // close, and every goroutine of the relay has returned when it returns.
 func (r *Relay) Close() {
 	r.draining.Store(true)
+	// Held REST polls are answered at once; give them that moment.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	r.closeDialects(ctx)
+	cancel()
 	r.grpc.Stop()
 	r.ds.Close()
 	r.mu.Lock()
