@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/xds-relay/xds-relay/csds"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/rest"
@@ -20,10 +21,13 @@ import (
 // The other ways in (CONTRACT.md, "More ways in"): edge packages on the same
 // seams as the downstream server, wired here.
 //   - rest: REST-JSON polls are short-lived watchers of the Relay (Source).
+//   - csds: the downstream server's streams, read through its read-only
+//     snapshot (Refs, ClientStates), served on the downstream listener.
 
 // dialects holds the edge servers. Set in New, read-only after.
 type dialects struct {
 	rest *rest.Server // nil without the rest section
+	csds *csds.Server
 
 	mu       sync.Mutex
 	restHTTP *http.Server // guarded by mu: set by ServeREST
@@ -32,12 +36,15 @@ type dialects struct {
 // newDialects creates the edge servers. Called from New.
 func (r *Relay) newDialects() {
 	r.dx = &dialects{}
+	az := authorizer(r.cfg.Authorization)
+	r.dx.csds = csds.New(r.ds, csds.Options{Authorize: az, Logger: r.log.Named("csds")})
+	r.dx.csds.Register(r.grpc)
 	if c := r.cfg.REST; c != nil {
 		r.dx.rest = rest.New(r, rest.Options{
 			PollTimeout:    c.PollTimeout,
 			MaxBodyBytes:   int64(r.cfg.Limits.MaxRecvMessageBytes),
 			MaxNames:       r.cfg.Limits.MaxNamesPerRequest,
-			Authorize:      authorizer(r.cfg.Authorization),
+			Authorize:      az,
 			NodeParameters: nodeParameters(r.cfg.Keying),
 			NewID:          r.ds.NewWatcherID,
 			Logger:         r.log.Named("rest"),
