@@ -21,6 +21,7 @@ import (
 //	GET /debug/clients?node=                     JSON of DebugClients
 //	GET /debug/upstreams                         JSON of DebugUpstreams
 //	GET /debug/rollouts                          JSON list; empty until rollouts exist
+//	GET /debug/gateway?node=                     JSON of DebugGateway (gateway.control.v1 groups, status reports)
 //	GET /debug/config                            JSON of EffectiveConfig (secrets redacted)
 //	GET|PUT|POST /debug/loglevel[?level=debug]   show or change the log level (see WithLogLevel)
 //	GET /debug/pprof/...                         net/http/pprof
@@ -64,6 +65,7 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 	mux.HandleFunc("GET /debug/rollouts", func(w http.ResponseWriter, _ *http.Request) {
 		r.writeJSON(w, r.DebugRollouts())
 	})
+	r.dialectRoutes(mux) // /debug/gateway
 
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // also serves the named profiles
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -82,6 +84,7 @@ const adminIndexText = `xds-relay admin
 /debug/clients?node=
 /debug/upstreams
 /debug/rollouts
+/debug/gateway?node=
 /debug/config
 /debug/loglevel    PUT ?level=debug|info|warn|error to change
 /debug/pprof/

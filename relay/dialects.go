@@ -14,6 +14,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/csds"
 	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/gateway"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/rest"
 )
@@ -23,22 +24,42 @@ import (
 //   - rest: REST-JSON polls are short-lived watchers of the Relay (Source).
 //   - csds: the downstream server's streams, read through its read-only
 //     snapshot (Refs, ClientStates), served on the downstream listener.
+//   - gateway: gateway.control.v1 on the downstream listener, relayed to the
+//     default upstream servers with a cache of its own (see package gateway).
 
 // dialects holds the edge servers. Set in New, read-only after.
 type dialects struct {
 	rest *rest.Server // nil without the rest section
 	csds *csds.Server
+	gw   *gateway.Server
 
 	mu       sync.Mutex
 	restHTTP *http.Server // guarded by mu: set by ServeREST
 }
 
 // newDialects creates the edge servers. Called from New.
-func (r *Relay) newDialects() {
+func (r *Relay) newDialects() error {
 	r.dx = &dialects{}
 	az := authorizer(r.cfg.Authorization)
 	r.dx.csds = csds.New(r.ds, csds.Options{Authorize: az, Logger: r.log.Named("csds")})
 	r.dx.csds.Register(r.grpc)
+
+	gw := gateway.Options{NodeID: r.node.GetId(), Cluster: r.node.GetCluster(), Linger: r.linger, Authorize: az,
+		NewID: r.ds.NewWatcherID, Metrics: r.m, Logger: r.log.Named("gateway")}
+	for i, s := range r.cfg.Upstream.XDSServers {
+		gw.Upstreams = append(gw.Upstreams, gateway.Upstream{URI: s.ServerURI, Creds: r.upCreds[""][i]})
+	}
+	if c := r.cfg.Gateway; c != nil {
+		gw.GroupBy, gw.ReportRetries = c.GroupBy, c.ReportRetries
+	}
+	if p := r.cfg.Cache.PersistPath; p != "" {
+		gw.PersistPath = p + ".gateway"
+	}
+	var err error
+	if r.dx.gw, err = gateway.New(gw); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	r.dx.gw.Register(r.grpc)
 	if c := r.cfg.REST; c != nil {
 		r.dx.rest = rest.New(r, rest.Options{
 			PollTimeout:    c.PollTimeout,
@@ -51,6 +72,7 @@ func (r *Relay) newDialects() {
 			Metrics:        r.m,
 		})
 	}
+	return nil
 }
 
 // ServeREST serves REST-JSON polling on lis (the rest section's listener)
@@ -112,10 +134,15 @@ func (r *Relay) closeDialects(ctx context.Context) {
 	}
 }
 
+// closeGateway stops the gateway's upstream streams and forwarder. Called
+// after the gRPC server stopped.
+func (r *Relay) closeGateway() { r.dx.gw.Close() }
+
 // dialectClients lists the edge clients for /debug/clients: REST polls being
-// held (only those of nodeID when it is non-empty).
+// held and gateway data plane streams (only those of nodeID when it is
+// non-empty).
 func (r *Relay) dialectClients(nodeID string) []downstream.StreamInfo {
-	var out []downstream.StreamInfo
+	out := r.dx.gw.Streams(nodeID)
 	if r.dx.rest != nil {
 		for _, p := range r.dx.rest.Polls() {
 			if nodeID == "" || p.NodeID == nodeID {
@@ -124,4 +151,16 @@ func (r *Relay) dialectClients(nodeID string) []downstream.StreamInfo {
 		}
 	}
 	return out
+}
+
+// DebugGateway is /debug/gateway: the gateway's groups and the latest status
+// report of each data plane (only nodeID's when it is non-empty; at most
+// 1000).
+func (r *Relay) DebugGateway(nodeID string) gateway.DebugInfo { return r.dx.gw.Debug(nodeID, 1000) }
+
+// dialectRoutes adds the edge servers' admin views to the admin mux.
+func (r *Relay) dialectRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/gateway", func(w http.ResponseWriter, req *http.Request) {
+		r.writeJSON(w, r.DebugGateway(req.URL.Query().Get("node")))
+	})
 }

@@ -157,7 +157,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
-	r.newDialects()
+	if err := r.newDialects(); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -341,6 +343,7 @@ func (r *Relay) Close() {
 	cancel()
 	r.grpc.Stop()
 	r.ds.Close()
+	r.closeGateway()
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

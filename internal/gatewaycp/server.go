@@ -1,0 +1,444 @@
+// Package gatewaycp is a small gateway.control.v1 control plane and data
+// plane clients, built from the project's own proto (no third-party gateway
+// binaries exist here). The control plane serves per-cluster snapshots over
+// StreamConfiguration, their resources over DeltaStreamConfiguration, and
+// records status reports; it is the upstream of the gateway tests and of
+// xds-democp --dialect gateway. The clients (dataplane.go) are the data
+// planes of the tests.
+//
+// Server methods are safe for concurrent use. Each stream has its handler
+// goroutine (the only sender) and a receive pump; Set wakes streams through
+// one-slot channels.
+package gatewaycp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/gateway/controlv1"
+)
+
+// Type URLs of the resources a snapshot holds.
+const (
+	typePrefix         = "type.googleapis.com/gateway.control.v1."
+	ListenerType       = typePrefix + "Listener"
+	HttpRouteType      = typePrefix + "HttpRoute"
+	GrpcRouteType      = typePrefix + "GrpcRoute"
+	StreamRouteType    = typePrefix + "StreamRoute"
+	BackendClusterType = typePrefix + "BackendCluster"
+	SecretMaterialType = typePrefix + "SecretMaterial"
+)
+
+// AllTypes are the type URLs of a snapshot, in the order of its fields.
+var AllTypes = []string{ListenerType, HttpRouteType, GrpcRouteType, StreamRouteType, BackendClusterType, SecretMaterialType}
+
+// maxRecorded bounds the requests and reports kept for Requests and Reports.
+const maxRecorded = 10000
+
+// Request is one request the control plane received (Sotw or Delta set).
+type Request struct {
+	Sotw  *controlv1.DiscoveryRequest
+	Delta *controlv1.DeltaDiscoveryRequest
+}
+
+// Server is the control plane. Create it with Start.
+type Server struct {
+	gen atomic.Uint64
+
+	// set at creation, read-only
+	addr string
+
+	mu       sync.Mutex
+	clusters map[string]*cluster // by the request's cluster
+	streams  map[streamer]struct{}
+	requests []Request
+	reports  []*controlv1.StatusReport
+	failNext int // reports to refuse with UNAVAILABLE
+	changed  chan struct{}
+	grpc     *grpc.Server
+	done     chan struct{}
+}
+
+// streamer is an open stream, woken when its cluster changes.
+type streamer interface {
+	wakeFor(cluster string)
+}
+
+// cluster is one cluster's configuration. Immutable once published.
+type cluster struct {
+	version   string
+	snap      *controlv1.ConfigSnapshot
+	resources map[string]map[string]*resource // type URL → name →
+}
+
+type resource struct {
+	version string
+	msg     *controlv1.Resource
+}
+
+// Start serves a control plane on addr ("127.0.0.1:0" for any port).
+func Start(addr string) (*Server, error) {
+	s := &Server{clusters: make(map[string]*cluster), streams: make(map[streamer]struct{}), changed: make(chan struct{})}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s.addr = lis.Addr().String()
+	s.serve(lis)
+	return s, nil
+}
+
+func (s *Server) serve(lis net.Listener) {
+	g := grpc.NewServer()
+	controlv1.RegisterConfigurationDiscoveryServiceServer(g, sotwService{Server: s})
+	controlv1.RegisterDeltaDiscoveryServiceServer(g, deltaService{Server: s})
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.grpc, s.done = g, done
+	s.mu.Unlock()
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+}
+
+// Addr is the control plane's address.
+func (s *Server) Addr() string { return s.addr }
+
+// Stop stops serving (every stream ends) and waits; Restart serves again on
+// the same address with the same configuration.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	g, done := s.grpc, s.done
+	s.grpc = nil
+	s.mu.Unlock()
+	if g != nil {
+		g.Stop()
+		<-done
+	}
+}
+
+// Restart serves again on the address after Stop.
+func (s *Server) Restart(ctx context.Context) error {
+	for {
+		lis, err := net.Listen("tcp", s.addr)
+		if err == nil {
+			s.serve(lis)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond): // the old socket may linger briefly
+		}
+	}
+}
+
+// Set publishes a new snapshot of cluster (version "v<N>", N counting every
+// Set) and pushes it, and its changed resources, to the cluster's streams.
+func (s *Server) Set(clusterName string, snap *controlv1.ConfigSnapshot) string {
+	c := &cluster{version: "v" + strconv.FormatUint(s.gen.Add(1), 10), snap: proto.Clone(snap).(*controlv1.ConfigSnapshot),
+		resources: resourcesOf(snap)}
+	s.mu.Lock()
+	s.clusters[clusterName] = c
+	streams := make([]streamer, 0, len(s.streams))
+	for st := range s.streams {
+		streams = append(streams, st)
+	}
+	s.mu.Unlock()
+	for _, st := range streams {
+		st.wakeFor(clusterName)
+	}
+	return c.version
+}
+
+// Snapshot returns the current snapshot and version of a cluster.
+func (s *Server) Snapshot(clusterName string) (*controlv1.ConfigSnapshot, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clusters[clusterName]
+	if c == nil {
+		return nil, ""
+	}
+	return c.snap, c.version
+}
+
+func (s *Server) cluster(name string) *cluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clusters[name]
+}
+
+// ResourceName is the name a resource has as a Delta resource.
+func ResourceName(m proto.Message) string {
+	switch r := m.(type) {
+	case *controlv1.Listener:
+		return r.GetName() + "/" + strconv.FormatUint(uint64(r.GetPort()), 10)
+	case *controlv1.HttpRoute:
+		return r.GetNamespace() + "/" + r.GetName()
+	case *controlv1.GrpcRoute:
+		return r.GetNamespace() + "/" + r.GetName()
+	case *controlv1.StreamRoute:
+		return r.GetNamespace() + "/" + r.GetName()
+	case *controlv1.BackendCluster:
+		return r.GetName()
+	case *controlv1.SecretMaterial:
+		return r.GetName()
+	}
+	return ""
+}
+
+// resourcesOf splits a snapshot into its resources, each versioned by a
+// hash of its content.
+func resourcesOf(snap *controlv1.ConfigSnapshot) map[string]map[string]*resource {
+	out := make(map[string]map[string]*resource)
+	add := func(typeURL string, m proto.Message) {
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		sum := sha256.Sum256(b)
+		a := &anypb.Any{TypeUrl: typeURL, Value: b}
+		name := ResourceName(m)
+		if out[typeURL] == nil {
+			out[typeURL] = make(map[string]*resource)
+		}
+		v := hex.EncodeToString(sum[:8])
+		out[typeURL][name] = &resource{version: v, msg: &controlv1.Resource{Name: name, Version: v, Resource: a}}
+	}
+	for _, r := range snap.GetListeners() {
+		add(ListenerType, r)
+	}
+	for _, r := range snap.GetHttpRoutes() {
+		add(HttpRouteType, r)
+	}
+	for _, r := range snap.GetGrpcRoutes() {
+		add(GrpcRouteType, r)
+	}
+	for _, r := range snap.GetStreamRoutes() {
+		add(StreamRouteType, r)
+	}
+	for _, r := range snap.GetBackends() {
+		add(BackendClusterType, r)
+	}
+	for _, r := range snap.GetSecrets() {
+		add(SecretMaterialType, r)
+	}
+	return out
+}
+
+// filter returns snap with only the subscribed types ("The control plane
+// only pushes resources the data plane has subscribed to"; none: all).
+func filter(snap *controlv1.ConfigSnapshot, subs []string) *controlv1.ConfigSnapshot {
+	if len(subs) == 0 {
+		return snap
+	}
+	out := proto.Clone(snap).(*controlv1.ConfigSnapshot)
+	want := func(t string) bool { return slices.Contains(subs, t) }
+	if !want(ListenerType) {
+		out.Listeners = nil
+	}
+	if !want(HttpRouteType) {
+		out.HttpRoutes = nil
+	}
+	if !want(GrpcRouteType) {
+		out.GrpcRoutes = nil
+	}
+	if !want(StreamRouteType) {
+		out.StreamRoutes = nil
+	}
+	if !want(BackendClusterType) {
+		out.Backends = nil
+	}
+	if !want(SecretMaterialType) {
+		out.Secrets = nil
+	}
+	return out
+}
+
+// record keeps a request for Requests and wakes WaitRequest.
+func (s *Server) record(r Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, r)
+	if len(s.requests) > maxRecorded {
+		s.requests = s.requests[len(s.requests)-maxRecorded:]
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// OpenStreams returns the number of open streams (SotW and Delta).
+func (s *Server) OpenStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
+
+// Requests returns the requests received so far (the last 10000).
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// Reports returns the status reports received so far (the last 10000).
+func (s *Server) Reports() []*controlv1.StatusReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.reports)
+}
+
+// FailReports makes the next n ReportStatus calls fail with UNAVAILABLE.
+func (s *Server) FailReports(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext = n
+}
+
+// Wait waits until cond holds of the recorded requests and reports.
+func (s *Server) Wait(ctx context.Context, cond func(reqs []Request, reports []*controlv1.StatusReport) bool) error {
+	for {
+		s.mu.Lock()
+		ok := cond(s.requests, s.reports)
+		ch := s.changed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+type sotwService struct {
+	*Server
+	controlv1.UnimplementedConfigurationDiscoveryServiceServer
+}
+
+func (s sotwService) ReportStatus(_ context.Context, r *controlv1.StatusReport) (*controlv1.StatusAck, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failNext > 0 {
+		s.failNext--
+		return nil, status.Error(codes.Unavailable, "gatewaycp: reports refused for the test")
+	}
+	s.reports = append(s.reports, r)
+	if len(s.reports) > maxRecorded {
+		s.reports = s.reports[len(s.reports)-maxRecorded:]
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return &controlv1.StatusAck{Accepted: true}, nil
+}
+
+// StreamConfiguration sends the cluster's snapshot (filtered to the
+// subscriptions) whenever its version differs from what the data plane
+// holds: its request's version, then what it was sent.
+func (s sotwService) StreamConfiguration(stream controlv1.ConfigurationDiscoveryService_StreamConfigurationServer) error {
+	st := &sotwStream{wake: make(chan struct{}, 1)}
+	reqs, errc := pump(stream.Context(), stream.Recv)
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, st)
+		s.mu.Unlock()
+	}()
+	sent, nonce := "", 0
+	for {
+		select {
+		case req := <-reqs:
+			s.record(Request{Sotw: req})
+			st.mu.Lock()
+			if st.cluster == "" {
+				st.cluster, st.subs, sent = req.GetCluster(), req.GetSubscriptions(), req.GetVersion()
+			}
+			st.mu.Unlock()
+		case err := <-errc:
+			return err
+		case <-st.wake:
+		}
+		c := s.cluster(st.clusterName())
+		if c == nil || c.version == sent {
+			continue
+		}
+		nonce++
+		if err := stream.Send(&controlv1.DiscoveryResponse{Version: c.version, Nonce: strconv.Itoa(nonce), Snapshot: filter(c.snap, st.subs)}); err != nil {
+			return err
+		}
+		sent = c.version
+	}
+}
+
+type sotwStream struct {
+	wake    chan struct{}
+	mu      sync.Mutex
+	cluster string
+	subs    []string
+}
+
+func (st *sotwStream) clusterName() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.cluster
+}
+
+func (st *sotwStream) wakeFor(c string) {
+	if st.clusterName() == c {
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pump feeds a stream's requests to its handler goroutine.
+func pump[T any](ctx context.Context, recv func() (*T, error)) (<-chan *T, <-chan error) {
+	reqs := make(chan *T)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+	}()
+	return reqs, errc
+}
+
+// initialVersions decodes initial_resource_versions (ignoring bad JSON:
+// such a type is sent in full).
+func initialVersions(m map[string]string) map[string]map[string]string {
+	out := make(map[string]map[string]string)
+	for t, js := range m {
+		var vs map[string]string
+		if json.Unmarshal([]byte(js), &vs) == nil {
+			out[t] = vs
+		}
+	}
+	return out
+}
