@@ -400,7 +400,7 @@ func (g *deltaGroup) selectFor(typeURL string, has map[string]string, names []st
 	sel.removed = slices.Compact(sel.removed)
 	sel.version = t.systemVersion
 	// Streams in step with each other send the same change: encode it once.
-	if t.memoSeq != t.seq || len(t.memo) > maxMemo {
+	if t.memo == nil || t.memoSeq != t.seq || len(t.memo) > maxMemo {
 		t.memo, t.memoSeq = make(map[string][]byte), t.seq
 	}
 	var kb bytes.Buffer

@@ -46,13 +46,14 @@ type Fleet struct {
 	mu   sync.Mutex
 	gens map[string][]int       // cluster → per route generation
 	made map[string][]time.Time // cluster → per route creation time
+	born map[string]time.Time   // cluster → creation (listeners' stamp)
 	at   map[string]time.Time   // cluster → last change
 	next map[string]int         // cluster → the next route to churn
 }
 
 // NewFleet returns the fleet of spec.
 func NewFleet(spec Spec) *Fleet {
-	return &Fleet{spec: spec, gens: map[string][]int{}, made: map[string][]time.Time{}, at: map[string]time.Time{},
+	return &Fleet{spec: spec, gens: map[string][]int{}, made: map[string][]time.Time{}, born: map[string]time.Time{}, at: map[string]time.Time{},
 		next: map[string]int{}}
 }
 
@@ -89,7 +90,7 @@ func (f *Fleet) initLocked(cluster string, now time.Time) {
 	for i := range f.made[cluster] {
 		f.made[cluster][i] = now
 	}
-	f.at[cluster] = now
+	f.at[cluster], f.born[cluster] = now, now
 }
 
 func stamp(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
@@ -99,7 +100,7 @@ func (f *Fleet) buildLocked(cluster string) *controlv1.ConfigSnapshot {
 	snap := &controlv1.ConfigSnapshot{Id: cluster, GeneratedAt: timestamppb.New(f.at[cluster])}
 	for j := range sp.Listeners {
 		l := &controlv1.Listener{Name: fmt.Sprintf("listener-%d", j), Address: "0.0.0.0", Port: uint32(8000 + j),
-			Protocol: controlv1.ListenerProtocol_LISTENER_PROTOCOL_HTTP, Metadata: map[string]string{StampKey: stamp(f.made[cluster][0])}}
+			Protocol: controlv1.ListenerProtocol_LISTENER_PROTOCOL_HTTP, Metadata: map[string]string{StampKey: stamp(f.born[cluster])}}
 		if sp.Secrets > 0 {
 			l.Protocol = controlv1.ListenerProtocol_LISTENER_PROTOCOL_HTTPS
 			l.Tls = &controlv1.TlsConfig{Enabled: true, SecretRefs: []string{fmt.Sprintf("cert-%d", j%sp.Secrets)}}

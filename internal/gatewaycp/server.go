@@ -177,6 +177,20 @@ func (s *Server) Snapshot(clusterName string) (*controlv1.ConfigSnapshot, string
 	return c.snap, c.version
 }
 
+// Resources returns what the control plane serves of typeURL to cluster
+// over Delta: resource name → version.
+func (s *Server) Resources(clusterName, typeURL string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string)
+	if c := s.clusters[clusterName]; c != nil {
+		for n, r := range c.resources[typeURL] {
+			out[n] = r.version
+		}
+	}
+	return out
+}
+
 func (s *Server) cluster(name string) *cluster {
 	s.mu.Lock()
 	defer s.mu.Unlock()
