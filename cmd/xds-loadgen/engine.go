@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/stats"
 
 	"github.com/xds-relay/xds-relay/internal/fleet"
+	"github.com/xds-relay/xds-relay/internal/gatewaycp"
 )
 
 // Config configures an Engine.
@@ -53,6 +54,14 @@ type Config struct {
 	// to every name as a resource locator with Params[i mod len(Params)]
 	// (grpc mode only: wildcard subscriptions carry no parameters).
 	Params []map[string]string
+	// Dialect is xds or gateway (gateway.control.v1); empty means xds.
+	Dialect Dialect
+	// GatewayClusters: gateway client i presents the cluster
+	// gw-(i mod GatewayClusters); 0 means 1.
+	GatewayClusters int
+	// GatewayTypes are the type URLs gateway clients subscribe to; empty
+	// means every type but SecretMaterial.
+	GatewayTypes []string
 	// Logger receives per-stream events at Debug; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -83,7 +92,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if c.Dialect == "" {
+		c.Dialect = DialectXDS
+	}
+	if c.GatewayClusters == 0 {
+		c.GatewayClusters = 1
+	}
+	if len(c.GatewayTypes) == 0 {
+		c.GatewayTypes = gatewaycp.AllTypes[:len(gatewaycp.AllTypes)-1] // secrets need mTLS at a relay
+	}
 	switch {
+	case c.Dialect != DialectXDS && c.Dialect != DialectGateway:
+		return c, fmt.Errorf("loadgen: dialect %q: want xds or gateway", c.Dialect)
+	case c.Dialect == DialectGateway && len(c.Params) > 0:
+		return c, errors.New("loadgen: params are xDS TP2 parameters; the gateway dialect has none")
+	case c.GatewayClusters < 1:
+		return c, fmt.Errorf("loadgen: gateway-clusters %d: want at least 1", c.GatewayClusters)
 	case c.Target == "":
 		return c, errors.New("loadgen: target is required")
 	case c.Clients < 1:
@@ -241,7 +265,8 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 		wg.Go(func() { c.run(clientCtx) })
 	}
 	e.log.Info("starting clients", zap.String("target", cfg.Target), zap.Int("clients", cfg.Clients),
-		zap.Int("connections", nconns), zap.String("mode", string(cfg.Mode)), zap.String("protocol", string(cfg.Protocol)))
+		zap.Int("connections", nconns), zap.String("dialect", string(cfg.Dialect)), zap.String("mode", string(cfg.Mode)),
+		zap.String("protocol", string(cfg.Protocol)))
 	if iv := cfg.Ramp.Interval(); iv > 0 {
 		t := time.NewTimer(0)
 		next := start
@@ -299,9 +324,13 @@ syncing:
 	wg.Wait()
 	end := time.Now()
 
+	mode := cfg.Mode
+	if cfg.Dialect == DialectGateway {
+		mode = Mode(DialectGateway)
+	}
 	s := &Summary{
 		Target:        cfg.Target,
-		Mode:          cfg.Mode,
+		Mode:          mode,
 		Protocol:      cfg.Protocol,
 		Clients:       cfg.Clients,
 		Connections:   nconns,

@@ -28,6 +28,10 @@ Envoy mode subscribes to listeners and clusters by wildcard, then to the route
 configurations and endpoints they name; grpc mode asks for one listener by name
 (--lds-name) and follows it to routes, clusters and endpoints. Propagation is
 measured from the creation stamp xds-democp writes into every changed resource.
+With --dialect gateway the clients are gateway.control.v1 data planes of the
+clusters gw-0… (xds-democp --dialect gateway): SotW clients take snapshots
+(propagation from their generated_at), Delta clients resources (from the
+stamps of changed routes); a client is synced once answered (Delta: every type).
 The exit status is 1 when a client did not sync within --sync-timeout.
 
 Flags:
@@ -43,13 +47,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fleet.PrintFlagDefaults(fs)
 	}
-	var ramp, mode, protocol, params string
+	var ramp, mode, protocol, params, dialect, gwTypes string
 	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
 	fs.IntVar(&o.cfg.Clients, "clients", 100, "number of simulated clients")
 	fs.IntVar(&o.cfg.StreamsPerConn, "streams-per-conn", 1, "clients sharing one gRPC connection (1: a connection per client)")
 	fs.StringVar(&ramp, "ramp", "0", "client start rate like 50/s (0: all at once)")
 	fs.StringVar(&mode, "mode", string(ModeEnvoy), "client behaviour: envoy or grpc")
-	fs.StringVar(&protocol, "protocol", string(ProtocolSotW), "xDS protocol: sotw or delta")
+	fs.StringVar(&protocol, "protocol", string(ProtocolSotW), "xDS protocol: sotw or delta (gateway: StreamConfiguration or DeltaStreamConfiguration)")
+	fs.StringVar(&dialect, "dialect", string(DialectXDS), "protocol the clients speak: xds, or gateway (gateway.control.v1 data planes)")
+	fs.IntVar(&o.cfg.GatewayClusters, "gateway-clusters", 1, "gateway: client i presents the cluster gw-(i mod N)")
+	fs.StringVar(&gwTypes, "gateway-types", "listener,httproute,grpcroute,streamroute,backend",
+		"gateway: types to subscribe (all, or listener, httproute, grpcroute, streamroute, backend, secret)")
 	fs.StringVar(&o.cfg.LDSName, "lds-name", fleet.ListenerName(0), "listener a grpc-mode client asks for")
 	fs.DurationVar(&o.cfg.Duration, "duration", 20*time.Second, "run time after all clients synced")
 	fs.Int64Var(&o.cfg.Updates, "updates", 0, "end early once every synced client has seen this many updates (0: run for --duration)")
@@ -75,9 +83,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.cfg.Ramp, err = fleet.ParseRate(ramp); err != nil {
 		return o, fmt.Errorf("loadgen: --ramp: %w", err)
 	}
-	o.cfg.Mode, o.cfg.Protocol = Mode(mode), Protocol(protocol)
+	o.cfg.Mode, o.cfg.Protocol, o.cfg.Dialect = Mode(mode), Protocol(protocol), Dialect(dialect)
+	if o.cfg.Dialect == DialectGateway {
+		if o.cfg.GatewayTypes, err = parseGatewayTypes(gwTypes); err != nil {
+			return o, err
+		}
+	}
 	if o.cfg.Params, err = parseParams(params); err != nil {
 		return o, err
+	}
+	if o.cfg.GatewayClusters < 1 {
+		return o, fmt.Errorf("loadgen: --gateway-clusters %d: want at least 1", o.cfg.GatewayClusters)
 	}
 	if o.cfg.StreamsPerConn < 1 {
 		return o, fmt.Errorf("loadgen: --streams-per-conn %d: want at least 1", o.cfg.StreamsPerConn)

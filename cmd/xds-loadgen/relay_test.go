@@ -15,8 +15,8 @@ import (
 )
 
 // runThrough runs cfg's clients and checks that every one synced and saw at
-// least cfg.Updates updates.
-func runThrough(t *testing.T, cfg Config) {
+// least cfg.Updates updates; it returns the summary.
+func runThrough(t *testing.T, cfg Config) *Summary {
 	t.Helper()
 	cfg.SyncTimeout = 20 * time.Second
 	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
@@ -36,6 +36,7 @@ func runThrough(t *testing.T, cfg Config) {
 	if want := cfg.Updates * int64(cfg.Clients); s.Updates < want {
 		t.Errorf("updates %d, want ≥ %d", s.Updates, want)
 	}
+	return s
 }
 
 // A few hundred simulated clients through the relay, SotW and Delta: every

@@ -154,14 +154,16 @@ func CreatedUnixNano(m proto.Message) int64 {
 	return n
 }
 
-// GeneratedAt reads a serialized DiscoveryResponse's snapshot version and
-// generated_at without decoding the snapshot; zero time when absent.
-func GeneratedAt(resp []byte) (version string, at time.Time) {
+// SnapshotInfo reads a serialized DiscoveryResponse's version, nonce and
+// snapshot generated_at without decoding the snapshot; zero time when absent.
+func SnapshotInfo(resp []byte) (version, nonce string, at time.Time) {
 	var snapshot []byte
 	walk(resp, func(num protowire.Number, v []byte) {
 		switch num {
 		case 1:
 			version = string(v)
+		case 2:
+			nonce = string(v)
 		case 3:
 			snapshot = v
 		}
@@ -190,7 +192,7 @@ func GeneratedAt(resp []byte) (version string, at time.Time) {
 		}
 		at = time.Unix(sec, nanos)
 	})
-	return version, at
+	return version, nonce, at
 }
 
 // walk calls f for every length-delimited field of b; other fields are

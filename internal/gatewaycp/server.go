@@ -92,14 +92,19 @@ type resource struct {
 
 // Start serves a control plane on addr ("127.0.0.1:0" for any port).
 func Start(addr string) (*Server, error) {
-	s := &Server{clusters: make(map[string]*cluster), streams: make(map[streamer]struct{}), changed: make(chan struct{})}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	s.addr = lis.Addr().String()
+	return Serve(lis), nil
+}
+
+// Serve serves a control plane on lis.
+func Serve(lis net.Listener) *Server {
+	s := &Server{addr: lis.Addr().String(), clusters: make(map[string]*cluster), streams: make(map[streamer]struct{}),
+		changed: make(chan struct{})}
 	s.serve(lis)
-	return s, nil
+	return s
 }
 
 func (s *Server) serve(lis net.Listener) {
