@@ -152,7 +152,8 @@ func (p *poll) verdict(req *discoverypb.DiscoveryRequest) {
 			p.nackCurrent = true // nothing remembered (a restart): reject what would be sent
 		}
 		report, reportFor = mem.canary, mem.canaryW
-	case p.version != "" && p.version == mem.sent:
+	case p.version != "" && p.version == mem.sent && mem.acked != mem.sent:
+		mem.acked = mem.sent
 		s.m.ACKs.WithLabelValues(tl, protocolREST).Inc()
 		report, reportFor = mem.canary, mem.canaryW
 	}

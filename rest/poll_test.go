@@ -128,6 +128,9 @@ func TestPollVisibleWhileHeld(t *testing.T) {
 	if got := rr.metric(t, `xds_relay_responses_total{protocol="rest",type_url="`+resource.ClusterType+`"}`); got != 2 {
 		t.Errorf("REST responses counted %v, want 2", got)
 	}
+	if got := rr.metric(t, `xds_relay_acks_total{protocol="rest",type_url="`+resource.ClusterType+`"}`); got != 1 {
+		t.Errorf("REST ACKs counted %v, want 1 (the poll with the first answer's version)", got)
+	}
 }
 
 // Closing the relay ends held polls at once (503), not after the timeout.

@@ -98,6 +98,7 @@ type memoryKey struct{ node, typeURL string }
 // memory is what the relay remembers of a node's polls of one type.
 type memory struct {
 	sent   string // the version of the last 200 answer
+	acked  string // the last version whose ACK was counted (re-polls of it are not ACKs again)
 	nacked string // a version the node rejected: not served to it again
 	// canary is the rollout the last answer carried to this node as a
 	// canary; its verdict comes with the next poll, reported for canaryW.

@@ -104,7 +104,9 @@ func (o *options) config() (*config.Config, error) {
 
 const usageHead = `xds-relay is a caching xDS relay: it serves xDS (ADS and the per-type
 services, SotW and Delta) to many clients from one upstream subscription per
-resource.
+resource. The same listener serves CSDS (the status of every client) and
+gateway.control.v1 (snapshots, Delta resources, status reports); REST-JSON
+polling has a listener of its own (--rest-listen).
 
 Usage:
   xds-relay [flags]                     run the relay until SIGTERM or SIGINT
@@ -119,7 +121,7 @@ Config file (YAML; unknown keys are errors; durations like "5s"):
   listen: ":18001"              downstream xDS gRPC address
   admin: "127.0.0.1:9902"       admin HTTP address ("" disables): /healthz, /readyz,
                                 /metrics, /debug/cache, /debug/clients, /debug/upstreams,
-                                /debug/pprof/
+                                /debug/gateway, /debug/pprof/
   node:                         the identity the relay presents upstream
     id: "xds-relay"
     cluster: "xds-relay"
