@@ -46,13 +46,13 @@ func (s *Server) Debug(nodeID string, reportLimit int) DebugInfo {
 	info := DebugInfo{Groups: []GroupInfo{}}
 	for _, g := range sotw {
 		g.mu.Lock()
-		info.Groups = append(info.Groups, GroupInfo{Key: g.key.String(), Protocol: protoSotW, UpstreamNode: g.req.GetNodeId(),
+		info.Groups = append(info.Groups, GroupInfo{Key: g.name, Protocol: protoSotW, UpstreamNode: g.req.GetNodeId(),
 			Server: g.server, Connected: g.connected, Streams: len(g.streams), Version: g.version, Bytes: len(g.snapshot)})
 		g.mu.Unlock()
 	}
 	for _, g := range delta {
 		g.mu.Lock()
-		gi := GroupInfo{Key: g.key.String(), Protocol: protoDelta, UpstreamNode: g.nodeID, Server: g.server,
+		gi := GroupInfo{Key: g.name, Protocol: protoDelta, UpstreamNode: g.nodeID, Server: g.server,
 			Connected: g.connected, Streams: len(g.streams), Types: make(map[string]TypeInfo, len(g.types))}
 		for t, dt := range g.types {
 			gi.Types[t] = TypeInfo{Resources: len(dt.res), Known: dt.known, SystemVersion: dt.systemVersion, Subscribers: dt.refs}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -21,24 +20,16 @@ import (
 // DeltaStreamConfiguration: one upstream Delta stream subscribing the union
 // of their types, a per-resource cache, and every stream it serves.
 type deltaGroup struct {
+	group[*deltaStream]
 	// set at creation, read-only
-	s       *Server
-	key     groupKey
 	nodeID  string // presented upstream
 	cluster string
-	ctx     context.Context
-	cancel  context.CancelFunc
-	log     *zap.Logger
 	kick    chan struct{} // one slot: wakes the upstream sender
 
-	mu        sync.Mutex
-	types     map[string]*deltaType // guarded by mu: by type URL
-	streams   map[*deltaStream]struct{}
-	linger    *time.Timer
-	server    string // guarded by mu
-	connected bool   // guarded by mu
+	// guarded by group.mu
+	types map[string]*deltaType // by type URL
 	// upSubs are the types subscribed on the current upstream stream;
-	// verdicts are the ACKs and NACKs its sender owes. Guarded by mu.
+	// verdicts are the ACKs and NACKs its sender owes.
 	upSubs   map[string]bool
 	verdicts []*controlv1.DeltaDiscoveryRequest
 }
@@ -78,11 +69,9 @@ func (s *Server) joinDelta(k groupKey, st *deltaStream) (*deltaGroup, error) {
 	}
 	g := s.delta[name]
 	if g == nil {
-		nodeID, cluster := s.upstreamIdentity(k)
-		ctx, cancel := context.WithCancel(s.ctx)
-		g = &deltaGroup{s: s, key: k, nodeID: nodeID, cluster: cluster, ctx: ctx, cancel: cancel,
-			log: s.log.With(zap.String("group", name), zap.String("protocol", "delta")), kick: make(chan struct{}, 1),
-			types: make(map[string]*deltaType), streams: make(map[*deltaStream]struct{})}
+		g = &deltaGroup{kick: make(chan struct{}, 1), types: make(map[string]*deltaType)}
+		g.init(s, k, protoDelta)
+		g.nodeID, g.cluster = s.upstreamIdentity(k)
 		for typeURL, w := range s.warm.delta[name] {
 			t := g.typeOf(typeURL)
 			t.systemVersion = w.systemVersion
@@ -92,70 +81,26 @@ func (s *Server) joinDelta(k groupKey, st *deltaStream) (*deltaGroup, error) {
 		}
 		delete(s.warm.delta, name)
 		s.delta[name] = g
-		s.gm.groups.WithLabelValues(protoDelta).Inc()
-		s.wg.Go(func() { s.runUpstream(ctx, g.log, g.session, g.setState) })
+		g.start(g.session)
 	}
-	g.mu.Lock()
-	g.streams[st] = struct{}{}
-	g.stopLingerLocked()
-	g.mu.Unlock()
+	g.add(st)
 	return g, nil
 }
 
-// leaveDelta removes st (and its subscriptions) from g.
+// leaveDelta removes st and its subscriptions from g.
 func (s *Server) leaveDelta(g *deltaGroup, st *deltaStream, types []string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, t := range types {
 		g.typeOf(t).refs--
 	}
-	delete(g.streams, st)
-	if len(g.streams) == 0 && g.linger == nil {
-		g.linger = time.AfterFunc(s.opts.Linger, func() { s.dropDelta(g) })
-	}
-}
-
-func (s *Server) dropDelta(g *deltaGroup) {
-	s.mu.Lock()
-	g.mu.Lock()
-	idle := len(g.streams) == 0 && s.delta[g.key.String()] == g
-	if idle {
-		delete(s.delta, g.key.String())
-		g.linger = nil
-		s.gm.groups.WithLabelValues(protoDelta).Dec()
-	}
 	g.mu.Unlock()
-	s.mu.Unlock()
-	if idle {
-		g.cancel()
-	}
-}
-
-func (g *deltaGroup) stopLinger() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.stopLingerLocked()
-}
-
-func (g *deltaGroup) stopLingerLocked() {
-	if g.linger != nil {
-		g.linger.Stop()
-		g.linger = nil
-	}
-}
-
-func (g *deltaGroup) setState(server string, connected bool) {
-	g.mu.Lock()
-	was := g.connected
-	g.server, g.connected = server, connected
-	g.mu.Unlock()
-	if was != connected {
-		d := 1.0
-		if !connected {
-			d = -1
+	g.leave(st, func() bool {
+		if s.delta[g.name] != g {
+			return false
 		}
-		g.s.gm.connected.WithLabelValues(protoDelta).Add(d)
-	}
+		delete(s.delta, g.name)
+		return true
+	})
 }
 
 // subscribe counts a stream's subscription to typeURL; the upstream stream
@@ -333,12 +278,8 @@ func (g *deltaGroup) apply(r deltaResponse) {
 		return
 	}
 	t.seq++
-	streams := make([]*deltaStream, 0, len(g.streams))
-	for st := range g.streams {
-		streams = append(streams, st)
-	}
 	g.mu.Unlock()
-	for _, st := range streams {
+	for _, st := range g.each() {
 		st.offer(r.typeURL, changed, becameKnown)
 	}
 	if g.s.persist != nil {

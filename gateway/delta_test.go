@@ -89,7 +89,7 @@ func (d *deltaDP) wantHeld(cp *gatewaycp.Server, cluster, typ string) {
 func TestDeltaResources(t *testing.T) {
 	e := start(t)
 	e.publish("blue", 0)
-	types := []string{gatewaycp.ListenerType, gatewaycp.HttpRouteType, gatewaycp.BackendClusterType}
+	types := []string{controlv1.ListenerType, controlv1.HttpRouteType, controlv1.BackendClusterType}
 	dp := dialDelta(t, e, "blue-1", "blue", types, nil)
 	for range types {
 		dp.recv("")
@@ -101,10 +101,10 @@ func TestDeltaResources(t *testing.T) {
 	// One route changes: exactly that route arrives.
 	e.publish("blue", 1)
 	r := dp.recv("")
-	if r.GetTypeUrl() != gatewaycp.HttpRouteType || len(r.GetResources()) != 1 || len(r.GetRemovedResources()) != 0 {
+	if r.GetTypeUrl() != controlv1.HttpRouteType || len(r.GetResources()) != 1 || len(r.GetRemovedResources()) != 0 {
 		t.Fatalf("after one route changed: %v", r)
 	}
-	dp.wantHeld(e.cp, "blue", gatewaycp.HttpRouteType)
+	dp.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
 
 	// The next change is NACKed: it is not sent again; the one after is.
 	e.publish("blue", 1)
@@ -112,7 +112,7 @@ func TestDeltaResources(t *testing.T) {
 	dp.ExpectNone(quiet)
 	e.publish("blue", 1)
 	dp.recv("")
-	dp.wantHeld(e.cp, "blue", gatewaycp.HttpRouteType)
+	dp.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
 
 	// A route removed upstream is removed downstream.
 	snap, _ := e.cp.Snapshot("blue")
@@ -123,7 +123,7 @@ func TestDeltaResources(t *testing.T) {
 	if len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "default/route-3" {
 		t.Fatalf("after a route was removed: %v", r)
 	}
-	dp.wantHeld(e.cp, "blue", gatewaycp.HttpRouteType)
+	dp.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
 	dp.ExpectNone(quiet)
 	if n := upstreamStreams(e.cp, "blue", true); n != 1 {
 		t.Errorf("%d upstream Delta subscriptions, want 1", n)
@@ -136,23 +136,23 @@ func TestDeltaResources(t *testing.T) {
 func TestDeltaInitialVersions(t *testing.T) {
 	e := start(t)
 	e.publish("blue", 0)
-	types := []string{gatewaycp.ListenerType, gatewaycp.HttpRouteType}
+	types := []string{controlv1.ListenerType, controlv1.HttpRouteType}
 	first := dialDelta(t, e, "blue-1", "blue", types, nil)
 	first.recv("")
 	first.recv("")
 
-	initial := map[string]map[string]string{gatewaycp.HttpRouteType: maps.Clone(first.held[gatewaycp.HttpRouteType])}
-	initial[gatewaycp.HttpRouteType]["default/gone"] = "v0"
+	initial := map[string]map[string]string{controlv1.HttpRouteType: maps.Clone(first.held[controlv1.HttpRouteType])}
+	initial[controlv1.HttpRouteType]["default/gone"] = "v0"
 	second := dialDelta(t, e, "blue-2", "blue", types, initial)
 	got := map[string]*controlv1.DeltaDiscoveryResponse{}
 	for range types {
 		r := second.recv("")
 		got[r.GetTypeUrl()] = r
 	}
-	if r := got[gatewaycp.HttpRouteType]; len(r.GetResources()) != 0 || strings.Join(r.GetRemovedResources(), ",") != "default/gone" {
+	if r := got[controlv1.HttpRouteType]; len(r.GetResources()) != 0 || strings.Join(r.GetRemovedResources(), ",") != "default/gone" {
 		t.Fatalf("routes after reconnecting: %v, want only the removal of default/gone", r)
 	}
-	if r := got[gatewaycp.ListenerType]; len(r.GetResources()) != spec.Listeners {
+	if r := got[controlv1.ListenerType]; len(r.GetResources()) != spec.Listeners {
 		t.Fatalf("listeners (no initial versions): %d, want all %d", len(r.GetResources()), spec.Listeners)
 	}
 	for _, typ := range types {
@@ -171,14 +171,14 @@ func TestDeltaBadRequests(t *testing.T) {
 	}{
 		{"no node", &controlv1.DeltaDiscoveryRequest{Cluster: "blue"}, codes.InvalidArgument, "node_id is required"},
 		{"initial versions not JSON", &controlv1.DeltaDiscoveryRequest{NodeId: "n", Cluster: "blue",
-			InitialResourceVersions: map[string]string{gatewaycp.ListenerType: "{listener-0/8000: v1}"}},
+			InitialResourceVersions: map[string]string{controlv1.ListenerType: "{listener-0/8000: v1}"}},
 			codes.InvalidArgument, `initial_resource_versions["type.googleapis.com/gateway.control.v1.Listener"]: not a JSON object`},
 		{"initial versions not strings", &controlv1.DeltaDiscoveryRequest{NodeId: "n", Cluster: "blue",
-			InitialResourceVersions: map[string]string{gatewaycp.ListenerType: `{"a": 1}`}}, codes.InvalidArgument, "not a JSON object"},
+			InitialResourceVersions: map[string]string{controlv1.ListenerType: `{"a": 1}`}}, codes.InvalidArgument, "not a JSON object"},
 		{"bad type", &controlv1.DeltaDiscoveryRequest{NodeId: "n", Cluster: "blue", ResourceNamesSubscribe: []string{"x y/z"}},
 			codes.InvalidArgument, "malformed type URL"},
 		{"secrets over plaintext", &controlv1.DeltaDiscoveryRequest{NodeId: "n", Cluster: "blue",
-			ResourceNamesSubscribe: []string{gatewaycp.SecretMaterialType}}, codes.PermissionDenied, "mTLS"},
+			ResourceNamesSubscribe: []string{controlv1.SecretMaterialType}}, codes.PermissionDenied, "mTLS"},
 	}
 	e := start(t, xdstest.WithConfig(func(c *config.Config) { c.Authorization = nil }))
 	e.publish("blue", 0)

@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/xds-relay/xds-relay/downstream"
@@ -116,35 +115,16 @@ func (st *deltaStream) queueLocked(typeURL string, names []string, full bool) {
 
 // serveDelta serves one DeltaStreamConfiguration until it ends.
 func (s *Server) serveDelta(ss grpc.ServerStream) error {
-	st := &deltaStream{s: s, id: s.opts.NewID(), ss: ss, wake: make(chan struct{}, 1), types: make(map[string]*deltaTypeState)}
-	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
-		st.peer = p.Addr.String()
-	}
-	s.register(st.id, st, protoDelta)
-	defer s.unregister(st.id, protoDelta)
-	defer func() {
+	st := &deltaStream{s: s, id: s.opts.NewID(), ss: ss, peer: peerOf(ss), wake: make(chan struct{}, 1),
+		types: make(map[string]*deltaTypeState)}
+	return serveStream(s, ss, st.id, st, protoDelta, st.wake, st.handle, st.flush, func() {
 		if st.g != nil {
 			st.mu.Lock()
 			types := slices.Collect(maps.Keys(st.types))
 			st.mu.Unlock()
 			s.leaveDelta(st.g, st, types)
 		}
-	}()
-	reqs, errc := pump(ss, func() *controlv1.DeltaDiscoveryRequest { return new(controlv1.DeltaDiscoveryRequest) })
-	for {
-		select {
-		case req := <-reqs:
-			if err := st.handle(req); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return recvErr(err)
-		case <-st.wake:
-		}
-		if err := st.flush(); err != nil {
-			return err
-		}
-	}
+	})
 }
 
 // handle applies one request. Subscription changes are honoured whatever

@@ -24,7 +24,7 @@ func TestWarmRestart(t *testing.T) {
 	dir := t.TempDir()
 	persist := func(c *config.Config) { c.Cache.PersistPath = filepath.Join(dir, "cache") }
 	e := start(t, xdstest.WithConfig(persist))
-	noSecrets := []string{gatewaycp.ListenerType, gatewaycp.HttpRouteType, gatewaycp.BackendClusterType}
+	noSecrets := []string{controlv1.ListenerType, controlv1.HttpRouteType, controlv1.BackendClusterType}
 	e.publish("blue", 0)
 	sotw := gatewaycp.DialSotW(t, e.relay.Addr())
 	sotw.Send(subscribe("s-1", "blue", "", noSecrets...))
@@ -33,7 +33,7 @@ func TestWarmRestart(t *testing.T) {
 	secret := gatewaycp.DialSotW(t, e.relay.Addr()) // a snapshot with the secrets
 	secret.Send(subscribe("s-2", "blue", ""))
 	secret.MustRecv()
-	delta := dialDelta(t, e, "d-1", "blue", []string{gatewaycp.HttpRouteType}, nil)
+	delta := dialDelta(t, e, "d-1", "blue", []string{controlv1.HttpRouteType}, nil)
 	delta.recv("")
 	sotw.Close()
 	secret.Close()
@@ -59,12 +59,12 @@ func TestWarmRestart(t *testing.T) {
 	if got := s2.MustRecv(); got.GetVersion() != r1.GetVersion() || !proto.Equal(got.GetSnapshot(), r1.GetSnapshot()) {
 		t.Fatalf("after the restart: version %q, want the cached %q", got.GetVersion(), r1.GetVersion())
 	}
-	held := map[string]map[string]string{gatewaycp.HttpRouteType: delta.held[gatewaycp.HttpRouteType]}
-	held[gatewaycp.HttpRouteType]["default/only-the-dp-has-it"] = "v0"
+	held := map[string]map[string]string{controlv1.HttpRouteType: delta.held[controlv1.HttpRouteType]}
+	held[controlv1.HttpRouteType]["default/only-the-dp-has-it"] = "v0"
 	e2 := &env{cp: e.cp, fleet: e.fleet, relay: r2}
-	d2 := dialDelta(t, e2, "d-1", "blue", []string{gatewaycp.HttpRouteType}, held)
+	d2 := dialDelta(t, e2, "d-1", "blue", []string{controlv1.HttpRouteType}, held)
 	d2.ExpectNone(quiet) // nothing new, and nothing removed while the cache does not know
-	fresh := dialDelta(t, e2, "d-2", "blue", []string{gatewaycp.HttpRouteType}, nil)
+	fresh := dialDelta(t, e2, "d-2", "blue", []string{controlv1.HttpRouteType}, nil)
 	if r := fresh.recv(""); len(r.GetResources()) != spec.Routes || len(r.GetRemovedResources()) != 0 {
 		t.Fatalf("a new data plane after the restart: %v", r)
 	}
@@ -86,12 +86,12 @@ func TestWarmRestart(t *testing.T) {
 	if got := strings.Join(r.GetRemovedResources(), ","); got != "default/only-the-dp-has-it,default/route-3" || len(r.GetResources()) != 0 {
 		t.Fatalf("Delta after the upstream came back: %v, want the two removals", r)
 	}
-	d2.wantHeld(e.cp, "blue", gatewaycp.HttpRouteType)
+	d2.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
 	// The relay told the upstream what it held.
 	var sawVersion, sawInitial bool
 	for _, q := range e.cp.Requests() {
 		sawVersion = sawVersion || (q.Sotw != nil && q.Sotw.GetNonce() == "" && q.Sotw.GetVersion() == r1.GetVersion())
-		sawInitial = sawInitial || (q.Delta != nil && q.Delta.GetInitialResourceVersions()[gatewaycp.HttpRouteType] != "")
+		sawInitial = sawInitial || (q.Delta != nil && q.Delta.GetInitialResourceVersions()[controlv1.HttpRouteType] != "")
 	}
 	if !sawVersion || !sawInitial {
 		t.Errorf("upstream requests after the restart: SotW version %v, Delta initial versions %v", sawVersion, sawInitial)

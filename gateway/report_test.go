@@ -58,7 +58,9 @@ func TestReportStatus(t *testing.T) {
 	if got[0].GetNodeId() != "dp-1" || got[0].GetVersion() != "v1" || !got[0].GetReady() || got[0].GetMessage() != "m" {
 		t.Fatalf("forwarded report %v", got[0])
 	}
-	metric := func(labels string) float64 { return gauge(t, e.relay, "xds_relay_gateway_dataplanes", labels) }
+	metric := func(labels string) float64 {
+		return xdstest.Metric(t, e.relay.Registry(), "xds_relay_gateway_dataplanes{"+labels+"}")
+	}
 	if metric(`ready="true",version="v1"`) != 1 || metric(`ready="false",version="v1"`) != 1 {
 		t.Fatalf("dataplanes gauge: ready %v not ready %v", metric(`ready="true",version="v1"`), metric(`ready="false",version="v1"`))
 	}
@@ -84,7 +86,9 @@ func TestReportStatus(t *testing.T) {
 	// still had its answer at once.
 	e.cp.FailReports(3)
 	report("dp-3", "v2", true)
-	xdstest.Eventually(t, func() bool { return counter(t, e.relay, "xds_relay_gateway_reports_total", `result="failed"`) == 1 },
+	xdstest.Eventually(t, func() bool {
+		return xdstest.Metric(t, e.relay.Registry(), `xds_relay_gateway_reports_total{result="failed"}`) == 1
+	},
 		"the failed report counted", nil)
 	if r := e.relay.DebugGateway("dp-3").Reports; len(r) != 1 || r[0].Forwarded != "failed" {
 		t.Fatalf("dp-3 report %+v, want failed", r)
@@ -94,42 +98,6 @@ func TestReportStatus(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "node_id is required") {
 		t.Fatalf("report without a node: %v", err)
 	}
-}
-
-// gauge and counter read one sample of the relay's registry.
-func gauge(t *testing.T, r *xdstest.Relay, name, labels string) float64 {
-	return sample(t, r, name, labels, true)
-}
-
-func counter(t *testing.T, r *xdstest.Relay, name, labels string) float64 {
-	return sample(t, r, name, labels, false)
-}
-
-func sample(t *testing.T, r *xdstest.Relay, name, labels string, isGauge bool) float64 {
-	t.Helper()
-	fams, err := r.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, l.GetName()+`="`+l.GetValue()+`"`)
-			}
-			if strings.Join(ls, ",") != labels {
-				continue
-			}
-			if isGauge {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // A vanished data plane does not disturb the others; the group's upstream

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -29,24 +28,17 @@ const (
 // sotwGroup is the data planes of one group key on StreamConfiguration:
 // one upstream stream, the latest snapshot, and every stream it is sent to.
 type sotwGroup struct {
-	// set at creation, read-only
-	s      *Server
-	key    groupKey
-	req    *controlv1.DiscoveryRequest // the upstream request: identity and subscriptions
-	ctx    context.Context
-	cancel context.CancelFunc
-	log    *zap.Logger
+	group[*sotwStream]
+	// set at creation, read-only: the upstream request (identity and
+	// subscriptions)
+	req *controlv1.DiscoveryRequest
 
-	mu        sync.Mutex
-	version   string // guarded by mu: the snapshot's version ("" before any)
-	snapshot  []byte // guarded by mu: the upstream's ConfigSnapshot bytes
-	body      []byte // guarded by mu: the response without its nonce, shared by every stream
-	received  time.Time
-	secrets   bool // guarded by mu: the snapshot carries SecretMaterial (not written to disk)
-	streams   map[*sotwStream]struct{}
-	linger    *time.Timer
-	server    string // guarded by mu: the upstream server of the current stream
-	connected bool   // guarded by mu
+	// guarded by group.mu
+	version  string // the snapshot's version ("" before any)
+	snapshot []byte // the upstream's ConfigSnapshot bytes
+	body     []byte // the response without its nonce, shared by every stream
+	received time.Time
+	secrets  bool // the snapshot carries SecretMaterial (not written to disk)
 }
 
 // joinSotW adds st to the group of k, creating the group (seeded from the
@@ -60,79 +52,30 @@ func (s *Server) joinSotW(k groupKey, st *sotwStream) (*sotwGroup, error) {
 	}
 	g := s.sotw[name]
 	if g == nil {
+		g = &sotwGroup{}
+		g.init(s, k, protoSotW)
 		nodeID, cluster := s.upstreamIdentity(k)
-		ctx, cancel := context.WithCancel(s.ctx)
-		g = &sotwGroup{s: s, key: k, ctx: ctx, cancel: cancel, log: s.log.With(zap.String("group", name)),
-			req:     &controlv1.DiscoveryRequest{NodeId: nodeID, Cluster: cluster, Subscriptions: k.subs, SupportedFeatures: k.features},
-			streams: make(map[*sotwStream]struct{})}
+		g.req = &controlv1.DiscoveryRequest{NodeId: nodeID, Cluster: cluster, Subscriptions: k.subs, SupportedFeatures: k.features}
 		if w, ok := s.warm.sotw[name]; ok {
 			g.setSnapshot(w.version, w.snapshot, time.Time{})
 			delete(s.warm.sotw, name)
 		}
 		s.sotw[name] = g
-		s.gm.groups.WithLabelValues(protoSotW).Inc()
-		s.wg.Go(func() { s.runUpstream(ctx, g.log, g.session, g.setState) })
+		g.start(g.session)
 	}
-	g.mu.Lock()
-	g.streams[st] = struct{}{}
-	g.stopLingerLocked()
-	g.mu.Unlock()
+	g.add(st)
 	return g, nil
 }
 
-// leaveSotW removes st from g; the group's upstream stream ends after the
-// linger when no stream is left.
+// leaveSotW removes st from g.
 func (s *Server) leaveSotW(g *sotwGroup, st *sotwStream) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.streams, st)
-	if len(g.streams) == 0 && g.linger == nil {
-		g.linger = time.AfterFunc(s.opts.Linger, func() { s.dropSotW(g) })
-	}
-}
-
-// dropSotW ends a group nobody joined during its linger.
-func (s *Server) dropSotW(g *sotwGroup) {
-	s.mu.Lock()
-	g.mu.Lock()
-	idle := len(g.streams) == 0 && s.sotw[g.key.String()] == g
-	if idle {
-		delete(s.sotw, g.key.String())
-		g.linger = nil
-		s.gm.groups.WithLabelValues(protoSotW).Dec()
-	}
-	g.mu.Unlock()
-	s.mu.Unlock()
-	if idle {
-		g.cancel()
-	}
-}
-
-func (g *sotwGroup) stopLinger() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.stopLingerLocked()
-}
-
-func (g *sotwGroup) stopLingerLocked() {
-	if g.linger != nil {
-		g.linger.Stop()
-		g.linger = nil
-	}
-}
-
-func (g *sotwGroup) setState(server string, connected bool) {
-	g.mu.Lock()
-	was := g.connected
-	g.server, g.connected = server, connected
-	g.mu.Unlock()
-	if was != connected {
-		d := 1.0
-		if !connected {
-			d = -1
+	g.leave(st, func() bool {
+		if s.sotw[g.name] != g {
+			return false
 		}
-		g.s.gm.connected.WithLabelValues(protoSotW).Add(d)
-	}
+		delete(s.sotw, g.name)
+		return true
+	})
 }
 
 // setSnapshot makes a snapshot current. Called with mu held (or before the
@@ -216,12 +159,8 @@ func (g *sotwGroup) update(r snapshotResponse) {
 		return
 	}
 	g.setSnapshot(r.version, bytes.Clone(r.snapshot), time.Now())
-	streams := make([]*sotwStream, 0, len(g.streams))
-	for st := range g.streams {
-		streams = append(streams, st)
-	}
 	g.mu.Unlock()
-	for _, st := range streams {
+	for _, st := range g.each() {
 		st.signal()
 	}
 	if g.s.persist != nil {
@@ -264,32 +203,12 @@ func (st *sotwStream) signal() {
 
 // serveSotW serves one StreamConfiguration until it ends.
 func (s *Server) serveSotW(ss grpc.ServerStream) error {
-	st := &sotwStream{s: s, id: s.opts.NewID(), ss: ss, wake: make(chan struct{}, 1)}
-	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
-		st.peer = p.Addr.String()
-	}
-	s.register(st.id, st, protoSotW)
-	defer s.unregister(st.id, protoSotW)
-	defer func() {
+	st := &sotwStream{s: s, id: s.opts.NewID(), ss: ss, peer: peerOf(ss), wake: make(chan struct{}, 1)}
+	return serveStream(s, ss, st.id, st, protoSotW, st.wake, st.handle, st.push, func() {
 		if st.g != nil {
 			s.leaveSotW(st.g, st)
 		}
-	}()
-	reqs, errc := pump(ss, func() *controlv1.DiscoveryRequest { return new(controlv1.DiscoveryRequest) })
-	for {
-		select {
-		case req := <-reqs:
-			if err := st.handle(req); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return recvErr(err)
-		case <-st.wake:
-			if err := st.push(); err != nil {
-				return err
-			}
-		}
-	}
+	})
 }
 
 // isNACK reads a request's verdict: result_status NACK, or (from a client
@@ -302,7 +221,7 @@ func isNACK(rs controlv1.DiscoveryResultStatus, detail string) bool {
 // handle applies one request: the first joins the group (the data plane's
 // version, when it has one, is taken as held); later ones ACK or NACK the
 // latest response (a stale nonce is ignored) and may change the
-// subscriptions, which moves the stream to another group.
+// subscriptions, which moves the stream to another group. push follows.
 func (st *sotwStream) handle(req *controlv1.DiscoveryRequest) error {
 	s := st.s
 	st.mu.Lock()
@@ -365,7 +284,7 @@ func (st *sotwStream) handle(req *controlv1.DiscoveryRequest) error {
 		}
 		st.g, st.subs = g, subs
 	}
-	return st.push()
+	return nil
 }
 
 // controlType is the type_url metrics label of gateway traffic.
@@ -412,9 +331,5 @@ func (st *sotwStream) info() downstream.StreamInfo {
 	ti := downstream.TypeInfo{SentVersion: st.sentVersion, SentNonce: st.lastNonce, AckedVersion: st.ackedVersion, LastNACK: st.lastNACK}
 	return downstream.StreamInfo{ID: st.id, NodeID: st.nodeID, Cluster: st.cluster, Peer: st.peer, Protocol: protoSotW,
 		Service: controlv1.ConfigurationDiscoveryService_ServiceDesc.ServiceName,
-		Types:   map[string]downstream.TypeInfo{snapshotType: ti}}
+		Types:   map[string]downstream.TypeInfo{controlv1.ConfigSnapshotType: ti}}
 }
-
-// snapshotType names a SotW stream's one "type" in /debug/clients: the
-// snapshot.
-const snapshotType = typePrefix + "ConfigSnapshot"

@@ -85,7 +85,7 @@ func TestSotWNACKStaleAndReconnect(t *testing.T) {
 	e := start(t)
 	_, v1 := e.publish("blue", 0)
 	dp := gatewaycp.DialSotW(t, e.relay.Addr())
-	dp.Send(subscribe("blue-1", "blue", "", gatewaycp.ListenerType, gatewaycp.HttpRouteType))
+	dp.Send(subscribe("blue-1", "blue", "", controlv1.ListenerType, controlv1.HttpRouteType))
 	r1 := dp.MustRecv()
 	if r1.GetVersion() != v1 || len(r1.GetSnapshot().GetListeners()) != spec.Listeners || len(r1.GetSnapshot().GetBackends()) != 0 {
 		t.Fatalf("filtered snapshot %v: want listeners and routes only", r1.GetVersion())
@@ -112,7 +112,7 @@ func TestSotWNACKStaleAndReconnect(t *testing.T) {
 	// Reconnect with the current version: nothing to send.
 	dp.Close()
 	dp2 := gatewaycp.DialSotW(t, e.relay.Addr())
-	dp2.Send(subscribe("blue-1", "blue", v2, gatewaycp.ListenerType, gatewaycp.HttpRouteType))
+	dp2.Send(subscribe("blue-1", "blue", v2, controlv1.ListenerType, controlv1.HttpRouteType))
 	dp2.ExpectNone(quiet)
 	_, v3 := e.publish("blue", 1)
 	if r := dp2.MustRecv(); r.GetVersion() != v3 {
@@ -202,7 +202,7 @@ func TestSotWBadRequests(t *testing.T) {
 func TestSotWSecretsNeedMTLS(t *testing.T) {
 	e := start(t, xdstest.WithConfig(func(c *config.Config) { c.Authorization = nil }))
 	_, v1 := e.publish("blue", 0)
-	for _, types := range [][]string{nil, {gatewaycp.SecretMaterialType}} {
+	for _, types := range [][]string{nil, {controlv1.SecretMaterialType}} {
 		dp := gatewaycp.DialSotW(t, e.relay.Addr())
 		dp.Send(subscribe("n", "blue", "", types...))
 		_, err := dp.Recv()
@@ -211,7 +211,7 @@ func TestSotWSecretsNeedMTLS(t *testing.T) {
 		}
 	}
 	dp := gatewaycp.DialSotW(t, e.relay.Addr())
-	dp.Send(subscribe("n", "blue", "", gatewaycp.ListenerType, gatewaycp.BackendClusterType))
+	dp.Send(subscribe("n", "blue", "", controlv1.ListenerType, controlv1.BackendClusterType))
 	r := dp.MustRecv()
 	if r.GetVersion() != v1 || len(r.GetSnapshot().GetSecrets()) != 0 {
 		t.Fatalf("listeners and backends: %q with %d secrets", r.GetVersion(), len(r.GetSnapshot().GetSecrets()))

@@ -9,22 +9,16 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/xds-relay/xds-relay/gateway/controlv1"
 )
 
-// Type URLs of gateway.control.v1 (ref/gateway-control-v1.md).
+// SecretMaterialType carries private keys: served under the authorization
+// rules of secrets. StatusReportType is what a ReportStatus call is
+// authorized for (with the node id as the name).
 const (
-	typePrefix         = "type.googleapis.com/gateway.control.v1."
-	ListenerType       = typePrefix + "Listener"
-	HttpRouteType      = typePrefix + "HttpRoute"
-	GrpcRouteType      = typePrefix + "GrpcRoute"
-	StreamRouteType    = typePrefix + "StreamRoute"
-	BackendClusterType = typePrefix + "BackendCluster"
-	// SecretMaterialType carries private keys (cert_pem, key_pem): served
-	// under the authorization rules of secrets.
-	SecretMaterialType = typePrefix + "SecretMaterial"
-	// StatusReportType is what a ReportStatus call is authorized for (with
-	// the node id as the name).
-	StatusReportType = typePrefix + "StatusReport"
+	SecretMaterialType = controlv1.SecretMaterialType
+	StatusReportType   = controlv1.StatusReportType
 )
 
 // Field numbers of the messages the relay reads and writes as bytes.

@@ -30,18 +30,18 @@ func TestEncodedBodies(t *testing.T) {
 		t.Fatalf("parseResponse = %+v, %v", parsed, err)
 	}
 
-	res := &controlv1.Resource{Name: "l/80", Version: "h1", Resource: &anypb.Any{TypeUrl: ListenerType, Value: []byte{10, 1, 'l'}}}
+	res := &controlv1.Resource{Name: "l/80", Version: "h1", Resource: &anypb.Any{TypeUrl: controlv1.ListenerType, Value: []byte{10, 1, 'l'}}}
 	rb, _ := proto.Marshal(res)
 	r, anyType, err := parseResource(rb)
-	if err != nil || r.name != "l/80" || r.version != "h1" || anyType != ListenerType {
+	if err != nil || r.name != "l/80" || r.version != "h1" || anyType != controlv1.ListenerType {
 		t.Fatalf("parseResource = %+v %q %v", r, anyType, err)
 	}
-	db := encodeDeltaBody("sys", ListenerType, []*resource{r}, []string{"gone/1"})
+	db := encodeDeltaBody("sys", controlv1.ListenerType, []*resource{r}, []string{"gone/1"})
 	db = protowire.AppendTag(db, deltaNonce, protowire.BytesType)
 	db = protowire.AppendString(db, "7")
 	var dresp controlv1.DeltaDiscoveryResponse
 	if err := proto.Unmarshal(db, &dresp); err != nil || dresp.GetSystemVersionInfo() != "sys" || dresp.GetNonce() != "7" ||
-		dresp.GetTypeUrl() != ListenerType || len(dresp.GetResources()) != 1 || !proto.Equal(dresp.GetResources()[0], res) ||
+		dresp.GetTypeUrl() != controlv1.ListenerType || len(dresp.GetResources()) != 1 || !proto.Equal(dresp.GetResources()[0], res) ||
 		strings.Join(dresp.GetRemovedResources(), ",") != "gone/1" {
 		t.Fatalf("Delta body decodes to %v (%v)", &dresp, err)
 	}
@@ -49,8 +49,8 @@ func TestEncodedBodies(t *testing.T) {
 
 // Malformed upstream responses are refused with a reason (and NACKed).
 func TestParseErrors(t *testing.T) {
-	good := &controlv1.Resource{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: ListenerType}}
-	other := &controlv1.Resource{Name: "b", Version: "1", Resource: &anypb.Any{TypeUrl: BackendClusterType}}
+	good := &controlv1.Resource{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: controlv1.ListenerType}}
+	other := &controlv1.Resource{Name: "b", Version: "1", Resource: &anypb.Any{TypeUrl: controlv1.BackendClusterType}}
 	enc := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
 	for name, tt := range map[string]struct {
 		b    []byte
@@ -60,10 +60,10 @@ func TestParseErrors(t *testing.T) {
 		"sotw truncated":    {enc(&controlv1.DiscoveryResponse{Version: "v"})[:2], "unexpected EOF"},
 		"sotw bad snapshot": {append(protowire.AppendTag(nil, respSnapshot, protowire.BytesType), 2, 0xff, 0xff), ""},
 		"delta no type":     {enc(&controlv1.DeltaDiscoveryResponse{Nonce: "1"}), "no type_url"},
-		"delta unnamed":     {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: ListenerType, Resources: []*controlv1.Resource{{Version: "1"}}}), "without a name"},
-		"delta no version":  {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: ListenerType, Resources: []*controlv1.Resource{{Name: "a"}}}), "without a version"},
-		"delta wrong type":  {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: ListenerType, Resources: []*controlv1.Resource{other}}), "is a type.googleapis.com/gateway.control.v1.BackendCluster in a"},
-		"delta twice":       {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: ListenerType, Resources: []*controlv1.Resource{good, good}}), `resource "a" twice`},
+		"delta unnamed":     {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: controlv1.ListenerType, Resources: []*controlv1.Resource{{Version: "1"}}}), "without a name"},
+		"delta no version":  {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: controlv1.ListenerType, Resources: []*controlv1.Resource{{Name: "a"}}}), "without a version"},
+		"delta wrong type":  {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: controlv1.ListenerType, Resources: []*controlv1.Resource{other}}), "is a type.googleapis.com/gateway.control.v1.BackendCluster in a"},
+		"delta twice":       {enc(&controlv1.DeltaDiscoveryResponse{TypeUrl: controlv1.ListenerType, Resources: []*controlv1.Resource{good, good}}), `resource "a" twice`},
 		"delta wire type":   {protowire.AppendVarint(protowire.AppendTag(nil, deltaTypeURL, protowire.VarintType), 1), "wire type"},
 	} {
 		var err error
@@ -81,8 +81,8 @@ func TestParseErrors(t *testing.T) {
 // The parsers never panic, and what they accept is consistent.
 func FuzzParseResponses(f *testing.F) {
 	snap, _ := proto.Marshal(&controlv1.DiscoveryResponse{Version: "v", Nonce: "1", Snapshot: &controlv1.ConfigSnapshot{Id: "x"}})
-	delta, _ := proto.Marshal(&controlv1.DeltaDiscoveryResponse{TypeUrl: ListenerType, NonIncremental: true,
-		Resources: []*controlv1.Resource{{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: ListenerType}}}, RemovedResources: []string{"b"}})
+	delta, _ := proto.Marshal(&controlv1.DeltaDiscoveryResponse{TypeUrl: controlv1.ListenerType, NonIncremental: true,
+		Resources: []*controlv1.Resource{{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: controlv1.ListenerType}}}, RemovedResources: []string{"b"}})
 	f.Add(snap)
 	f.Add(delta)
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -105,8 +105,8 @@ func FuzzParseResponses(f *testing.F) {
 // initial_resource_versions: per type a JSON object of name → version;
 // anything else is refused naming the type.
 func FuzzInitialVersions(f *testing.F) {
-	f.Add(ListenerType, `{"a/80": "v1", "b/81": "v2"}`)
-	f.Add(ListenerType, `{"a": 1}`)
+	f.Add(controlv1.ListenerType, `{"a/80": "v1", "b/81": "v2"}`)
+	f.Add(controlv1.ListenerType, `{"a": 1}`)
 	f.Add("t", `[]`)
 	f.Add("t", `{"\u0000": ""}`)
 	f.Fuzz(func(t *testing.T, typ, js string) {

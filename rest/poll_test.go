@@ -2,7 +2,6 @@ package rest_test
 
 import (
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,35 +145,8 @@ func TestPollEndsOnClose(t *testing.T) {
 	}
 }
 
-// metric reads one sample of the relay's registry ("name{labels}", labels in
-// lexical order as Prometheus prints them), 0 when absent.
+// metric reads one sample of the relay's registry (see xdstest.Metric).
 func (rr *restRelay) metric(t *testing.T, sample string) float64 {
 	t.Helper()
-	fams, err := rr.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, labels, _ := strings.Cut(strings.TrimSuffix(sample, "}"), "{")
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, l.GetName()+`="`+l.GetValue()+`"`)
-			}
-			slices.Sort(ls)
-			if strings.Join(ls, ",") != labels {
-				continue
-			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return xdstest.Metric(t, rr.Registry(), sample)
 }

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/stats"
 
+	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/fleet"
-	"github.com/xds-relay/xds-relay/internal/gatewaycp"
 )
 
 // Config configures an Engine.
@@ -99,7 +99,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.GatewayClusters = 1
 	}
 	if len(c.GatewayTypes) == 0 {
-		c.GatewayTypes = gatewaycp.AllTypes[:len(gatewaycp.AllTypes)-1] // secrets need mTLS at a relay
+		c.GatewayTypes = controlv1.ResourceTypes[:len(controlv1.ResourceTypes)-1] // secrets need mTLS at a relay
 	}
 	switch {
 	case c.Dialect != DialectXDS && c.Dialect != DialectGateway:

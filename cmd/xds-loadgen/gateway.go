@@ -29,15 +29,15 @@ const (
 
 // gatewayTypes maps the short names of --gateway-types to type URLs.
 var gatewayTypes = map[string]string{
-	"listener": gatewaycp.ListenerType, "httproute": gatewaycp.HttpRouteType, "grpcroute": gatewaycp.GrpcRouteType,
-	"streamroute": gatewaycp.StreamRouteType, "backend": gatewaycp.BackendClusterType, "secret": gatewaycp.SecretMaterialType,
+	"listener": controlv1.ListenerType, "httproute": controlv1.HttpRouteType, "grpcroute": controlv1.GrpcRouteType,
+	"streamroute": controlv1.StreamRouteType, "backend": controlv1.BackendClusterType, "secret": controlv1.SecretMaterialType,
 }
 
 // parseGatewayTypes parses --gateway-types: "all", or short names split by
 // commas.
 func parseGatewayTypes(s string) ([]string, error) {
 	if s == "all" {
-		return gatewaycp.AllTypes, nil
+		return controlv1.ResourceTypes, nil
 	}
 	var out []string
 	for _, n := range strings.Split(s, ",") {
@@ -196,9 +196,9 @@ func (c *client) runGatewayDelta(ctx context.Context) (bool, error) {
 func stampOf(typeURL string, r *controlv1.Resource) int64 {
 	var m proto.Message
 	switch typeURL {
-	case gatewaycp.ListenerType:
+	case controlv1.ListenerType:
 		m = new(controlv1.Listener)
-	case gatewaycp.HttpRouteType:
+	case controlv1.HttpRouteType:
 		m = new(controlv1.HttpRoute)
 	default:
 		return 0

@@ -3,7 +3,6 @@ package gatewaycp
 import (
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 )
@@ -13,26 +12,12 @@ type deltaService struct {
 	controlv1.UnimplementedDeltaDiscoveryServiceServer
 }
 
-// deltaStream is one Delta stream's state, owned by its handler goroutine
-// but for cluster (read by wakeFor).
+// deltaStream is one Delta stream; has and answered are owned by its
+// handler goroutine.
 type deltaStream struct {
-	wake     chan struct{}
-	mu       sync.Mutex
-	cluster  string
+	member
 	has      map[string]map[string]string // type URL → name → version held
 	answered map[string]bool
-}
-
-func (st *deltaStream) wakeFor(c string) {
-	st.mu.Lock()
-	mine := st.cluster == c
-	st.mu.Unlock()
-	if mine {
-		select {
-		case st.wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // DeltaStreamConfiguration sends, per subscribed type, the resources whose
@@ -41,26 +26,15 @@ func (st *deltaStream) wakeFor(c string) {
 // initial_resource_versions. The first answer of a type is sent even when
 // empty.
 func (s deltaService) DeltaStreamConfiguration(stream controlv1.DeltaDiscoveryService_DeltaStreamConfigurationServer) error {
-	st := &deltaStream{wake: make(chan struct{}, 1), has: make(map[string]map[string]string), answered: make(map[string]bool)}
+	st := &deltaStream{member: newMember(), has: make(map[string]map[string]string), answered: make(map[string]bool)}
 	reqs, errc := pump(stream.Context(), stream.Recv)
-	s.mu.Lock()
-	s.streams[st] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.streams, st)
-		s.mu.Unlock()
-	}()
+	defer s.track(st)()
 	nonce := 0
 	for {
 		select {
 		case req := <-reqs:
 			s.record(Request{Delta: req})
-			st.mu.Lock()
-			if st.cluster == "" {
-				st.cluster = req.GetCluster()
-			}
-			st.mu.Unlock()
+			st.join(req.GetCluster())
 			initial := initialVersions(req.GetInitialResourceVersions())
 			for _, t := range req.GetResourceNamesSubscribe() {
 				if _, ok := st.has[t]; !ok {
@@ -78,13 +52,11 @@ func (s deltaService) DeltaStreamConfiguration(stream controlv1.DeltaDiscoverySe
 			return err
 		case <-st.wake:
 		}
-		st.mu.Lock()
-		c := s.cluster(st.cluster)
-		st.mu.Unlock()
+		c := s.cluster(st.clusterName())
 		if c == nil {
 			continue
 		}
-		for _, t := range AllTypes {
+		for _, t := range controlv1.ResourceTypes {
 			has, ok := st.has[t]
 			if !ok {
 				continue

@@ -24,27 +24,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 )
-
-// Type URLs of the resources a snapshot holds.
-const (
-	typePrefix         = "type.googleapis.com/gateway.control.v1."
-	ListenerType       = typePrefix + "Listener"
-	HttpRouteType      = typePrefix + "HttpRoute"
-	GrpcRouteType      = typePrefix + "GrpcRoute"
-	StreamRouteType    = typePrefix + "StreamRoute"
-	BackendClusterType = typePrefix + "BackendCluster"
-	SecretMaterialType = typePrefix + "SecretMaterial"
-)
-
-// AllTypes are the type URLs of a snapshot, in the order of its fields.
-var AllTypes = []string{ListenerType, HttpRouteType, GrpcRouteType, StreamRouteType, BackendClusterType, SecretMaterialType}
 
 // maxRecorded bounds the requests and reports kept for Requests and Reports.
 const maxRecorded = 10000
@@ -76,6 +60,53 @@ type Server struct {
 // streamer is an open stream, woken when its cluster changes.
 type streamer interface {
 	wakeFor(cluster string)
+}
+
+// member is what both kinds of stream share: their cluster (set by the
+// first request) and the one-slot wake-up of a change of it.
+type member struct {
+	wake    chan struct{}
+	mu      sync.Mutex
+	cluster string // guarded by mu
+}
+
+func newMember() member { return member{wake: make(chan struct{}, 1)} }
+
+// join sets the stream's cluster from its first request.
+func (m *member) join(cluster string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cluster == "" {
+		m.cluster = cluster
+	}
+}
+
+func (m *member) clusterName() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cluster
+}
+
+func (m *member) wakeFor(c string) {
+	if m.clusterName() == c {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// track lists st while it is open, for Set to wake; the returned func
+// forgets it.
+func (s *Server) track(st streamer) func() {
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.streams, st)
+		s.mu.Unlock()
+	}
 }
 
 // cluster is one cluster's configuration. Immutable once published.
@@ -237,22 +268,22 @@ func resourcesOf(snap *controlv1.ConfigSnapshot) map[string]map[string]*resource
 		out[typeURL][name] = &resource{version: v, msg: &controlv1.Resource{Name: name, Version: v, Resource: a}}
 	}
 	for _, r := range snap.GetListeners() {
-		add(ListenerType, r)
+		add(controlv1.ListenerType, r)
 	}
 	for _, r := range snap.GetHttpRoutes() {
-		add(HttpRouteType, r)
+		add(controlv1.HttpRouteType, r)
 	}
 	for _, r := range snap.GetGrpcRoutes() {
-		add(GrpcRouteType, r)
+		add(controlv1.GrpcRouteType, r)
 	}
 	for _, r := range snap.GetStreamRoutes() {
-		add(StreamRouteType, r)
+		add(controlv1.StreamRouteType, r)
 	}
 	for _, r := range snap.GetBackends() {
-		add(BackendClusterType, r)
+		add(controlv1.BackendClusterType, r)
 	}
 	for _, r := range snap.GetSecrets() {
-		add(SecretMaterialType, r)
+		add(controlv1.SecretMaterialType, r)
 	}
 	return out
 }
@@ -265,22 +296,22 @@ func filter(snap *controlv1.ConfigSnapshot, subs []string) *controlv1.ConfigSnap
 	}
 	out := proto.Clone(snap).(*controlv1.ConfigSnapshot)
 	want := func(t string) bool { return slices.Contains(subs, t) }
-	if !want(ListenerType) {
+	if !want(controlv1.ListenerType) {
 		out.Listeners = nil
 	}
-	if !want(HttpRouteType) {
+	if !want(controlv1.HttpRouteType) {
 		out.HttpRoutes = nil
 	}
-	if !want(GrpcRouteType) {
+	if !want(controlv1.GrpcRouteType) {
 		out.GrpcRoutes = nil
 	}
-	if !want(StreamRouteType) {
+	if !want(controlv1.StreamRouteType) {
 		out.StreamRoutes = nil
 	}
-	if !want(BackendClusterType) {
+	if !want(controlv1.BackendClusterType) {
 		out.Backends = nil
 	}
-	if !want(SecretMaterialType) {
+	if !want(controlv1.SecretMaterialType) {
 		out.Secrets = nil
 	}
 	return out
@@ -340,89 +371,6 @@ func (s *Server) Wait(ctx context.Context, cond func(reqs []Request, reports []*
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ch:
-		}
-	}
-}
-
-type sotwService struct {
-	*Server
-	controlv1.UnimplementedConfigurationDiscoveryServiceServer
-}
-
-func (s sotwService) ReportStatus(_ context.Context, r *controlv1.StatusReport) (*controlv1.StatusAck, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failNext > 0 {
-		s.failNext--
-		return nil, status.Error(codes.Unavailable, "gatewaycp: reports refused for the test")
-	}
-	s.reports = append(s.reports, r)
-	if len(s.reports) > maxRecorded {
-		s.reports = s.reports[len(s.reports)-maxRecorded:]
-	}
-	close(s.changed)
-	s.changed = make(chan struct{})
-	return &controlv1.StatusAck{Accepted: true}, nil
-}
-
-// StreamConfiguration sends the cluster's snapshot (filtered to the
-// subscriptions) whenever its version differs from what the data plane
-// holds: its request's version, then what it was sent.
-func (s sotwService) StreamConfiguration(stream controlv1.ConfigurationDiscoveryService_StreamConfigurationServer) error {
-	st := &sotwStream{wake: make(chan struct{}, 1)}
-	reqs, errc := pump(stream.Context(), stream.Recv)
-	s.mu.Lock()
-	s.streams[st] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.streams, st)
-		s.mu.Unlock()
-	}()
-	sent, nonce := "", 0
-	for {
-		select {
-		case req := <-reqs:
-			s.record(Request{Sotw: req})
-			st.mu.Lock()
-			if st.cluster == "" {
-				st.cluster, st.subs, sent = req.GetCluster(), req.GetSubscriptions(), req.GetVersion()
-			}
-			st.mu.Unlock()
-		case err := <-errc:
-			return err
-		case <-st.wake:
-		}
-		c := s.cluster(st.clusterName())
-		if c == nil || c.version == sent {
-			continue
-		}
-		nonce++
-		if err := stream.Send(&controlv1.DiscoveryResponse{Version: c.version, Nonce: strconv.Itoa(nonce), Snapshot: filter(c.snap, st.subs)}); err != nil {
-			return err
-		}
-		sent = c.version
-	}
-}
-
-type sotwStream struct {
-	wake    chan struct{}
-	mu      sync.Mutex
-	cluster string
-	subs    []string
-}
-
-func (st *sotwStream) clusterName() string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.cluster
-}
-
-func (st *sotwStream) wakeFor(c string) {
-	if st.clusterName() == c {
-		select {
-		case st.wake <- struct{}{}:
-		default:
 		}
 	}
 }
