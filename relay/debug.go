@@ -117,9 +117,9 @@ func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
 	return subs
 }
 
-// DebugClients lists the downstream streams (and the REST polls being
-// held), only those of nodeID when it is
-// non-empty, sorted by stream id.
+// DebugClients lists the downstream streams, the REST polls being held and
+// the gateway data plane streams, only those of nodeID when it is non-empty,
+// sorted by stream id.
 func (r *Relay) DebugClients(nodeID string) []ClientInfo {
 	out := append(r.ds.Streams(nodeID), r.dialectClients(nodeID)...)
 	slices.SortFunc(out, func(a, b ClientInfo) int { return int(a.ID) - int(b.ID) })
