@@ -157,15 +157,11 @@ func (g *deltaGroup) session(ctx context.Context, cc *grpc.ClientConn, server st
 	g.wakeSender()
 	answered := false
 	for {
-		m := new(raw)
-		if err := cs.RecvMsg(m); err != nil {
+		b, err := g.recv(cs, server, &answered)
+		if err != nil {
 			return answered, err
 		}
-		if !answered {
-			answered = true
-			g.setState(server, true)
-		}
-		r, perr := parseDeltaResponse(rawBytes(m))
+		r, perr := parseDeltaResponse(b)
 		if perr == nil && !g.subscribedUp(r.typeURL) {
 			perr = fmt.Errorf("type %s was not subscribed", r.typeURL)
 		}

@@ -131,15 +131,8 @@ func (s *Server) serveDelta(ss grpc.ServerStream) error {
 // the nonce; ACK/NACK is per response nonce and type.
 func (st *deltaStream) handle(req *controlv1.DeltaDiscoveryRequest) error {
 	s := st.s
-	st.mu.Lock()
-	err := st.check(req.GetNodeId(), req.GetCluster())
-	st.mu.Unlock()
-	if err != nil {
-		s.m.RejectedRequests.WithLabelValues("node").Inc()
-		return err
-	}
-	if err := checkTypes(append(slices.Clone(req.GetResourceNamesSubscribe()), req.GetResourceNamesUnsubscribe()...)); err != nil {
-		s.m.RejectedRequests.WithLabelValues("invalid_type_url").Inc()
+	types := append(slices.Clone(req.GetResourceNamesSubscribe()), req.GetResourceNamesUnsubscribe()...)
+	if err := s.admit(&st.mu, &st.identity, req.GetNodeId(), req.GetCluster(), types); err != nil {
 		return err
 	}
 	if st.g == nil {

@@ -120,6 +120,37 @@ func (g *group[S]) setState(server string, connected bool) {
 	}
 }
 
+// recv receives the next upstream response as the upstream's bytes; the
+// first one marks the group connected to server.
+func (g *group[S]) recv(cs grpc.ClientStream, server string, answered *bool) ([]byte, error) {
+	m := new(raw)
+	if err := cs.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	if !*answered {
+		*answered = true
+		g.setState(server, true)
+	}
+	return rawBytes(m), nil
+}
+
+// admit checks what every data plane request must satisfy: the stream's
+// identity (checked under mu, which guards it) and well-formed type URLs.
+func (s *Server) admit(mu *sync.Mutex, id *identity, nodeID, cluster string, types []string) error {
+	mu.Lock()
+	err := id.check(nodeID, cluster)
+	mu.Unlock()
+	if err != nil {
+		s.m.RejectedRequests.WithLabelValues("node").Inc()
+		return err
+	}
+	if err := checkTypes(types); err != nil {
+		s.m.RejectedRequests.WithLabelValues("invalid_type_url").Inc()
+		return err
+	}
+	return nil
+}
+
 // serveStream runs a data plane stream on its handler goroutine: it lists
 // it for /debug/clients, feeds its requests to handle and, after each request
 // and each wake-up, calls flush to send what is due; leave runs at the end.

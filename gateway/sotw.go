@@ -123,15 +123,11 @@ func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server str
 	}
 	answered := false
 	for {
-		m := new(raw)
-		if err := cs.RecvMsg(m); err != nil {
+		b, err := g.recv(cs, server, &answered)
+		if err != nil {
 			return answered, err
 		}
-		if !answered {
-			answered = true
-			g.setState(server, true)
-		}
-		r, perr := parseResponse(rawBytes(m))
+		r, perr := parseResponse(b)
 		ack := answer(r.nonce)
 		if perr != nil {
 			ack.ResultStatus, ack.ErrorDetail = controlv1.DiscoveryResultStatus_DISCOVERY_RESULT_STATUS_NACK, "xds-relay: "+perr.Error()
@@ -224,15 +220,7 @@ func isNACK(rs controlv1.DiscoveryResultStatus, detail string) bool {
 // subscriptions, which moves the stream to another group. push follows.
 func (st *sotwStream) handle(req *controlv1.DiscoveryRequest) error {
 	s := st.s
-	st.mu.Lock()
-	err := st.check(req.GetNodeId(), req.GetCluster())
-	st.mu.Unlock()
-	if err != nil {
-		s.m.RejectedRequests.WithLabelValues("node").Inc()
-		return err
-	}
-	if err := checkTypes(req.GetSubscriptions()); err != nil {
-		s.m.RejectedRequests.WithLabelValues("invalid_type_url").Inc()
+	if err := s.admit(&st.mu, &st.identity, req.GetNodeId(), req.GetCluster(), req.GetSubscriptions()); err != nil {
 		return err
 	}
 	st.mu.Lock()
