@@ -49,6 +49,12 @@ type Config struct {
 	Readiness Readiness `yaml:"readiness"`
 	// Shutdown is the drain on SIGTERM/SIGINT and POST /drain.
 	Shutdown Shutdown `yaml:"shutdown"`
+	// REST, when set, serves REST-JSON polling on its own HTTP listener
+	// (see dialects.go). nil: off.
+	REST *REST `yaml:"rest,omitempty"`
+	// Gateway tunes the gateway.control.v1 dialect (see dialects.go). nil:
+	// the defaults.
+	Gateway *Gateway `yaml:"gateway,omitempty"`
 }
 
 // Readiness says when the relay is ready for clients (/readyz 200): it

@@ -99,6 +99,7 @@ func (c *Config) Validate() error {
 		}
 		v.servers(path+".xds_servers", c.Upstream.Authorities[name].XDSServers)
 	}
+	v.dialects(c)
 	if c.TLS != nil {
 		v.tls(c.TLS)
 	}

@@ -40,7 +40,7 @@ func TestEnvoyBootstraps(t *testing.T) {
 		"envoy-ads-sotw.yaml":  corev3.ApiConfigSource_GRPC,
 		"envoy-ads-delta.yaml": corev3.ApiConfigSource_DELTA_GRPC,
 	}
-	files := glob(t, "bootstraps/envoy-*.yaml")
+	files := glob(t, "bootstraps/envoy-ads-*.yaml")
 	if len(files) != len(wantAPI) {
 		t.Errorf("Envoy bootstraps %q, want %d", files, len(wantAPI))
 	}

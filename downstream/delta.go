@@ -221,7 +221,7 @@ func (st *stream) buildDelta(it item) *encoded {
 				if st.mayRemove(ts, v, n) && !st.keepReferenced(ts, v, n) {
 					drop(n)
 				}
-			} else if named && v.gone(n) {
+			} else if named && v.Gone(n) {
 				removed = append(removed, n) // the upstream says it does not exist
 			}
 		case forced && ts.wildcard && plainKey:

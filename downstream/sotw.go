@@ -479,7 +479,7 @@ func sortErrors(errs []*ResourceError) {
 // anyGone reports whether v knows that one of names does not exist.
 func anyGone(v *View, names map[string]struct{}) bool {
 	for n := range names {
-		if _, ok := v.Resources[n]; !ok && v.gone(n) {
+		if _, ok := v.Resources[n]; !ok && v.Gone(n) {
 			return true
 		}
 	}

@@ -31,7 +31,7 @@ func (ts *typeState) keepsHeld(v *View, b *body) bool {
 		if _, denied := ts.denied[k]; denied {
 			return false
 		}
-		return !v.gone(k)
+		return !v.Gone(k)
 	}
 	if ts.fromElsewhere {
 		for k := range ts.names {
@@ -65,7 +65,7 @@ func (ts *typeState) subscribes(v *View, key string) bool {
 // with mu held.
 func (st *stream) mayRemove(ts *typeState, v *View, key string) bool {
 	_, brought := ts.initial[key]
-	if v.gone(key) && !(brought && v.Stale) {
+	if v.Gone(key) && !(brought && v.Stale) {
 		delete(ts.heldBack, key)
 		return true
 	}

@@ -162,11 +162,11 @@ func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 		Errors: v.Errors, Complete: v.Complete, Stale: v.Stale, Received: v.Received}
 }
 
-// gone reports whether the View knows that key does not exist upstream: the
+// Gone reports whether the View knows that key does not exist upstream: the
 // upstream said so (a removal, NOT_FOUND), the stream may not have it
 // (PERMISSION_DENIED), or it is a name of the default authority missing from
 // the complete wildcard set. Only for a key not in Resources.
-func (v *View) gone(key string) bool {
+func (v *View) Gone(key string) bool {
 	if _, ok := v.Absent[key]; ok {
 		return true
 	}

@@ -37,6 +37,7 @@ var AdminEndpoints = []AdminEndpoint{
 		"(node: glob on the node id; limit: 100, at most 1000; names per type: 100), the total and the next page"},
 	{"GET /debug/upstreams", "JSON: the upstream clients and their connection state"},
 	{"GET /debug/rollouts", "JSON: guarded rollouts pending and recently resolved"},
+	{"GET /debug/gateway?node=", "JSON: gateway.control.v1 groups and the latest status report of each data plane"},
 	{"GET /debug/config", "JSON: the effective config, secrets redacted"},
 	{"GET|PUT|POST /debug/loglevel?level=", "show, or change at once, the log level (debug, info, warn, error)"},
 	{"GET /debug/pprof/", "Go profiles"},
@@ -97,6 +98,7 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 	mux.HandleFunc("GET /debug/rollouts", func(w http.ResponseWriter, _ *http.Request) {
 		r.writeJSON(w, r.DebugRollouts())
 	})
+	r.dialectRoutes(mux) // /debug/gateway
 
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // also serves the named profiles
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/gateway"
 	"github.com/xds-relay/xds-relay/keying"
 )
 
@@ -17,7 +18,8 @@ func authorizer(a *config.Authorization) downstream.Authorizer {
 		a = &config.Authorization{}
 	}
 	return func(p *downstream.Principal, typeURL, name string) error {
-		if typeURL == keying.SecretType && !p.MTLS && !a.AllowSecretsWithoutMTLS {
+		// gateway.control.v1 SecretMaterial carries private keys: a secret.
+		if (typeURL == keying.SecretType || typeURL == gateway.SecretMaterialType) && !p.MTLS && !a.AllowSecretsWithoutMTLS {
 			return errors.New("xds-relay: secrets are served over mTLS only")
 		}
 		if len(a.Rules) == 0 {

@@ -119,10 +119,11 @@ func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
 	return subs
 }
 
-// DebugClients lists the downstream streams, only those of nodeID when it is
-// non-empty, sorted by stream id.
+// DebugClients lists the downstream streams, the REST polls being held and
+// the gateway data plane streams, only those of nodeID when it is non-empty,
+// sorted by stream id.
 func (r *Relay) DebugClients(nodeID string) []ClientInfo {
-	out := r.ds.Streams(nodeID)
+	out := append(r.ds.Streams(nodeID), r.dialectClients(nodeID)...)
 	slices.SortFunc(out, func(a, b ClientInfo) int { return int(a.ID) - int(b.ID) })
 	return out
 }

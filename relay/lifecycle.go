@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -93,6 +94,7 @@ func (r *Relay) Drain() <-chan struct{} {
 // as none is left — or when ctx ends, ending the rest at once. Then the
 // upstreams close and the warm-restart file is written.
 func (r *Relay) Shutdown(ctx context.Context) {
+	r.closeDialects(ctx) // held REST polls are answered; the REST listener closes
 	select {
 	case <-r.Drain():
 	case <-ctx.Done():
@@ -106,9 +108,14 @@ func (r *Relay) Shutdown(ctx context.Context) {
 func (r *Relay) Close() {
 	r.draining.Store(true)
 	r.endLife()
+	// Held REST polls are answered at once; give them that moment.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	r.closeDialects(ctx)
+	cancel()
 	r.grpc.Stop()
 	<-r.Drain() // over at once: its context is cancelled and grpc stopped
 	r.ds.Close()
+	r.closeGateway()
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/internal/atomicfile"
 	"github.com/xds-relay/xds-relay/keying"
 )
 
@@ -44,88 +44,17 @@ type persisted struct {
 }
 
 // persister rewrites the file after changes, debounced, and once at Close.
-type persister struct {
-	path  string
-	log   *zap.Logger
-	views func() []persisted // the current cache, taken under Relay.mu
-
-	wake chan struct{} // one slot: something changed
-	stop chan struct{}
-	done chan struct{}
-}
+type persister struct{ w *atomicfile.Writer }
 
 func newPersister(path string, log *zap.Logger, views func() []persisted) *persister {
-	p := &persister{path: path, log: log, views: views,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go p.run()
-	return p
+	return &persister{w: atomicfile.NewWriter(path, persistDebounce, func() []byte { return encodeCache(views()) }, log)}
 }
 
 // touch notes a change; it never blocks.
-func (p *persister) touch() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (p *persister) run() {
-	defer close(p.done)
-	for {
-		select {
-		case <-p.stop:
-			p.write()
-			return
-		case <-p.wake:
-		}
-		t := time.NewTimer(persistDebounce)
-		select {
-		case <-p.stop:
-			t.Stop()
-			p.write()
-			return
-		case <-t.C:
-		}
-		p.write()
-	}
-}
+func (p *persister) touch() { p.w.Touch() }
 
 // close writes the file one last time and stops.
-func (p *persister) close() {
-	close(p.stop)
-	<-p.done
-}
-
-func (p *persister) write() {
-	if err := writeAtomic(p.path, encodeCache(p.views())); err != nil {
-		p.log.Warn("cannot write the warm-restart file", zap.String("path", p.path), zap.Error(err))
-	}
-}
-
-// writeAtomic writes data to a temporary file beside path and renames it
-// over path, so that a crash leaves the old file or the new one.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("relay: persist: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("relay: persist: %w", err)
-	}
-	return nil
-}
+func (p *persister) close() { p.w.Close() }
 
 func encodeCache(types []persisted) []byte {
 	b := []byte(persistMagic)

@@ -38,6 +38,8 @@ type Relay struct {
 	linger time.Duration
 	// persist writes the warm-restart file; nil without cache.persist_path.
 	persist *persister
+	// dx holds the other ways in: REST-JSON, CSDS, gateway (dialects.go).
+	dx *dialects
 
 	// lifecycle (lifecycle.go)
 	serving   atomic.Bool
@@ -139,6 +141,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
+	if err := r.newDialects(); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -34,6 +34,8 @@ func main() {
 
 // options are the parsed command line.
 type options struct {
+	dialect  string
+	gateway  gatewayOptions
 	listen   string
 	control  string
 	server   fleet.ServerConfig
@@ -68,6 +70,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var style, churn, churnTypes, variants string
 	spec := &o.server.Spec
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:18000", "xDS gRPC listen address")
+	fs.StringVar(&o.dialect, "dialect", "xds", "protocol served: xds, or gateway (gateway.control.v1: per cluster gw-N a snapshot\nof --listeners listeners, --routes routes, --clusters backends; --churn changes routes)")
+	fs.IntVar(&o.gateway.clusters, "gateway-clusters", 1, "gateway: clusters gw-0 … gw-(N-1), one snapshot each")
+	fs.IntVar(&o.gateway.secrets, "secrets", 1, "gateway: SecretMaterial per snapshot (listeners go HTTPS with them)")
 	fs.StringVar(&o.control, "control", "", "HTTP address of the control endpoint for load tools (POST /change?type=cds&count=1); empty disables")
 	fs.IntVar(&spec.Clusters, "clusters", 100, "number of clusters (and ClusterLoadAssignments)")
 	fs.IntVar(&spec.Listeners, "listeners", 1, "number of listeners")
@@ -110,6 +115,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.server.ChurnCount < 1 {
 		return o, fmt.Errorf("democp: --churn-count %d: want at least 1", o.server.ChurnCount)
 	}
+	switch {
+	case o.dialect != "xds" && o.dialect != "gateway":
+		return o, fmt.Errorf("democp: --dialect %q: want xds or gateway", o.dialect)
+	case o.gateway.clusters < 1:
+		return o, fmt.Errorf("democp: --gateway-clusters %d: want at least 1", o.gateway.clusters)
+	case o.gateway.secrets < 0:
+		return o, fmt.Errorf("democp: --secrets %d: want non-negative", o.gateway.secrets)
+	case o.dialect == "gateway" && (o.control != "" || variants != ""):
+		return o, errors.New("democp: --control and --variants are xDS only")
+	}
 	if o.duration < 0 {
 		return o, fmt.Errorf("democp: --duration %v: want non-negative", o.duration)
 	}
@@ -147,6 +162,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "xds-democp: listen:", err)
 		return 1
 	}
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	if o.dialect == "gateway" {
+		runGateway(ctx, o, lis, log)
+		return 0
+	}
 	if o.control != "" {
 		stopControl, err := serveControl(o.control, srv, log)
 		if err != nil {
@@ -155,11 +179,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer stopControl()
-	}
-	if o.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.duration)
-		defer cancel()
 	}
 	if err := srv.Serve(ctx, lis); err != nil {
 		fmt.Fprintln(stderr, "xds-democp:", err)

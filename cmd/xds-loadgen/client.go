@@ -34,6 +34,7 @@ type client struct {
 
 	// Owned by the client goroutine (read by Engine.Run after it returns).
 	st            *clientState
+	gw            *gatewayState // the gateway dialect's state
 	startedAt     time.Time
 	syncedAt      time.Time
 	updates       int64
@@ -73,6 +74,9 @@ func (c *client) run(ctx context.Context) {
 func (c *client) stream(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if c.e.cfg.Dialect == DialectGateway {
+		return c.runGateway(ctx)
+	}
 	c.st.streamReset()
 	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn)
 	if c.e.cfg.Protocol == ProtocolDelta {
@@ -287,17 +291,27 @@ func (c *client) absorb(k fleet.Kind, name string, b []byte, version string, now
 	if known && d.stamp != 0 && prev.d.stamp == d.stamp {
 		return name, nil // same resource, encoded differently
 	}
+	stamp := d.stamp
+	if !known {
+		stamp = 0 // a new resource: no propagation sample
+	}
+	c.counted(now, stamp)
+	return name, nil
+}
+
+// counted counts one update received after the client synced, with its
+// propagation from the creation stamp (Unix nanoseconds; 0 for none).
+func (c *client) counted(now time.Time, stamp int64) {
 	c.updates++
 	c.e.ctr.updates.Add(1)
-	if known && d.stamp != 0 {
-		c.e.prop.Record(now.Sub(time.Unix(0, d.stamp)))
+	if stamp != 0 {
+		c.e.prop.Record(now.Sub(time.Unix(0, stamp)))
 	}
 	if cfg := c.e.cfg; cfg.Updates > 0 && !c.reachedTarget && c.updates >= cfg.Updates {
 		c.reachedTarget = true
 		c.e.clientsDone.Add(1)
 		wake(c.e.doneCh)
 	}
-	return name, nil
 }
 
 // lost records that the server told the client that a resource it held no
@@ -322,12 +336,17 @@ func (c *client) notFound(k fleet.Kind, errs []*discoveryv3.ResourceError) {
 // checkSynced records the moment the client first has its whole configuration.
 func (c *client) checkSynced(now time.Time) {
 	if c.syncedAt.IsZero() && c.st.synced() {
-		c.syncedAt = now
-		c.e.ctr.synced.Add(1)
-		wake(c.e.syncCh)
-		if c.e.cfg.Updates > 0 {
-			wake(c.e.doneCh) // the number of synced clients changed
-		}
+		c.markSynced(now)
+	}
+}
+
+// markSynced records that the client synced at now.
+func (c *client) markSynced(now time.Time) {
+	c.syncedAt = now
+	c.e.ctr.synced.Add(1)
+	wake(c.e.syncCh)
+	if c.e.cfg.Updates > 0 {
+		wake(c.e.doneCh) // the number of synced clients changed
 	}
 }
 

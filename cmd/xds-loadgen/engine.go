@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/stats"
 
+	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/fleet"
 )
 
@@ -61,6 +62,14 @@ type Config struct {
 	// right against xds-democp, whose resources are only ever changed. Set it
 	// against a control plane that deletes resources.
 	AllowRemovals bool
+	// Dialect is xds or gateway (gateway.control.v1); empty means xds.
+	Dialect Dialect
+	// GatewayClusters: gateway client i presents the cluster
+	// gw-(i mod GatewayClusters); 0 means 1.
+	GatewayClusters int
+	// GatewayTypes are the type URLs gateway clients subscribe to; empty
+	// means every type but SecretMaterial.
+	GatewayTypes []string
 	// Logger receives per-stream events at Debug; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -91,7 +100,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if c.Dialect == "" {
+		c.Dialect = DialectXDS
+	}
+	if c.GatewayClusters == 0 {
+		c.GatewayClusters = 1
+	}
+	if len(c.GatewayTypes) == 0 {
+		c.GatewayTypes = controlv1.ResourceTypes[:len(controlv1.ResourceTypes)-1] // secrets need mTLS at a relay
+	}
 	switch {
+	case c.Dialect != DialectXDS && c.Dialect != DialectGateway:
+		return c, fmt.Errorf("loadgen: dialect %q: want xds or gateway", c.Dialect)
+	case c.Dialect == DialectGateway && len(c.Params) > 0:
+		return c, errors.New("loadgen: params are xDS TP2 parameters; the gateway dialect has none")
+	case c.GatewayClusters < 1:
+		return c, fmt.Errorf("loadgen: gateway-clusters %d: want at least 1", c.GatewayClusters)
 	case c.Target == "":
 		return c, errors.New("loadgen: target is required")
 	case c.Clients < 1:
@@ -292,7 +316,8 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 		wg.Go(func() { c.run(clientCtx) })
 	}
 	e.log.Info("starting clients", zap.String("target", cfg.Target), zap.Int("clients", cfg.Clients),
-		zap.Int("connections", nconns), zap.String("mode", string(cfg.Mode)), zap.String("protocol", string(cfg.Protocol)))
+		zap.Int("connections", nconns), zap.String("dialect", string(cfg.Dialect)), zap.String("mode", string(cfg.Mode)),
+		zap.String("protocol", string(cfg.Protocol)))
 	if iv := cfg.Ramp.Interval(); iv > 0 {
 		t := time.NewTimer(0)
 		next := start
@@ -354,12 +379,16 @@ syncing:
 	examples := e.lossExamples
 	e.lossMu.Unlock()
 	run := end.Sub(start).Seconds()
+	mode := cfg.Mode
+	if cfg.Dialect == DialectGateway {
+		mode = Mode(DialectGateway)
+	}
 	s := &Summary{
 		Config:        runConfig(cfg),
 		StartedAt:     start.UTC(),
 		EndedAt:       end.UTC(),
 		Target:        cfg.Target,
-		Mode:          cfg.Mode,
+		Mode:          mode,
 		Protocol:      cfg.Protocol,
 		Clients:       cfg.Clients,
 		Connections:   nconns,

@@ -40,6 +40,11 @@ it holds is gone (a Delta removal, an omission from a SotW LDS/CDS response, a
 TP3 NOT_FOUND) was lied to; such losses fail the run (--allow-removals against
 a control plane that does delete).
 
+With --dialect gateway the clients are gateway.control.v1 data planes of the
+clusters gw-0… (xds-democp --dialect gateway): SotW clients take snapshots
+(propagation from their generated_at), Delta clients resources (from the
+stamps of changed routes); a client is synced once answered (Delta: every type).
+
 The exit status is 1 when a client did not sync within --sync-timeout or lost
 a resource.
 
@@ -56,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fleet.PrintFlagDefaults(fs)
 	}
-	var ramp, mode, protocol, params, metadata string
+	var ramp, mode, protocol, params, metadata, dialect, gwTypes string
 	var tlsFiles TLSFiles
 	var useTLS bool
 	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
@@ -64,7 +69,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.StreamsPerConn, "streams-per-conn", 1, "clients sharing one gRPC connection (1: a connection per client)")
 	fs.StringVar(&ramp, "ramp", "0", "client start rate like 50/s (0: all at once)")
 	fs.StringVar(&mode, "mode", string(ModeEnvoy), "client behaviour: envoy or grpc")
-	fs.StringVar(&protocol, "protocol", string(ProtocolSotW), "xDS protocol: sotw or delta")
+	fs.StringVar(&protocol, "protocol", string(ProtocolSotW), "xDS protocol: sotw or delta (gateway: StreamConfiguration or DeltaStreamConfiguration)")
+	fs.StringVar(&dialect, "dialect", string(DialectXDS), "protocol the clients speak: xds, or gateway (gateway.control.v1 data planes)")
+	fs.IntVar(&o.cfg.GatewayClusters, "gateway-clusters", 1, "gateway: client i presents the cluster gw-(i mod N)")
+	fs.StringVar(&gwTypes, "gateway-types", "listener,httproute,grpcroute,streamroute,backend",
+		"gateway: types to subscribe (all, or listener, httproute, grpcroute, streamroute, backend, secret)")
 	fs.StringVar(&o.cfg.LDSName, "lds-name", fleet.ListenerName(0), "listener a grpc-mode client asks for")
 	fs.DurationVar(&o.cfg.Duration, "duration", 20*time.Second, "run time after all clients synced")
 	fs.Int64Var(&o.cfg.Updates, "updates", 0, "end early once every synced client has seen this many updates (0: run for --duration)")
@@ -99,7 +108,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.cfg.Ramp, err = fleet.ParseRate(ramp); err != nil {
 		return o, fmt.Errorf("loadgen: --ramp: %w", err)
 	}
-	o.cfg.Mode, o.cfg.Protocol = Mode(mode), Protocol(protocol)
+	o.cfg.Mode, o.cfg.Protocol, o.cfg.Dialect = Mode(mode), Protocol(protocol), Dialect(dialect)
+	if o.cfg.Dialect == DialectGateway {
+		if o.cfg.GatewayTypes, err = parseGatewayTypes(gwTypes); err != nil {
+			return o, err
+		}
+	}
 	if o.cfg.Params, err = parseParams(params); err != nil {
 		return o, err
 	}
@@ -118,6 +132,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, errors.New("loadgen: --tls-cert and --tls-key go together")
 		}
 		o.cfg.TLS = &tlsFiles
+	}
+	if o.cfg.GatewayClusters < 1 {
+		return o, fmt.Errorf("loadgen: --gateway-clusters %d: want at least 1", o.cfg.GatewayClusters)
 	}
 	if o.cfg.StreamsPerConn < 1 {
 		return o, fmt.Errorf("loadgen: --streams-per-conn %d: want at least 1", o.cfg.StreamsPerConn)

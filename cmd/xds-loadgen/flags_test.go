@@ -35,7 +35,7 @@ func TestParseFlags(t *testing.T) {
 	want := Config{Target: "h:1", Clients: 7, StreamsPerConn: 3, Ramp: fleet.Rate(50), Mode: ModeGRPC, Protocol: ProtocolDelta,
 		LDSName: "L", Duration: 3 * time.Second, Updates: 4, SyncTimeout: 9 * time.Second, NACKRatio: 0.2, SlowRatio: 0.5,
 		SlowDelay: time.Millisecond, NodePrefix: "np",
-		Params: []map[string]string{{"env": "prod", "zone": "a"}, {"env": "test"}}}
+		Params: []map[string]string{{"env": "prod", "zone": "a"}, {"env": "test"}}, Dialect: DialectXDS, GatewayClusters: 1}
 	if !reflect.DeepEqual(o.cfg, want) || !o.json || o.logLevel != "debug" {
 		t.Errorf("got %+v json=%v level=%s\nwant %+v", o.cfg, o.json, o.logLevel, want)
 	}
@@ -51,6 +51,10 @@ func TestParseFlagsErrors(t *testing.T) {
 		"--target h:1 --protocol rest",
 		"--target h:1 --mode grpc --params env",
 		"--target h:1 --mode envoy --params env=prod",
+		"--target h:1 --dialect rest",
+		"--target h:1 --dialect gateway --gateway-types listener,widget",
+		"--target h:1 --dialect gateway --gateway-clusters 0",
+		"--target h:1 --dialect gateway --mode grpc --params env=prod",
 		"--target h:1 --nack-ratio 1.5",
 		"--target h:1 --slow -0.1",
 		"--target h:1 --sync-timeout 0s",

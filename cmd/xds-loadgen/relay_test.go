@@ -16,8 +16,8 @@ import (
 )
 
 // runThrough runs cfg's clients and checks that every one synced and saw at
-// least cfg.Updates updates.
-func runThrough(t *testing.T, cfg Config) {
+// least cfg.Updates updates; it returns the summary.
+func runThrough(t *testing.T, cfg Config) *Summary {
 	t.Helper()
 	cfg.SyncTimeout = 20 * time.Second
 	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
@@ -42,6 +42,7 @@ func runThrough(t *testing.T, cfg Config) {
 	if s.Losses != 0 && !cfg.AllowRemovals {
 		t.Errorf("%d losses through the relay: %+v", s.Losses, s.LossExamples)
 	}
+	return s
 }
 
 // A few hundred simulated clients through the relay, SotW and Delta: every

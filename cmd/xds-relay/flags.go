@@ -20,6 +20,7 @@ type options struct {
 	admin      string
 	upstream   string
 	bootstrap  string
+	restListen string
 	logLevel   string
 	logFormat  string
 	version    bool
@@ -45,6 +46,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.bootstrap, "upstream-bootstrap", "",
 		"a gRPC xDS bootstrap JSON `FILE` (as GRPC_XDS_BOOTSTRAP names) whose xds_servers and authorities\n"+
 			"replace the config's upstream servers (upstream.bootstrap_file)")
+	fs.StringVar(&o.restListen, "rest-listen", "", "REST-JSON polling HTTP `ADDR` (host:port); sets rest.listen")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -111,12 +113,20 @@ func (o *options) config() (*config.Config, error) {
 			return nil, err
 		}
 	}
+	if o.set["rest-listen"] {
+		if cfg.REST == nil {
+			cfg.REST = &config.REST{}
+		}
+		cfg.REST.Listen = o.restListen
+	}
 	return cfg, nil
 }
 
 const usageHead = `xds-relay is a caching xDS relay: it serves xDS (ADS and the per-type
 services, SotW and Delta) to many clients from one upstream subscription per
-resource.
+resource. The same listener serves CSDS (the status of every client) and
+gateway.control.v1 (snapshots, Delta resources, status reports); REST-JSON
+polling has a listener of its own (--rest-listen).
 
 Usage:
   xds-relay [flags]                     run the relay until SIGTERM or SIGINT
@@ -184,6 +194,13 @@ present keeps its value, 0 included):
     canary_fraction: 0.1        of each resource's watchers, chosen from node ids (at least one client)
     hold: 2s                    how long the others wait for the canaries' ACK/NACK (positive)
     max_nack_ratio: 0           above it the rollout halts; the others keep the last accepted version
+  rest:                         REST-JSON polling (absent: off): POST /v3/discovery:TYPE
+    listen: "127.0.0.1:18080"   HTTP address (TLS as the tls section says)
+    poll_timeout: 30s           an unchanged poll is held this long, then answered 304
+  gateway:                      gateway.control.v1 on --listen (always on; these tune it)
+    group_by: [cluster]         request fields keying snapshot groups: node_id, cluster,
+                                supported_features
+    report_retries: 3           attempts to forward one ReportStatus upstream
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first
     key_file: server-key.pem    its private key

@@ -114,11 +114,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail(exitError, "admin: %v", err)
 		}
 	}
+	var restLis net.Listener
+	if cfg.REST != nil {
+		if restLis, err = net.Listen("tcp", cfg.REST.Listen); err != nil {
+			_ = lis.Close()
+			if adminLis != nil {
+				_ = adminLis.Close()
+			}
+			return fail(exitError, "rest: %v", err)
+		}
+	}
 	r, err := relay.New(cfg, log)
 	if err != nil {
-		_ = lis.Close()
-		if adminLis != nil {
-			_ = adminLis.Close()
+		for _, l := range []net.Listener{lis, adminLis, restLis} {
+			if l != nil {
+				_ = l.Close()
+			}
 		}
 		return fail(exitError, "%v", err)
 	}
@@ -138,10 +149,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		go func() { adminDone <- admin.Serve(adminLis) }()
 	}
+	restDone := make(chan error, 1)
+	restAddr := ""
+	if restLis != nil {
+		restAddr = restLis.Addr().String()
+		go func() { restDone <- r.ServeREST(restLis) }()
+	}
 	log.Info("serving",
 		zap.String("version", version),
 		zap.String("listen", lis.Addr().String()),
 		zap.String("admin", adminAddr),
+		zap.String("rest", restAddr),
 		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),
 		zap.Int("authorities", len(cfg.Upstream.Authorities)))
 
@@ -173,6 +191,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error("admin", zap.Error(err))
 			code = fail(exitError, "admin: %v", err)
 			waiting = false
+		case err := <-restDone:
+			restLis = nil
+			if err == nil {
+				err = errors.New("stopped serving")
+			}
+			log.Error("rest", zap.Error(err))
+			code = fail(exitError, "rest: %v", err)
+			waiting = false
 		}
 	}
 
@@ -182,6 +208,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !serveReturned {
 		if err := <-served; err != nil {
 			log.Error("serve", zap.Error(err))
+		}
+	}
+	if restLis != nil {
+		if err := <-restDone; err != nil {
+			log.Error("rest", zap.Error(err))
 		}
 	}
 	if admin != nil && !adminReturned {

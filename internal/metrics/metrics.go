@@ -103,6 +103,24 @@ type Metrics struct {
 	// upstream response to a client's ACK of the version that carries it.
 	Propagation prometheus.Histogram
 
+	// gateway.control.v1 (its streams, responses, ACKs and NACKs are
+	// counted above with the protocol gateway-sotw or gateway-delta).
+
+	// GatewayGroups is xds_relay_gateway_groups{protocol}: snapshot groups,
+	// each with one upstream stream; GatewayUpstreamConnected those whose
+	// upstream stream is up and answered.
+	GatewayGroups            *prometheus.GaugeVec
+	GatewayUpstreamConnected *prometheus.GaugeVec
+	// GatewayUpstreamResponses is
+	// xds_relay_gateway_upstream_responses_total{protocol,result}.
+	GatewayUpstreamResponses *prometheus.CounterVec
+	// GatewayDataplanes is xds_relay_gateway_dataplanes{version,ready}: data
+	// planes by their latest status report.
+	GatewayDataplanes *prometheus.GaugeVec
+	// GatewayReports is xds_relay_gateway_reports_total{result}: received,
+	// forwarded, failed (after the retries), dropped (too many pending).
+	GatewayReports *prometheus.CounterVec
+
 	// Process.
 
 	// BuildInfo is xds_relay_build_info{version,goversion}, always 1.
@@ -236,6 +254,19 @@ func New() *Metrics {
 			"Seconds from the receipt of an upstream response to a downstream client's ACK of the update it carries.",
 			// 1ms doubling to ~33s: clients give up on a resource after 15-30s.
 			prometheus.ExponentialBuckets(0.001, 2, 16)),
+
+		GatewayGroups: f.gaugeVec("gateway_groups",
+			"gateway.control.v1 snapshot groups (one upstream stream each), by protocol.", "protocol"),
+		GatewayUpstreamConnected: f.gaugeVec("gateway_upstream_connected",
+			"gateway.control.v1 groups whose upstream stream is up and answered, by protocol.", "protocol"),
+		GatewayUpstreamResponses: f.counterVec("gateway_upstream_responses_total",
+			"gateway.control.v1 responses from upstream, by whether the relay accepted (ack) or rejected (nack) them.",
+			"protocol", "result"),
+		GatewayDataplanes: f.gaugeVec("gateway_dataplanes",
+			"Data planes by the version and readiness of their latest status report.", "version", "ready"),
+		GatewayReports: f.counterVec("gateway_reports_total",
+			"Status reports: received, forwarded upstream, failed after the retries, dropped while too many were pending.",
+			"result"),
 
 		BuildInfo: f.gaugeVec("build_info",
 			"Always 1; the labels say which build of the relay runs.",

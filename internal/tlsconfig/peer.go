@@ -2,6 +2,7 @@ package tlsconfig
 
 import (
 	"context"
+	"crypto/tls"
 
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc/credentials"
@@ -21,10 +22,19 @@ func PeerIdentity(ctx context.Context) (spiffeID string, uriSANs []string, ok bo
 		return "", nil, false
 	}
 	info, isTLS := p.AuthInfo.(credentials.TLSInfo)
-	if !isTLS || len(info.State.VerifiedChains) == 0 || len(info.State.PeerCertificates) == 0 {
+	if !isTLS {
 		return "", nil, false
 	}
-	leaf := info.State.PeerCertificates[0]
+	return StateIdentity(&info.State)
+}
+
+// StateIdentity is PeerIdentity for a connection's TLS state (an HTTP
+// server's Request.TLS; nil for plaintext).
+func StateIdentity(state *tls.ConnectionState) (spiffeID string, uriSANs []string, ok bool) {
+	if state == nil || len(state.VerifiedChains) == 0 || len(state.PeerCertificates) == 0 {
+		return "", nil, false
+	}
+	leaf := state.PeerCertificates[0]
 	for _, u := range leaf.URIs {
 		uriSANs = append(uriSANs, u.String())
 	}

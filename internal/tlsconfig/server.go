@@ -34,6 +34,16 @@ const DefaultRefresh = 10 * time.Minute
 // pemfile provider; close stops it. Session tickets are off, so that every
 // connection is verified against the files of its own handshake.
 func ServerCredentials(f Files, refresh time.Duration) (creds credentials.TransportCredentials, close func(), err error) {
+	cfg, close, err := ServerConfig(f, refresh)
+	if err != nil {
+		return nil, nil, err
+	}
+	return credentials.NewTLS(cfg), close, nil
+}
+
+// ServerConfig is ServerCredentials as a crypto/tls config, for an HTTP
+// listener (REST-JSON polling).
+func ServerConfig(f Files, refresh time.Duration) (cfg *tls.Config, close func(), err error) {
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, nil, errors.New("tlsconfig: a server needs a certificate file and a key file")
 	}
@@ -54,7 +64,7 @@ func ServerCredentials(f Files, refresh time.Duration) (creds credentials.Transp
 		return nil, nil, fmt.Errorf("tlsconfig: %w", err)
 	}
 	mtls := f.CAFile != ""
-	cfg := &tls.Config{
+	cfg = &tls.Config{
 		MinVersion:             tls.VersionTLS12,
 		SessionTicketsDisabled: true,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -71,5 +81,5 @@ func ServerCredentials(f Files, refresh time.Duration) (creds credentials.Transp
 			return c, nil
 		},
 	}
-	return credentials.NewTLS(cfg), p.Close, nil
+	return cfg, p.Close, nil
 }

@@ -1,0 +1,166 @@
+package relay
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/csds"
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/gateway"
+	"github.com/xds-relay/xds-relay/internal/tlsconfig"
+	"github.com/xds-relay/xds-relay/rest"
+)
+
+// The other ways in (CONTRACT.md, "More ways in"): edge packages on the same
+// seams as the downstream server, wired here.
+//   - rest: REST-JSON polls are short-lived watchers of the Relay (Source).
+//   - csds: the downstream server's streams, read through its read-only
+//     snapshot (Refs, ClientStates), served on the downstream listener.
+//   - gateway: gateway.control.v1 on the downstream listener, relayed to the
+//     default upstream servers with a cache of its own (see package gateway).
+
+// dialects holds the edge servers. Set in New, read-only after.
+type dialects struct {
+	rest *rest.Server // nil without the rest section
+	csds *csds.Server
+	gw   *gateway.Server
+
+	mu       sync.Mutex
+	restHTTP *http.Server // guarded by mu: set by ServeREST
+}
+
+// newDialects creates the edge servers. Called from New.
+func (r *Relay) newDialects() error {
+	r.dx = &dialects{}
+	az := authorizer(r.cfg.Authorization)
+	r.dx.csds = csds.New(r.ds, csds.Options{Authorize: az, Logger: r.log.Named("csds")})
+	r.dx.csds.Register(r.grpc)
+
+	gw := gateway.Options{NodeID: r.node.GetId(), Cluster: r.node.GetCluster(), Linger: r.linger, Authorize: az,
+		NewID: r.ds.NewWatcherID, Metrics: r.m, Logger: r.log.Named("gateway")}
+	for i, s := range r.cfg.Upstream.XDSServers {
+		c := r.creds.upstream[""][i]
+		gw.Upstreams = append(gw.Upstreams, gateway.Upstream{URI: s.ServerURI, Creds: c.transport, CallCreds: c.calls})
+	}
+	if c := r.cfg.Gateway; c != nil {
+		gw.GroupBy, gw.ReportRetries = c.GroupBy, c.ReportRetries
+	}
+	if p := r.cfg.Cache.PersistPath; p != "" {
+		gw.PersistPath = p + ".gateway"
+	}
+	var err error
+	if r.dx.gw, err = gateway.New(gw); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	r.dx.gw.Register(r.grpc)
+	if c := r.cfg.REST; c != nil {
+		r.dx.rest = rest.New(r, rest.Options{
+			PollTimeout:    c.PollTimeout,
+			MaxBodyBytes:   int64(r.cfg.Limits.MaxRecvMessageBytes),
+			MaxNames:       r.cfg.Limits.MaxNamesPerRequest,
+			Authorize:      az,
+			NodeParameters: nodeParameters(r.cfg.Keying),
+			NewID:          r.ds.NewWatcherID,
+			Logger:         r.log.Named("rest"),
+			Metrics:        r.m,
+		})
+	}
+	return nil
+}
+
+// ServeREST serves REST-JSON polling on lis (the rest section's listener)
+// until Shutdown or Close, over TLS when the tls section is set (with client
+// certificates required when it has a client CA, as on the gRPC listener).
+func (r *Relay) ServeREST(lis net.Listener) error {
+	if r.dx.rest == nil {
+		return errors.New("relay: rest: not configured")
+	}
+	hs := &http.Server{
+		Handler:           r.dx.rest.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          zap.NewStdLog(r.log.Named("rest")),
+	}
+	if t := r.cfg.TLS; t != nil {
+		cfg, stop, err := tlsconfig.ServerConfig(tlsconfig.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.ClientCAFile},
+			t.RefreshInterval)
+		if err != nil {
+			return fmt.Errorf("relay: rest: %w", err)
+		}
+		defer stop()
+		hs.TLSConfig = cfg
+		lis = tls.NewListener(lis, cfg)
+	}
+	r.dx.mu.Lock()
+	if r.isClosed() {
+		r.dx.mu.Unlock()
+		return nil
+	}
+	r.dx.restHTTP = hs
+	r.dx.mu.Unlock()
+	if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("relay: rest: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed || r.draining.Load()
+}
+
+// closeDialects ends the edge servers: held REST polls are answered 503 and
+// the REST listener closes (within ctx, then at once).
+func (r *Relay) closeDialects(ctx context.Context) {
+	if r.dx.rest != nil {
+		r.dx.rest.Close()
+	}
+	r.dx.mu.Lock()
+	hs := r.dx.restHTTP
+	r.dx.restHTTP = nil
+	r.dx.mu.Unlock()
+	if hs != nil {
+		if err := hs.Shutdown(ctx); err != nil {
+			_ = hs.Close()
+		}
+	}
+}
+
+// closeGateway stops the gateway's upstream streams and forwarder. Called
+// after the gRPC server stopped.
+func (r *Relay) closeGateway() { r.dx.gw.Close() }
+
+// dialectClients lists the edge clients for /debug/clients: REST polls being
+// held and gateway data plane streams (only those of nodeID when it is
+// non-empty).
+func (r *Relay) dialectClients(nodeID string) []downstream.StreamInfo {
+	out := r.dx.gw.Streams(nodeID)
+	if r.dx.rest != nil {
+		for _, p := range r.dx.rest.Polls() {
+			if nodeID == "" || p.NodeID == nodeID {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// DebugGateway is /debug/gateway: the gateway's groups and the latest status
+// report of each data plane (only nodeID's when it is non-empty; at most
+// 1000).
+func (r *Relay) DebugGateway(nodeID string) gateway.DebugInfo { return r.dx.gw.Debug(nodeID, 1000) }
+
+// dialectRoutes adds the edge servers' admin views to the admin mux.
+func (r *Relay) dialectRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/gateway", func(w http.ResponseWriter, req *http.Request) {
+		r.writeJSON(w, r.DebugGateway(req.URL.Query().Get("node")))
+	})
+}

@@ -1,0 +1,164 @@
+package rest_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// An Envoy-style long poll of every cluster: answered at once with the full
+// set when its version is empty, held while nothing changes, answered as
+// soon as the upstream changes, and 304 when the timeout passes first.
+// Every answer is checked against what the upstream held at that moment.
+func TestLongPollClusters(t *testing.T) {
+	first := clusters("c1", "c2")
+	rr := startREST(t, first, 2*time.Second)
+
+	r := rr.post(t, "clusters", request("envoy-1", ""))
+	wantClusters(t, r, first)
+	v1 := r.resp.GetVersionInfo()
+
+	// The same version is held until the upstream changes.
+	ch := rr.postAsync(t, "clusters", request("envoy-1", v1))
+	held(t, ch)
+	second := clusters("c1", "c2", "c3")
+	rr.up.SetResources(second)
+	r = wait(t, ch)
+	wantClusters(t, r, second)
+	v2 := r.resp.GetVersionInfo()
+	if v2 == v1 {
+		t.Fatalf("the changed answer kept version %q", v1)
+	}
+
+	// Nothing changes: 304 after the poll timeout, no body.
+	start := time.Now()
+	r = rr.post(t, "clusters", request("envoy-1", v2))
+	if r.code != http.StatusNotModified || r.body != "" {
+		t.Fatalf("unchanged poll: %d %q, want 304", r.code, r.body)
+	}
+	if time.Since(start) < time.Second {
+		t.Fatalf("unchanged poll answered after %v, before the poll timeout", time.Since(start))
+	}
+
+	// A stale version (another replica's, a restart) is answered at once.
+	wantClusters(t, rr.post(t, "clusters", request("envoy-2", "stale")), second)
+}
+
+// EDS over REST: named resources, each answer the requested ones only; a
+// name the upstream does not have is not answered as gone (the poll waits).
+func TestPollNamedEndpoints(t *testing.T) {
+	res := xdstest.Resources{resource.EndpointType: {
+		xdstest.Endpoints("e1", "127.0.0.1:1"), xdstest.Endpoints("e2", "127.0.0.1:2"),
+	}}
+	rr := startREST(t, res, quiet)
+
+	r := rr.post(t, "endpoints", request("envoy-1", "", "e1"))
+	if r.code != http.StatusOK || len(r.resp.GetResources()) != 1 {
+		t.Fatalf("EDS poll: %d %q", r.code, r.body)
+	}
+	got := &endpoint.ClusterLoadAssignment{}
+	if err := r.resp.GetResources()[0].UnmarshalTo(got); err != nil || !proto.Equal(got, res[resource.EndpointType][0]) {
+		t.Fatalf("EDS answer %v (%v), want %v", got, err, res[resource.EndpointType][0])
+	}
+	if r.resp.GetTypeUrl() != resource.EndpointType {
+		t.Fatalf("type %q", r.resp.GetTypeUrl())
+	}
+
+	// Nothing is known of e9: no answer that would make it look absent.
+	r = rr.post(t, "endpoints", request("envoy-1", "", "e9"))
+	if r.code != http.StatusNotModified {
+		t.Fatalf("poll of an unknown name: %d %q, want 304", r.code, r.body)
+	}
+}
+
+// xDS: a NACKed version is not sent again to that node; the next change is.
+func TestPollNACKNotResent(t *testing.T) {
+	first := clusters("c1")
+	rr := startREST(t, first, quiet)
+	r := rr.post(t, "clusters", request("envoy-1", ""))
+	wantClusters(t, r, first)
+
+	nack := request("envoy-1", "")
+	nack.ErrorDetail = &statuspb.Status{Code: 3, Message: "bad cluster"}
+	if r := rr.post(t, "clusters", nack); r.code != http.StatusNotModified {
+		t.Fatalf("poll after a NACK: %d %q, want 304 (the rejected version is not resent)", r.code, r.body)
+	}
+	// Another node gets it.
+	wantClusters(t, rr.post(t, "clusters", request("envoy-2", "")), first)
+
+	second := clusters("c1", "c2")
+	ch := rr.postAsync(t, "clusters", nack)
+	rr.up.SetResources(second)
+	wantClusters(t, wait(t, ch), second)
+	if got := rr.metric(t, `xds_relay_nacks_total{protocol="rest",type_url="`+resource.ClusterType+`"}`); got != 2 {
+		t.Errorf("REST NACKs counted %v, want 2", got)
+	}
+}
+
+// A poll is listed in /debug/clients and counted in the metrics while it is
+// held, and no longer once answered.
+func TestPollVisibleWhileHeld(t *testing.T) {
+	first := clusters("c1")
+	rr := startREST(t, first, 5*time.Second)
+	v := rr.post(t, "clusters", request("envoy-1", "")).resp.GetVersionInfo()
+
+	ch := rr.postAsync(t, "clusters", request("envoy-1", v))
+	gauge := `xds_relay_downstream_streams{protocol="rest",type_url="` + resource.ClusterType + `"}`
+	xdstest.Eventually(t, func() bool { return rr.metric(t, gauge) == 1 }, "the held poll counted", nil)
+	clients := rr.DebugClients("envoy-1")
+	if len(clients) != 1 || clients[0].Protocol != "rest" || clients[0].Service != resource.ClusterType ||
+		!clients[0].Types[resource.ClusterType].Wildcard || clients[0].Types[resource.ClusterType].AckedVersion != v {
+		t.Fatalf("/debug/clients = %+v, want the held REST poll", clients)
+	}
+	rr.up.SetResources(clusters("c1", "c2"))
+	if r := wait(t, ch); r.code != http.StatusOK {
+		t.Fatalf("answer %d", r.code)
+	}
+	xdstest.Eventually(t, func() bool { return rr.metric(t, gauge) == 0 && len(rr.DebugClients("")) == 0 },
+		"the answered poll forgotten", func() any { return rr.DebugClients("") })
+	if got := rr.metric(t, `xds_relay_responses_total{protocol="rest",type_url="`+resource.ClusterType+`"}`); got != 2 {
+		t.Errorf("REST responses counted %v, want 2", got)
+	}
+	if got := rr.metric(t, `xds_relay_acks_total{protocol="rest",type_url="`+resource.ClusterType+`"}`); got != 1 {
+		t.Errorf("REST ACKs counted %v, want 1 (the poll with the first answer's version)", got)
+	}
+}
+
+// Closing the relay ends held polls at once (503), not after the timeout.
+func TestPollEndsOnClose(t *testing.T) {
+	rr := startREST(t, clusters("c1"), time.Minute)
+	v := rr.post(t, "clusters", request("envoy-1", "")).resp.GetVersionInfo()
+	ch := rr.postAsync(t, "clusters", request("envoy-1", v))
+	held(t, ch)
+	go rr.Relay.Relay.Close()
+	r := wait(t, ch)
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "shutting down") {
+		t.Fatalf("held poll at close: %d %q, want 503", r.code, r.body)
+	}
+}
+
+// metric reads one sample of the relay's registry (see xdstest.Metric).
+func (rr *restRelay) metric(t *testing.T, sample string) float64 {
+	t.Helper()
+	return xdstest.Metric(t, rr.Registry(), sample)
+}
+
+// A CDS poll is State of the World: an answer without a cluster deletes it
+// at the client. A poll naming a cluster the cache does not know of yet is
+// held — not answered with the others only — until the upstream sends it.
+func TestPollHeldUntilEveryNameIsKnown(t *testing.T) {
+	rr := startREST(t, clusters("c1"), 5*time.Second)
+	ch := rr.postAsync(t, "clusters", request("envoy-1", "from-another-replica", "c1", "c2"))
+	held(t, ch)
+	both := clusters("c1", "c2")
+	rr.up.SetResources(both)
+	wantClusters(t, wait(t, ch), both)
+}

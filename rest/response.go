@@ -1,0 +1,153 @@
+package rest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// answer is what a poll would be answered from one View: the full state of
+// its subscription (REST-JSON answers are State of the World).
+type answer struct {
+	version   string
+	resources []*downstream.Resource // sorted by key
+	errs      []*downstream.ResourceError
+	// known: the answer may go out. It tells the client nothing is gone
+	// that the View does not know is gone (REST-JSON is State of the World:
+	// an LDS/CDS answer without a resource deletes it), so a cache that does
+	// not know yet, or a Stale one to a client that holds config (it polls
+	// with a version), is not answered: the poll is held, and the client
+	// keeps what it has.
+	known bool
+}
+
+// key returns a resource's key in its View.
+func key(r *downstream.Resource) string {
+	if r.Key != "" {
+		return r.Key
+	}
+	return r.Name
+}
+
+// plain reports whether r is keyed by its name (not a TP2 selection).
+func plain(r *downstream.Resource) bool { return r.Key == "" || r.Key == r.Name }
+
+// answer selects the poll's resources and errors from v.
+func (p *poll) answer(v *downstream.View) answer {
+	var a answer
+	seen := make(map[string]bool)
+	add := func(r *downstream.Resource) {
+		if k := key(r); !seen[k] {
+			seen[k] = true
+			a.resources = append(a.resources, r)
+		}
+	}
+	// trust: what the View says is gone may be told to this client.
+	trust := !v.Stale || p.version == ""
+	// some: the View says something of the subscription; all: of every
+	// name of it, as a full-state (LDS/CDS) answer must.
+	some, all := false, true
+	if p.wildcard {
+		if v.Complete && trust {
+			some = true
+		} else {
+			all = false
+		}
+		for _, r := range v.Resources {
+			if r.InWildcard() && plain(r) {
+				add(r)
+			}
+		}
+	}
+	for _, k := range p.keys {
+		if isGlob(k) {
+			for _, r := range v.Resources {
+				if r.Glob == k && plain(r) {
+					add(r)
+					some = true
+				}
+			}
+			continue
+		}
+		if r, ok := v.Resources[k]; ok {
+			add(r)
+			some = true
+		} else if e, ok := v.Errors[k]; ok && (trust || !v.Gone(k)) {
+			a.errs = append(a.errs, e) // TP3: cached errors are answered like resources
+			some = true
+		} else if v.Gone(k) && trust {
+			some = true
+		} else {
+			all = false
+		}
+	}
+	if len(p.denied) > 0 {
+		a.errs = append(a.errs, p.denied...)
+		some = true
+	}
+	a.known = some && (all || !keying.FullState(p.typeURL))
+	slices.SortFunc(a.resources, func(x, y *downstream.Resource) int { return strings.Compare(key(x), key(y)) })
+	slices.SortFunc(a.errs, func(x, y *downstream.ResourceError) int { return strings.Compare(x.Name, y.Name) })
+	a.version = a.versionOf()
+	return a
+}
+
+// versionOf derives the answer's version from what it carries: the same
+// resources and errors, the same version, on every replica.
+func (a answer) versionOf() string {
+	h := sha256.New()
+	for _, r := range a.resources {
+		h.Write([]byte(key(r) + "\x00" + r.Version + "\x00"))
+	}
+	for _, e := range a.errs {
+		h.Write([]byte("\x01" + e.Name + "\x00" + strconv.Itoa(int(e.Code)) + "\x00" + e.Message + "\x00"))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// encode returns the answer as a DiscoveryResponse in proto3 JSON, encoded
+// once per (type, version) for every poll that gets it.
+func (s *Server) encode(typeURL string, a answer) ([]byte, error) {
+	k := bodyKey{typeURL: typeURL, version: a.version}
+	s.mu.Lock()
+	b, ok := s.bodies.Get(k)
+	s.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	resp := &discoverypb.DiscoveryResponse{VersionInfo: a.version, TypeUrl: typeURL}
+	for _, r := range a.resources {
+		res := new(anypb.Any)
+		if err := proto.Unmarshal(r.Any, res); err != nil {
+			return nil, fmt.Errorf("xds-relay: resource %q: %w", r.Name, err)
+		}
+		resp.Resources = append(resp.Resources, res)
+	}
+	for _, e := range a.errs {
+		name, _ := keying.SplitSubscriptionKey(e.Name)
+		resp.ResourceErrors = append(resp.ResourceErrors, &discoverypb.ResourceError{
+			ResourceName: &discoverypb.ResourceName{Name: name},
+			ErrorDetail:  &statuspb.Status{Code: int32(e.Code), Message: e.Message},
+		})
+	}
+	b, err := protojson.Marshal(resp)
+	if err != nil {
+		return nil, fmt.Errorf("xds-relay: cannot encode %s as JSON (is every type inside it linked into the relay? see rest/types.go): %w", typeURL, err)
+	}
+	s.mu.Lock()
+	s.bodies.Add(k, b)
+	s.mu.Unlock()
+	return b, nil
+}
