@@ -371,10 +371,12 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 	delete(tc.linger, name)
 	delete(tc.up, name)
-	delete(tc.noCache, name) // a later subscriber tries the shared cache again
-	if name == keying.Wildcard {
-		tc.noCacheWild = false
-	}
+	// A later subscriber of the name tries the shared cache again. Not so a
+	// later wildcard subscriber: a Delta server does not resend what it sent
+	// under a dropped wildcard when it is subscribed again, and the shared
+	// cache never stored the do_not_cache resources, so they would never
+	// arrive to move it to its own scope (found by the oracle).
+	delete(tc.noCache, name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
 		auth, _ := keying.Authority(name)
