@@ -414,6 +414,7 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	for n := range it.names {
 		pick(n)
 	}
+	changed := len(sel) + len(errs)
 	for n := range it.force {
 		if _, dup := it.names[n]; !dup {
 			pick(n)
@@ -422,11 +423,16 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	if len(sel) == 0 && len(errs) == 0 {
 		return nil
 	}
+	asked := len(sel)+len(errs) > changed // the client asked for some of it
 	slices.SortFunc(sel, byName)
 	sel = slices.CompactFunc(sel, func(a, b *Resource) bool { return a.key() == b.key() })
 	sortErrors(errs)
 	w := st.wrapFor(ts)
-	return v.sotw(selectionKey(false, sel, w), func() []*Resource { return sel }, errs, w)
+	b := v.sotw(selectionKey(false, sel, w), func() []*Resource { return sel }, errs, w)
+	if b.version == ts.sentVersion && !asked {
+		return nil // the client has just this (a change it was sent with a request's answer)
+	}
+	return b
 }
 
 // heartbeatsSotW returns the response carrying the TTL heartbeats of it

@@ -87,6 +87,36 @@ func TestOracle(t *testing.T) {
 	}
 }
 
+// regressions are shrunk schedules that once failed (seed, steps kept), each
+// with what it found. Runs are not deterministic, so each is run a few times.
+var regressions = []struct {
+	seed  uint64
+	keep  []int
+	found string
+}{
+	{1795489570079366563, []int{1, 11, 12, 14, 17, 18},
+		"a shared scope's wildcard set taken as complete while a do_not_cache resource was in it"},
+	{1795489570079366563, []int{21, 24, 25, 31, 32, 33, 34, 35},
+		"a SotW type subscribed again after it was dropped got nothing (the same request again)"},
+	{7, []int{17, 18, 19, 25, 26, 27, 28, 29},
+		"a wildcard subscriber after the linger never moved to its own scope (do_not_cache, Delta)"},
+	{1795489570079366563, []int{2, 5, 8, 12, 13, 14, 15, 30, 31, 37},
+		"an RDS response resent at the version the client had just ACKed"},
+}
+
+// TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
+func TestOracleRegressions(t *testing.T) {
+	for _, r := range regressions {
+		s := oracle.Generate(r.seed, 40).Keep(r.keep)
+		for range 3 {
+			if err := oracle.Execute(s, t.TempDir(), zap.NewNop()); err != nil {
+				t.Errorf("%s: %v\nschedule:\n%s", r.found, err, s)
+				break
+			}
+		}
+	}
+}
+
 // syncBuffer is a log sink for concurrent writers.
 type syncBuffer struct {
 	mu sync.Mutex
