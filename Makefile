@@ -56,10 +56,13 @@ fuzz:
 	  done; \
 	done
 
-# The long variants of the chaos and soak tests (integration/soak_test.go).
+# The long variants of the chaos and soak tests (integration/soak_test.go),
+# then the oracle (internal/oracle) on fresh random seeds for as long again:
+# a failure prints its seed and shrunk schedule.
 SOAKTIME ?= 2h
 soak:
 	$(GO) test -race -count=1 -timeout $(SOAKTIME) -run 'Chaos|Soak' ./integration/ -soak
+	$(GO) test -count=1 -timeout 0 -run 'TestOracle$$' ./internal/oracle -oracle.duration $(SOAKTIME)
 
 # democp → relay → loadgen on loopback; prints the live progress line and the
 # summary. Ports: democp 18000, relay 18001, relay admin 9902.

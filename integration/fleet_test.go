@@ -262,18 +262,21 @@ type xdsClient struct {
 
 	// Guarded by mu.
 	mu        sync.Mutex
-	order     []string                     // subscribed types, in subscription order
-	subs      map[string]sub               // by type URL
-	held      state                        // what the client holds
-	versions  map[string]map[string]string // Delta: type → name → version held
-	nonces    map[string]string            // SotW: type → last nonce on this stream
-	acked     map[string]string            // SotW: type → last version ACKed
-	out       []proto.Message              // requests waiting for the sender
-	streams   int                          // streams opened
-	responses int                          // responses received
-	lastErr   error                        // why the last stream ended
-	problems  []string                     // protocol violations seen
-	changed   chan struct{}                // closed and replaced on every change
+	order     []string                        // subscribed types, in subscription order
+	subs      map[string]sub                  // by type URL
+	held      state                           // what the client holds
+	gotAt     map[string]map[string]time.Time // type → name → when it last received the resource
+	droppedAt map[string]map[string]time.Time // type → name ("*": the wildcard) → when a subscription change dropped it
+	history   []string                        // the last requests and responses, for problem reports
+	versions  map[string]map[string]string    // Delta: type → name → version held
+	nonces    map[string]string               // SotW: type → last nonce on this stream
+	acked     map[string]string               // SotW: type → last version ACKed
+	out       []proto.Message                 // requests waiting for the sender
+	streams   int                             // streams opened
+	responses int                             // responses received
+	lastErr   error                           // why the last stream ended
+	problems  []string                        // protocol violations seen
+	changed   chan struct{}                   // closed and replaced on every change
 }
 
 // newClient starts a client with node id id, subscribed to subs, against the
@@ -290,22 +293,24 @@ func newClient(tb testing.TB, addr, id string, opts clientOpts, subs ...sub) *xd
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &xdsClient{
-		id:       id,
-		node:     &core.Node{Id: id, Cluster: "chaos"},
-		delta:    opts.delta,
-		legacy:   opts.legacyWildcard,
-		conn:     conn,
-		ownConn:  own,
-		ctx:      ctx,
-		cancel:   cancel,
-		done:     make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		subs:     map[string]sub{},
-		held:     state{},
-		versions: map[string]map[string]string{},
-		nonces:   map[string]string{},
-		acked:    map[string]string{},
-		changed:  make(chan struct{}),
+		id:        id,
+		node:      &core.Node{Id: id, Cluster: "chaos"},
+		delta:     opts.delta,
+		legacy:    opts.legacyWildcard,
+		conn:      conn,
+		ownConn:   own,
+		ctx:       ctx,
+		cancel:    cancel,
+		done:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		subs:      map[string]sub{},
+		held:      state{},
+		gotAt:     map[string]map[string]time.Time{},
+		droppedAt: map[string]map[string]time.Time{},
+		versions:  map[string]map[string]string{},
+		nonces:    map[string]string{},
+		acked:     map[string]string{},
+		changed:   make(chan struct{}),
 	}
 	for _, s := range subs {
 		c.order = append(c.order, s.typeURL)
@@ -403,6 +408,7 @@ func (c *xdsClient) session() (received bool, err error) {
 		}
 		received = true
 		c.mu.Lock()
+		c.traceLocked("<- %s", brief(resp))
 		if c.delta {
 			c.applyDeltaLocked(resp.(*discoverygrpc.DeltaDiscoveryResponse))
 		} else {
@@ -424,6 +430,9 @@ func (c *xdsClient) sendLoop(ctx context.Context, s grpc.ClientStream) error {
 		c.mu.Lock()
 		out := c.out
 		c.out = nil
+		for _, m := range out {
+			c.traceLocked("-> %s", brief(m))
+		}
 		c.mu.Unlock()
 		for _, m := range out {
 			if err := s.SendMsg(m); err != nil {
@@ -436,6 +445,32 @@ func (c *xdsClient) sendLoop(ctx context.Context, s grpc.ClientStream) error {
 		case <-c.wake:
 		}
 	}
+}
+
+// brief is a one-line summary of an xDS request or response.
+func brief(m proto.Message) string {
+	short := func(t string) string { return t[strings.LastIndexByte(t, '.')+1:] }
+	switch m := m.(type) {
+	case *discoverygrpc.DiscoveryRequest:
+		return fmt.Sprintf("%s v=%s n=%s names=%v", short(m.GetTypeUrl()), m.GetVersionInfo(), m.GetResponseNonce(), m.GetResourceNames())
+	case *discoverygrpc.DeltaDiscoveryRequest:
+		return fmt.Sprintf("%s n=%s sub=%v unsub=%v", short(m.GetTypeUrl()), m.GetResponseNonce(),
+			m.GetResourceNamesSubscribe(), m.GetResourceNamesUnsubscribe())
+	case *discoverygrpc.DiscoveryResponse:
+		var names []string
+		for _, a := range m.GetResources() {
+			n, _ := resourceName(a.GetValue())
+			names = append(names, n)
+		}
+		return fmt.Sprintf("%s v=%s n=%s %v", short(m.GetTypeUrl()), m.GetVersionInfo(), m.GetNonce(), names)
+	case *discoverygrpc.DeltaDiscoveryResponse:
+		var names []string
+		for _, r := range m.GetResources() {
+			names = append(names, r.GetName())
+		}
+		return fmt.Sprintf("%s n=%s +%v -%v", short(m.GetTypeUrl()), m.GetNonce(), names, m.GetRemovedResources())
+	}
+	return fmt.Sprintf("%T", m)
 }
 
 // sotwNames is the resource_names of a SotW request for s.
@@ -474,6 +509,40 @@ func (c *xdsClient) initialLocked() []proto.Message {
 	return out
 }
 
+// traceLocked keeps a line of the client's recent history. Call with mu
+// held.
+func (c *xdsClient) traceLocked(format string, args ...any) {
+	const keep = 16
+	if len(c.history) == keep {
+		c.history = c.history[1:]
+	}
+	c.history = append(c.history, fmt.Sprintf(format, args...))
+}
+
+// receivedLocked notes that the client received name of typeURL now. Call
+// with mu held.
+func (c *xdsClient) receivedLocked(typeURL, name string) {
+	if c.gotAt[typeURL] == nil {
+		c.gotAt[typeURL] = map[string]time.Time{}
+	}
+	c.gotAt[typeURL][name] = time.Now()
+}
+
+// lostLocked checks a resource the client is told is gone against the
+// upstreams (xdstest.ServedSince): it must have been missing upstream at
+// some point since the client received it. Checked at every response, not
+// only once the fleet converged: a removal sent and then repaired is an
+// outage all the same. Call with mu held.
+func (c *xdsClient) lostLocked(typeURL, name string) {
+	got, ok := c.gotAt[typeURL][name]
+	asked := c.droppedAt[typeURL][name].After(got) || c.droppedAt[typeURL]["*"].After(got) // it answers the client's own change
+	if ok && !asked && xdstest.PhantomLoss(typeURL, name, c.held[typeURL][name]) {
+		c.problemLocked("phantom loss: told %s %q is gone, which the upstream has served without a break since the content the client holds; last messages:\n  %s",
+			typeURL, name, strings.Join(c.history, "\n  "))
+	}
+	delete(c.gotAt[typeURL], name)
+}
+
 func (c *xdsClient) problemLocked(format string, args ...any) {
 	if len(c.problems) < 20 {
 		c.problems = append(c.problems, fmt.Sprintf(format, args...))
@@ -504,11 +573,17 @@ func (c *xdsClient) applySotWLocked(resp *discoverygrpc.DiscoveryResponse) {
 	}
 	h := c.held[t]
 	if fullState(t) {
+		for n := range h {
+			if _, kept := got[n]; !kept {
+				c.lostLocked(t, n)
+			}
+		}
 		h = map[string]resHash{} // xDS: a resource missing from an LDS/CDS response is deleted
 	}
 	for n, hash := range got {
 		if s.wants(n) {
 			h[n] = hash
+			c.receivedLocked(t, n)
 		}
 	}
 	c.held[t] = h
@@ -539,12 +614,16 @@ func (c *xdsClient) applyDeltaLocked(resp *discoverygrpc.DeltaDiscoveryResponse)
 		}
 		h[name] = sha256.Sum256(r.GetResource().GetValue())
 		v[name] = r.GetVersion()
+		c.receivedLocked(t, name)
 	}
 	for _, name := range resp.GetRemovedResources() {
 		if seen[name] {
 			// Envoy NACKs such a response ("duplicate name found in the union
 			// of added+removed resources").
 			c.problemLocked("%s %q both sent and removed in one response", t, name)
+		}
+		if _, held := h[name]; held {
+			c.lostLocked(t, name)
 		}
 		delete(h, name)
 		delete(v, name)
@@ -564,6 +643,17 @@ func (c *xdsClient) SetSub(s sub) {
 		c.versions[t] = map[string]string{}
 	}
 	c.subs[t] = s
+	if c.droppedAt[t] == nil {
+		c.droppedAt[t] = map[string]time.Time{}
+	}
+	for _, n := range old.names {
+		if !slices.Contains(s.names, n) {
+			c.droppedAt[t][n] = time.Now()
+		}
+	}
+	if old.wildcard && !s.wildcard {
+		c.droppedAt[t]["*"] = time.Now()
+	}
 	for n := range c.held[t] {
 		if !s.wants(n) {
 			delete(c.held[t], n)

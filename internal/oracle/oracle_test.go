@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	seeds    = flag.Int("oracle.seeds", 12, "schedules to run: seeds oracle.seed .. oracle.seed+N-1")
+	seeds    = flag.Int("oracle.seeds", 40, "schedules to run: seeds oracle.seed .. oracle.seed+N-1")
 	first    = flag.Uint64("oracle.seed", 1, "the first seed")
 	steps    = flag.Int("oracle.steps", 40, "steps per schedule")
 	duration = flag.Duration("oracle.duration", 0, "run schedules of random seeds for this long instead (make soak)")

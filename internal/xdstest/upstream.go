@@ -167,6 +167,7 @@ func StartUpstream(tb testing.TB, opts ...UpstreamOption) *Upstream {
 	u.addr = lis.Addr().String()
 	u.serve(lis)
 	tb.Cleanup(u.Stop)
+	tb.Cleanup(u.forget)
 	return u
 }
 
@@ -349,6 +350,7 @@ func (u *Upstream) setSnapshot(key string, res Resources, ttls map[string]time.D
 	u.set(key, snap)
 	u.contents[key] = res
 	u.versions[key] = versions
+	u.record()
 	return version
 }
 
@@ -370,6 +372,7 @@ func (u *Upstream) SetSnapshotVersion(key, version string, res Resources) {
 	}
 	u.contents[key] = res
 	u.versions[key] = versions
+	u.record()
 }
 
 func (u *Upstream) set(key string, snap *cache.Snapshot) {
