@@ -73,6 +73,12 @@ type typeState struct {
 	// Per stream; reset when a new stream starts.
 	dirty     bool                // queued in Client.pending
 	requested bool                // SotW: a request for the type was sent on this stream
+	// sure holds, for SotW full-state types, the plain names of the type's
+	// first request on this stream that are still subscribed: every
+	// response on the stream answers a request that named them, so one
+	// without such a name says it does not exist (as the first request's
+	// "*" makes every response the wildcard's full set, settle.go).
+	sure map[string]struct{}
 	named     bool                // SotW: a request with explicit names was sent on this stream
 	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
 	forget    map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
@@ -199,6 +205,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 				continue
 			}
 			delete(st.names, n)
+			delete(st.sure, n)
 			changed = true
 			switch {
 			case n == keying.Wildcard:
@@ -378,6 +385,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
+		st.sure = nil
 		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
 	}
 	order := make([]string, 0, len(c.types))

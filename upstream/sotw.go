@@ -64,6 +64,14 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 		if !st.requested {
 			st.wildSure = st.wildcard() // settle.go: in the first request
 			c.armSettleLocked(st)
+			if keying.FullState(t) {
+				st.sure = make(map[string]struct{}, len(st.names))
+				for n := range st.names {
+					if n != keying.Wildcard && !keying.IsGlob(n) && !keying.HasParams(n) {
+						st.sure[n] = struct{}{}
+					}
+				}
+			}
 		}
 		st.requested = true
 		names, locs := locators(st.sortedNames())
@@ -156,6 +164,12 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		for n := range st.known {
 			if _, ok := in[n]; !ok {
 				u.Removed = append(u.Removed, n)
+			}
+		}
+		for n := range st.sure {
+			_, ok := in[n]
+			if _, known := st.known[n]; !ok && !known {
+				u.Removed = append(u.Removed, n) // it was asked for by name from the start
 			}
 		}
 		sort.Strings(u.Removed)

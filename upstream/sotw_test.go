@@ -214,3 +214,21 @@ func TestSotWWildcardAgainAfterDropped(t *testing.T) {
 		t.Errorf("update names = %q, want [a b]", got)
 	}
 }
+
+// A name in the type's first request on a stream is in every request the
+// server can answer on it: a full-state response without it says it does
+// not exist (the relay had it from a warm-restart file, say, and the
+// upstream deleted it meanwhile), though this stream never received it.
+func TestSotWFirstRequestNameMissingIsRemoved(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("b"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+
+	c.Subscribe(keying.ClusterType, "a", "b")
+	ucur := 0
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if !slices.Equal(names(u), []string{"b"}) || !slices.Equal(u.Removed, []string{"a"}) {
+		t.Errorf("update names %q removed %q, want [b] [a]", names(u), u.Removed)
+	}
+}

@@ -102,6 +102,8 @@ var regressions = []struct {
 		"a wildcard subscriber after the linger never moved to its own scope (do_not_cache, Delta)"},
 	{1795489570079366563, []int{2, 5, 8, 12, 13, 14, 15, 30, 31, 37},
 		"an RDS response resent at the version the client had just ACKed"},
+	{1795489570079366563, []int{10, 11, 12, 13, 14, 25, 26, 27, 28, 29},
+		"a listener deleted while the relay restarted never removed: the new stream had not received it"},
 }
 
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
