@@ -69,13 +69,25 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 	first := !ts.requested
 	ts.requested = true
 	if first {
+		// initial_resource_versions names resources; a TP2 client's are the
+		// variants its locators select, held under their keys.
+		byLocator := make(map[string][]string)
+		for _, l := range req.GetResourceLocatorsSubscribe() {
+			c := canonical(l.GetName())
+			byLocator[c] = append(byLocator[c], locatorKey(l))
+		}
 		for n, v := range req.GetInitialResourceVersions() {
-			k := st.key(n)
-			ts.has[k] = v
-			if ts.initial == nil {
-				ts.initial = make(map[string]struct{})
+			keys := byLocator[canonical(n)]
+			if len(keys) == 0 {
+				keys = []string{st.key(n)}
 			}
-			ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
+			for _, k := range keys {
+				ts.has[k] = v
+				if ts.initial == nil {
+					ts.initial = make(map[string]struct{})
+				}
+				ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
+			}
 		}
 		if len(req.GetInitialResourceVersions()) > 0 {
 			st.cameBack()

@@ -427,3 +427,30 @@ func TestTP2FullStateVariants(t *testing.T) {
 	}
 	prod.ExpectNoResponse(quiet)
 }
+
+// A Delta client that reconnects with a TP2 subscription names the variant it
+// holds in initial_resource_versions by its plain name: the relay takes it
+// for the variant its locator selects, so the client is not sent it again
+// (and not told it is gone when it is, while what it holds refers to it).
+func TestTP2DeltaInitialVersions(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.RouteType, "routes", eq("env", "prod"), routes("prod"))
+	r := xdstest.StartRelay(t, up.Addr())
+
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	sub := &discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+		ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("routes", "env", "prod")}}
+	first.Send(sub)
+	resp := first.MustRecv()
+	first.Ack(resp)
+	if len(resp.GetResources()) != 1 {
+		t.Fatalf("first response: %v", resp)
+	}
+	version := resp.GetResources()[0].GetVersion()
+
+	again := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	again.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+		ResourceLocatorsSubscribe: sub.ResourceLocatorsSubscribe,
+		InitialResourceVersions:   map[string]string{"routes": version}})
+	again.ExpectNoResponse(quiet)
+}

@@ -104,6 +104,8 @@ var regressions = []struct {
 		"an RDS response resent at the version the client had just ACKed"},
 	{1795489570079366563, []int{10, 11, 12, 13, 14, 25, 26, 27, 28, 29},
 		"a listener deleted while the relay restarted never removed: the new stream had not received it"},
+	{1795492912555193232, []int{8, 9, 12, 13, 18, 19},
+		"a TP2 Delta client's initial_resource_versions not taken for the variants it subscribes (make before break)"},
 }
 
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
