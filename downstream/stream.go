@@ -34,6 +34,18 @@ type StreamInfo struct {
 	Protocol string              `json:"protocol"` // "sotw" or "delta"
 	Service  string              `json:"service"`  // "ads" or the served type URL
 	Types    map[string]TypeInfo `json:"types"`
+	// Status is the latest status report of the client's node, for the
+	// dialects that have them (gateway.control.v1 ReportStatus); nil
+	// otherwise.
+	Status *StatusReport `json:"status,omitempty"`
+}
+
+// StatusReport is a client's own word on the config it runs.
+type StatusReport struct {
+	Version    string    `json:"version"`
+	Ready      bool      `json:"ready"`
+	Message    string    `json:"message,omitempty"`
+	ReceivedAt time.Time `json:"received_at"`
 }
 
 // TypeInfo is one stream's state for one type.

@@ -86,6 +86,17 @@ func (s *Server) reportHandler(_ any, ctx context.Context, dec func(any) error, 
 
 func readyLabel(ready bool) string { return strconv.FormatBool(ready) }
 
+// status returns node's latest report for /debug/clients, nil for none.
+func (r *reporter) status(node string) *downstream.StatusReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.latest.Peek(node)
+	if !ok {
+		return nil
+	}
+	return &downstream.StatusReport{Version: rep.Version, Ready: rep.Ready, Message: rep.Message, ReceivedAt: rep.ReceivedAt}
+}
+
 // record keeps req as its node's latest report and queues it.
 func (r *reporter) record(req *controlv1.StatusReport) {
 	rep := &Report{NodeID: req.GetNodeId(), Version: req.GetVersion(), Ready: req.GetReady(), Message: req.GetMessage(),

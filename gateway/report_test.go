@@ -14,6 +14,7 @@ import (
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/gatewaycp"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 func reportClient(t *testing.T, addr string) controlv1.ConfigurationDiscoveryServiceClient {
@@ -81,6 +82,17 @@ func TestReportStatus(t *testing.T) {
 	}
 	xdstest.Eventually(t, func() bool { return e.relay.DebugGateway("dp-2").Reports[0].Forwarded == "forwarded" },
 		"dp-2's report marked forwarded", nil)
+	// /debug/clients shows it with dp-2's stream.
+	e.publish("blue", 0)
+	dp := gatewaycp.DialSotW(t, e.relay.Addr())
+	dp.Send(subscribe("dp-2", "blue", ""))
+	dp.Send(ack(dp.MustRecv()))
+	var streams []relay.ClientInfo
+	xdstest.Eventually(t, func() bool { streams = e.relay.DebugClients("dp-2"); return len(streams) == 1 },
+		"dp-2's stream in /debug/clients", func() any { return streams })
+	if st := streams[0].Status; st == nil || st.Version != "v2" || !st.Ready {
+		t.Fatalf("/debug/clients status of dp-2 = %+v", st)
+	}
 
 	// Beyond the retries a report is dropped, counted, and the data plane
 	// still had its answer at once.

@@ -435,6 +435,7 @@ func (s *Server) Streams(nodeID string) []downstream.StreamInfo {
 	out := make([]downstream.StreamInfo, 0, len(all))
 	for _, d := range all {
 		if info := d.info(); nodeID == "" || info.NodeID == nodeID {
+			info.Status = s.reports.status(info.NodeID)
 			out = append(out, info)
 		}
 	}
