@@ -25,15 +25,14 @@ func newLimiter(perSecond float64) *rate.Limiter {
 // early, before any of its state exists, when the admission rate is
 // exceeded (RESOURCE_EXHAUSTED: a reconnect storm is spread out by the
 // clients' own backoff instead of becoming a burst of work) or while the
-// server drains (UNAVAILABLE: connect to another replica). An admitted
-// stream's context carries its handle for Drain (see drain.go).
+// server drains (UNAVAILABLE: connect to another replica).
 func (s *Server) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	if s.lim != nil && !s.lim.Allow() {
 		s.m.AdmissionRejections.Inc()
 		return nil, status.Error(codes.ResourceExhausted, "xds-relay: too many new streams, retry with backoff")
 	}
-	if s.drain.refusing() {
+	if s.conns.draining() {
 		return nil, status.Error(codes.Unavailable, "xds-relay: draining, connect to another replica")
 	}
-	return context.WithValue(ctx, drainKey{}, newDrainHandle()), nil
+	return ctx, nil
 }

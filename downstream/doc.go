@@ -15,9 +15,9 @@
 // changes (see queue.go): a newer change of one type replaces a queued one only
 // where no other type's change lies between them, so updates leave in the
 // order the Source produced them. A shared, bounded pool of sender goroutines
-// drains the queues: besides the gRPC handler that reads requests (run in a
-// goroutine of its own so that Drain can end the stream, see drain.go) there
-// is no goroutine per stream, and none per push. A stream that reads slowly
+// drains the queues: besides the gRPC handler that reads requests there is no
+// goroutine per stream, and none per push (Drain ends streams by closing
+// their connections, see drain.go). A stream that reads slowly
 // holds at most one pending item per type run and one sender.
 //
 // # Concurrency

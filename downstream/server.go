@@ -106,7 +106,7 @@ type Server struct {
 	lim  *rate.Limiter // admission of new streams; nil: off
 	sets nameSets      // interned SotW subscriptions
 
-	drain drainer // the open streams, for Drain
+	conns conns // the connections of Listener, for Drain
 
 	nextID atomic.Uint64
 
@@ -143,16 +143,14 @@ func NewServer(src Source, opts Options) *Server {
 }
 
 // GRPCOptions are the options of the grpc.Server the server is registered
-// on: ServerOptions, and the tap and interceptor of admission control and
-// Drain (without them every stream is admitted and Drain ends none).
+// on: ServerOptions, and the tap of admission control (without it every
+// stream is admitted, draining or not).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return append(ServerOptions(), grpc.InTapHandle(s.tap), grpc.ChainStreamInterceptor(s.intercept))
+	return append(ServerOptions(), grpc.InTapHandle(s.tap))
 }
 
-// Close waits for the handlers of the streams that Drain ended, and stops
-// the sender pool. Call it after the grpc.Server has stopped.
+// Close stops the sender pool. Call it after the grpc.Server has stopped.
 func (s *Server) Close() {
-	s.drain.waitHandlers()
 	s.pool.close()
 }
 

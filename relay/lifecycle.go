@@ -21,7 +21,7 @@ import (
 func (r *Relay) Serve(lis net.Listener) error {
 	r.serving.Store(true)
 	defer r.serving.Store(false)
-	if err := r.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err := r.grpc.Serve(r.ds.Listener(lis)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("relay: serve: %w", err)
 	}
 	return nil
