@@ -219,8 +219,12 @@ func eachField(b []byte, f func(num protowire.Number, val []byte, n uint64) erro
 }
 
 // loadPersisted fills the cache from the warm-restart file, if there is a
-// sound one. Called from New, before anything else can see the cache.
+// sound one. Called from New, before any stream can see the cache; the
+// shared scope's upstream clients already run (their state callbacks take
+// mu), so it holds mu too.
 func (r *Relay) loadPersisted(path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return
