@@ -347,10 +347,12 @@ func (u *Upstream) setSnapshot(key string, res Resources, ttls map[string]time.D
 			u.tb.Fatalf("xdstest: SetSnapshot: go-control-plane's cache cannot serve type %q", typeURL)
 		}
 	}
-	u.set(key, snap)
+	// The ledger learns what is served before any client can see it: a
+	// removal forwarded at once must find the name already gone.
 	u.contents[key] = res
 	u.versions[key] = versions
 	u.record()
+	u.set(key, snap)
 	return version
 }
 
@@ -364,7 +366,6 @@ func (u *Upstream) SetSnapshotVersion(key, version string, res Resources) {
 	if err != nil {
 		u.tb.Fatalf("xdstest: SetSnapshotVersion: %v", err)
 	}
-	u.set(key, snap)
 	versions := map[resource.Type]string{}
 	for i := types.ResponseType(0); i < types.UnknownType; i++ {
 		typeURL, _ := cache.GetResponseTypeURL(i)
@@ -372,7 +373,8 @@ func (u *Upstream) SetSnapshotVersion(key, version string, res Resources) {
 	}
 	u.contents[key] = res
 	u.versions[key] = versions
-	u.record()
+	u.record() // before any client can see it (see setSnapshot)
+	u.set(key, snap)
 }
 
 func (u *Upstream) set(key string, snap *cache.Snapshot) {
