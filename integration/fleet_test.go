@@ -512,7 +512,7 @@ func (c *xdsClient) initialLocked() []proto.Message {
 // traceLocked keeps a line of the client's recent history. Call with mu
 // held.
 func (c *xdsClient) traceLocked(format string, args ...any) {
-	const keep = 16
+	const keep = 48
 	if len(c.history) == keep {
 		c.history = c.history[1:]
 	}
@@ -534,8 +534,20 @@ func (c *xdsClient) receivedLocked(typeURL, name string) {
 // only once the fleet converged: a removal sent and then repaired is an
 // outage all the same. Call with mu held.
 func (c *xdsClient) lostLocked(typeURL, name string) {
+	// inFlight bounds how long a subscription change may wait for its
+	// answer behind the responses already on their way.
+	const inFlight = 10 * time.Second
 	got, ok := c.gotAt[typeURL][name]
-	asked := c.droppedAt[typeURL][name].After(got) || c.droppedAt[typeURL]["*"].After(got) // it answers the client's own change
+	// A removal may answer the client's own change: requests are pipelined,
+	// so one that dropped the name (or the wildcard) may be answered after a
+	// later response sent it again (a Delta unsubscription of a name the
+	// wildcard still covers is answered by the resource or its removal).
+	// A drop since the client received the name, or a recent one still in
+	// flight, explains the removal.
+	answers := func(dropped time.Time) bool {
+		return dropped.After(got) || time.Since(dropped) < inFlight
+	}
+	asked := answers(c.droppedAt[typeURL][name]) || answers(c.droppedAt[typeURL]["*"])
 	if ok && !asked && xdstest.PhantomLoss(typeURL, name, c.held[typeURL][name]) {
 		c.problemLocked("phantom loss: told %s %q is gone, which the upstream has served without a break since the content the client holds; last messages:\n  %s",
 			typeURL, name, strings.Join(c.history, "\n  "))
