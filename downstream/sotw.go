@@ -57,7 +57,11 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		verdict = ts.verdict(nonce)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
+			// Its version_info is what the client runs: the last version it
+			// accepted, whose ACK may have been stale (a newer response was
+			// on its way).
 			st.nacked(ts, typeURL, nonce, d.GetMessage())
+			ts.ackedVersion = req.GetVersionInfo()
 		} else {
 			st.acked(ts, req.GetVersionInfo())
 		}
@@ -261,7 +265,7 @@ func (st *stream) buildSotW(it item) *encoded {
 	}
 	nonce := st.nextNonce()
 	ts.lastNonce = nonce
-	ts.sentVersion = b.version
+	ts.sentVersion, ts.nackedSent = b.version, false
 	ts.sentOnce = true
 	if keying.FullState(v.TypeURL) {
 		ts.heldKeys, ts.fromElsewhere = b.keys, false
@@ -365,7 +369,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			return all
 		}, errs, w)
 	}
-	if b.version == ts.sentVersion && !forced {
+	if ts.holds(b.version) && !forced {
 		return nil
 	}
 	if !ts.keepsHeld(v, b) {
@@ -376,6 +380,13 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		st.hold(ts, v.TypeURL, "referenced")
 	}
 	return b
+}
+
+// holds reports whether a SotW response at version is what the client has:
+// the latest response sent (xDS: a NACKed version is not resent either), or,
+// when that was NACKed, the one it still runs.
+func (ts *typeState) holds(version string) bool {
+	return version == ts.sentVersion || (ts.nackedSent && version == ts.ackedVersion)
 }
 
 // keptKey extends a memo key with the resources a response keeps beyond its
@@ -429,7 +440,7 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	sortErrors(errs)
 	w := st.wrapFor(ts)
 	b := v.sotw(selectionKey(false, sel, w), func() []*Resource { return sel }, errs, w)
-	if b.version == ts.sentVersion && !asked {
+	if ts.holds(b.version) && !asked {
 		return nil // the client has just this (a change it was sent with a request's answer)
 	}
 	return b

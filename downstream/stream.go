@@ -113,7 +113,10 @@ type typeState struct {
 	sentVersion  string
 	ackedVersion string
 	lastNACK     string
-	sentOnce     bool
+	// nackedSent: the latest response sent was NACKed, so the client
+	// holds what it last ACKed (SotW).
+	nackedSent bool
+	sentOnce   bool
 	sentAt       time.Time // upstream receipt of the change last sent; zero when not a change
 
 	// Delta bookkeeping: what the client holds, name → version, and whether
@@ -478,6 +481,7 @@ func (st *stream) prelude(typeURL string, n int, node *corev3.Node) (string, err
 // nacked records a NACK of the response nonce. Called with mu held.
 func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 	ts.lastNACK = reason
+	ts.nackedSent = nonce == ts.lastNonce
 	st.srv.m.NACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
 	if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
 		ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", reason))

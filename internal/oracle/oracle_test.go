@@ -106,6 +106,8 @@ var regressions = []struct {
 		"a listener deleted while the relay restarted never removed: the new stream had not received it"},
 	{1795492912555193232, []int{8, 9, 12, 13, 18, 19},
 		"a TP2 Delta client's initial_resource_versions not taken for the variants it subscribes (make before break)"},
+	{15, []int{2, 3, 4, 25, 28, 29, 37, 38, 39},
+		"a halted rollout's version resent to the canary that NACKed it and still runs the version it accepted (its ACK was stale)"},
 }
 
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
