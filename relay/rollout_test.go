@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -85,22 +87,27 @@ func TestRolloutHaltsOnCanaryNACK(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("%d canaries got the change, want 2 (20%% of 10)", len(got))
 	}
+	// One canary NACKs (the rollout halts), the other had accepted it.
+	can := slices.Sorted(maps.Keys(got))
+	nacker, acker := can[0], can[1]
 	for i, resp := range got {
 		if edsOf(t, resp) != "eds-bad" {
 			t.Fatalf("canary %d got %q", i, edsOf(t, resp))
 		}
-		clients[i].Nack(resp, "bad eds config")
 	}
+	clients[nacker].Nack(got[nacker], "bad eds config")
+	clients[acker].Ack(got[acker])
 	for _, i := range rest {
 		clients[i].ExpectNoResponse(quiet / 3) // halted: nothing for the others
 	}
-	for i := range got { // the canaries are put back on the last good version
-		resp := clients[i].RecvType(resource.ClusterType)
-		if edsOf(t, resp) != "eds-1" {
-			t.Fatalf("canary %d after the halt holds %q", i, edsOf(t, resp))
-		}
-		clients[i].Ack(resp)
+	// The canary that accepted it is put back on the last good version; the
+	// one that NACKed still runs it and gets nothing.
+	resp := clients[acker].RecvType(resource.ClusterType)
+	if edsOf(t, resp) != "eds-1" {
+		t.Fatalf("canary %d after the halt holds %q", acker, edsOf(t, resp))
 	}
+	clients[acker].Ack(resp)
+	clients[nacker].ExpectNoResponse(quiet / 3)
 	info := r.DebugRollouts()
 	if len(info) != 1 || info[0].State != "halted" || info[0].NACKs < 1 || info[0].Reasons[0] != "bad eds config" {
 		t.Fatalf("/debug/rollouts = %+v", info)
