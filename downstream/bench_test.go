@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -57,5 +58,53 @@ func BenchmarkBuildSotWWildcard(b *testing.B) {
 		if st.buildSotW(it) == nil {
 			b.Fatal("no response")
 		}
+	}
+}
+
+// The per-stream build of one change for a fleet of streams that share a
+// subscription: wildcard (Envoy-like) or the same 100 names (proxyless
+// gRPC). Each iteration is one stream's build of a fresh change; the View
+// is replaced every `fleet` builds, as a change reaches each stream once.
+func BenchmarkBuildSotWFleet(b *testing.B) {
+	const fleet = 1000
+	for _, shape := range []string{"wildcard", "named"} {
+		b.Run(shape, func(b *testing.B) {
+			v := benchView(100)
+			var sets nameSets
+			streams := make([]*stream, fleet)
+			for i := range streams {
+				ts := &typeState{names: map[string]struct{}{}}
+				if shape == "wildcard" {
+					ts.wildcard = true
+				} else {
+					want := make(map[string]struct{}, len(v.Resources))
+					for n := range v.Resources {
+						want[n] = struct{}{}
+					}
+					ts.names = sets.intern(&ts.set, want)
+				}
+				streams[i] = &stream{types: map[string]*typeState{v.TypeURL: ts}, typeURL: v.TypeURL}
+			}
+			seq := uint64(1)
+			it := item{view: v, names: map[string]struct{}{"cluster-0001": {}}}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i%fleet == 0 {
+					seq++
+					nv := v.Next(seq, it.names)
+					res := maps.Clone(v.Resources)
+					old := res["cluster-0001"]
+					res["cluster-0001"] = &Resource{Name: old.Name, Version: fmt.Sprint(seq), Any: old.Any}
+					nv.Resources = res
+					v = nv
+					it.view = v
+				}
+				if streams[i%fleet].buildSotW(it) == nil {
+					b.Fatal("no response")
+				}
+				i++
+			}
+		})
 	}
 }

@@ -13,8 +13,9 @@ import (
 // many streams subscribe to it. Delta subscriptions change by increments and
 // keep their own sets.
 type nameSets struct {
-	mu sync.Mutex
-	m  map[string]*nameSet // guarded by mu; by setKey
+	mu   sync.Mutex
+	m    map[string]*nameSet // guarded by mu; by setKey
+	next uint64              // guarded by mu: the last id given
 }
 
 // nameSet is one interned subscription, shared by refs streams. Its map is
@@ -22,7 +23,8 @@ type nameSets struct {
 type nameSet struct {
 	names map[string]struct{}
 	key   string
-	refs  int // guarded by nameSets.mu
+	id    uint64 // unique for the server's life: names its responses in View memos
+	refs  int    // guarded by nameSets.mu
 }
 
 // intern makes names (a fresh, complete subscription) the stream type's
@@ -38,7 +40,8 @@ func (s *nameSets) intern(held **nameSet, names map[string]struct{}) map[string]
 	s.releaseLocked(*held)
 	ns := s.m[key]
 	if ns == nil {
-		ns = &nameSet{names: names, key: key}
+		s.next++
+		ns = &nameSet{names: names, key: key, id: s.next}
 		if s.m == nil {
 			s.m = make(map[string]*nameSet)
 		}

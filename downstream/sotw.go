@@ -268,7 +268,7 @@ func (st *stream) buildSotW(it item) *encoded {
 	ts.sentVersion, ts.nackedSent = b.version, false
 	ts.sentOnce = true
 	if keying.FullState(v.TypeURL) {
-		ts.heldKeys, ts.fromElsewhere = b.keys, false
+		ts.held, ts.heldKeys, ts.fromElsewhere = b, b.keys, false
 	}
 	ts.lastView = v
 	st.released(ts, v.TypeURL)
@@ -295,30 +295,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			break
 		}
 	}
-	var extra []*Resource // named resources outside the wildcard set
-	for n := range ts.names {
-		if _, denied := ts.denied[n]; denied {
-			continue
-		}
-		if r, ok := v.Resources[n]; ok && (!ts.wildcard || !r.InWildcard() || !r.plain()) {
-			extra = append(extra, r)
-		}
-		if isGlob(n) {
-			extra = append(extra, v.members(n)...)
-		}
-	}
-	if ts.hasGlobs {
-		slices.SortFunc(extra, byName)
-		extra = slices.CompactFunc(extra, func(a, b *Resource) bool { return a.key() == b.key() })
-	}
-	// TP3: LDS/CDS responses with errors still carry every other resource.
-	var errs []*ResourceError
-	for n := range ts.names {
-		if e, ok := ts.errorFor(v, n); ok {
-			errs = append(errs, e)
-		}
-	}
-	sortErrors(errs)
+	sel := st.fullSelection(ts, v)
 	if ts.wildcard && !v.Complete {
 		// The upstream has not answered the wildcard yet: the client waits
 		// rather than lose what it holds.
@@ -327,27 +304,19 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if ts.fromElsewhere && v.Stale {
 		return st.holdFull(ts, v, "stale")
 	}
-	if !ts.wildcard && len(extra) == 0 && len(errs) == 0 && !ts.sentOnce && !anyGone(v, ts.names) {
+	if !ts.wildcard && sel.present == 0 && sel.errors == 0 && !ts.sentOnce && !sel.gone {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
-	w := st.wrapFor(ts)
-	key, pick := "*", v.wildcard
-	if w.ttl && v.wildcardTTL() {
-		key = "*\x00ttl"
-	}
-	if !ts.wildcard || len(extra) > 0 {
-		slices.SortFunc(extra, byName)
-		key = selectionKey(ts.wildcard, extra, w)
-		pick = func() []*Resource {
-			if !ts.wildcard {
-				return extra
-			}
-			all := append(slices.Clone(v.wildcard()), extra...)
-			slices.SortFunc(all, byName)
-			return all
+	b := sel.body
+	if !ts.fromElsewhere && len(ts.kept) == 0 && b.covers(ts.held) {
+		// The common change: the client loses nothing it holds, so nothing is
+		// held back (transitions.go, mbb.go).
+		if ts.holds(b.version) && !forced {
+			return nil
 		}
+		ts.kept = nil
+		return b
 	}
-	b := v.sotw(key, pick, errs, w)
 	kept, ok := st.keptFull(ts, v, b)
 	if !ok {
 		// Make before break, where the stream cannot send what the client
@@ -363,11 +332,11 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 	if len(keep) > 0 {
 		// Make before break: what the client still refers to stays.
 		slices.SortFunc(keep, byName)
-		b = v.sotw(key+keptKey(keep), func() []*Resource {
-			all := append(slices.Clone(pick()), keep...)
+		b = v.sotw(sel.key+keptKey(keep), func() []*Resource {
+			all := append(slices.Clone(sel.pick()), keep...)
 			slices.SortFunc(all, byName)
 			return all
-		}, errs, w)
+		}, sel.errs, st.wrapFor(ts))
 	}
 	if ts.holds(b.version) && !forced {
 		return nil
@@ -380,6 +349,60 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		st.hold(ts, v.TypeURL, "referenced")
 	}
 	return b
+}
+
+// fullSelection returns what a full-state response of v carries for the
+// stream: shared by every stream of the same interned subscription when it
+// names resources plainly (View.namedFull), else the stream's own.
+// Called with mu held.
+func (st *stream) fullSelection(ts *typeState, v *View) *namedState {
+	w := st.wrapFor(ts)
+	if !ts.wildcard && ts.set != nil && len(ts.denied) == 0 && !ts.hasGlobs && len(w.tp2) == 0 {
+		return v.namedFull(ts.set, w.ttl)
+	}
+	var extra []*Resource // named resources outside the wildcard set
+	gone := false
+	for n := range ts.names {
+		if _, denied := ts.denied[n]; denied {
+			continue
+		}
+		r, ok := v.Resources[n]
+		if ok && (!ts.wildcard || !r.InWildcard() || !r.plain()) {
+			extra = append(extra, r)
+		}
+		if isGlob(n) {
+			extra = append(extra, v.members(n)...)
+		} else if !ok && v.Gone(n) {
+			gone = true
+		}
+	}
+	if ts.hasGlobs {
+		slices.SortFunc(extra, byName)
+		extra = slices.CompactFunc(extra, func(a, b *Resource) bool { return a.key() == b.key() })
+	}
+	// TP3: LDS/CDS responses with errors still carry every other resource.
+	var errs []*ResourceError
+	for n := range ts.names {
+		if e, ok := ts.errorFor(v, n); ok {
+			errs = append(errs, e)
+		}
+	}
+	sortErrors(errs)
+	sel := &namedState{present: len(extra), errors: len(errs), gone: gone, errs: errs, key: "*", sel: extra}
+	if w.ttl && v.wildcardTTL() {
+		sel.key = "*\x00ttl"
+	}
+	if ts.wildcard && len(extra) == 0 {
+		sel.wild = v
+	} else {
+		slices.SortFunc(extra, byName)
+		sel.key = selectionKey(ts.wildcard, extra, w)
+		if ts.wildcard {
+			sel.wild = v
+		}
+	}
+	sel.body = v.sotw(sel.key, sel.pick, errs, w)
+	return sel
 }
 
 // holds reports whether a SotW response at version is what the client has:

@@ -117,7 +117,7 @@ type typeState struct {
 	// holds what it last ACKed (SotW).
 	nackedSent bool
 	sentOnce   bool
-	sentAt       time.Time // upstream receipt of the change last sent; zero when not a change
+	sentAt     time.Time // upstream receipt of the change last sent; zero when not a change
 
 	// Delta bookkeeping: what the client holds, name → version, and whether
 	// a wildcard subscription still waits for its first answer.
@@ -153,6 +153,7 @@ type typeState struct {
 	// a removal is held back now ("" for none), counted once per episode.
 	fromElsewhere bool
 	heldKeys      map[string]struct{}
+	held          *body // the response heldKeys come from
 	initial       map[string]struct{}
 	holding       string
 	// heldBack (Delta): names whose removal is held back: looked at again

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -149,8 +150,12 @@ type View struct {
 	wild     []*Resource // default-authority resources sorted by name
 	wildTTL  bool        // one of them has a TTL
 
-	mu   sync.Mutex
-	memo map[string]*body // guarded by mu: encoded responses by selection key
+	globOnce sync.Once
+	globs    map[string][]*Resource // glob collection → its members
+
+	mu    sync.Mutex
+	memo  map[string]*body         // guarded by mu: encoded responses by selection key
+	named map[namedKey]*namedState // guarded by mu: full states of interned subscriptions
 }
 
 // Next returns a new View of the type carrying v's state (resources,
@@ -197,15 +202,98 @@ func (v *View) wildcardTTL() bool {
 	return v.wildTTL
 }
 
-// members returns the resources of the glob collection glob.
+// members returns the resources of the glob collection glob (shared,
+// read-only). The View indexes its globs once, not once per stream.
 func (v *View) members(glob string) []*Resource {
-	var out []*Resource
-	for _, r := range v.Resources {
-		if r.Glob == glob && r.plain() {
-			out = append(out, r)
+	v.globOnce.Do(func() {
+		for _, r := range v.Resources {
+			if r.Glob != "" && r.plain() {
+				if v.globs == nil {
+					v.globs = make(map[string][]*Resource)
+				}
+				v.globs[r.Glob] = append(v.globs[r.Glob], r)
+			}
+		}
+	})
+	return v.globs[glob]
+}
+
+// namedKey identifies a full state of an interned subscription: the set,
+// and whether resources carry their TTLs.
+type namedKey struct {
+	set *nameSet
+	ttl bool
+}
+
+// namedState is what a View holds for the streams that subscribe to one
+// interned set of names, without a wildcard, globs, locators or denied
+// names — proxyless gRPC's CDS by name: the full-state response and what
+// deciding to send it needs. Every such stream shares it, so a change costs
+// each of them a lookup, not a pass over its names.
+type namedState struct {
+	body    *body
+	present int    // resources in body
+	errors  int    // TP3 errors in body
+	gone    bool   // the View knows one of the names does not exist
+	key     string // the body's memo key
+	sel     []*Resource
+	errs    []*ResourceError
+	// wild: the response carries the wildcard set of this View too.
+	wild *View
+}
+
+// pick returns the resources of the selection, sorted.
+func (ns *namedState) pick() []*Resource {
+	if ns.wild == nil {
+		return ns.sel
+	}
+	if len(ns.sel) == 0 {
+		return ns.wild.wildcard()
+	}
+	all := append(slices.Clone(ns.wild.wildcard()), ns.sel...)
+	slices.SortFunc(all, byName)
+	return all
+}
+
+// namedFull returns the full state of v for set. Called by streams that
+// hold set with no denied names, no globs and no locators.
+func (v *View) namedFull(set *nameSet, ttl bool) *namedState {
+	k := namedKey{set, ttl}
+	v.mu.Lock()
+	ns, ok := v.named[k]
+	v.mu.Unlock()
+	if ok {
+		return ns
+	}
+	ns = &namedState{}
+	for n := range set.names {
+		if r, ok := v.Resources[n]; ok {
+			ns.sel = append(ns.sel, r)
+		} else if e, ok := v.Errors[n]; ok {
+			ns.errs = append(ns.errs, e)
+		} else if v.Gone(n) {
+			ns.gone = true
 		}
 	}
-	return out
+	slices.SortFunc(ns.sel, byName)
+	sortErrors(ns.errs)
+	ns.present, ns.errors = len(ns.sel), len(ns.errs)
+	ns.key = "\x00set:" + strconv.FormatUint(set.id, 10)
+	w := wrap{ttl: ttl}
+	if ttl {
+		ns.key += ":ttl"
+	}
+	ns.body = v.sotw(ns.key, ns.pick, ns.errs, w)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if prev, ok := v.named[k]; ok {
+		return prev // built twice at once: keep one
+	}
+	if v.named == nil {
+		v.named = make(map[namedKey]*namedState)
+	}
+	v.named[k] = ns
+	return ns
 }
 
 // body is an encoded response without its per-stream nonce, shared by every
@@ -217,6 +305,33 @@ type body struct {
 	// keys are the keys of the resources it carries (read-only): what a
 	// client holds after a full-state response.
 	keys map[string]struct{}
+
+	mu      sync.Mutex
+	coverOf *body // guarded by mu: the last body covers was asked about
+	covered bool  // guarded by mu: and its answer
+}
+
+// covers reports whether b carries every key of prev (nil: nothing): a
+// client that holds prev loses nothing with b. The answer for the last prev
+// asked is kept, since the streams of a fleet mostly hold the same body.
+func (b *body) covers(prev *body) bool {
+	if prev == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.coverOf == prev {
+		return b.covered
+	}
+	ok := true
+	for k := range prev.keys {
+		if _, in := b.keys[k]; !in {
+			ok = false
+			break
+		}
+	}
+	b.coverOf, b.covered = prev, ok
+	return ok
 }
 
 // sotw returns the SotW response body for the selection identified by key,
