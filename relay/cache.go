@@ -368,6 +368,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 		ownErrs()
 		errs[e.Name] = &downstream.ResourceError{Name: e.Name, Code: e.Code, Message: e.Message}
+		delete(tc.unreachable, e.Name) // the upstream's word replaces the relay's own
 		changed[e.Name] = struct{}{}
 		if e.Code == codes.NotFound || e.Code == codes.PermissionDenied {
 			remove(e.Name)
@@ -386,6 +387,14 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		removed[name] = true
 		if _, cached := res[name]; cached || tc.variantMode(name) {
 			remove(name) // every variant of it, too
+		}
+		if tc.unreachable[name] {
+			// The relay's own UNAVAILABLE is over: the upstream answered. (A
+			// transient error would keep the client its copy of what is gone.)
+			ownErrs()
+			delete(errs, name)
+			delete(tc.unreachable, name)
+			changed[name] = struct{}{}
 		}
 		if a, _ := keying.Authority(name); a != authority {
 			return // the default servers' word on another authority's name

@@ -224,9 +224,9 @@ type Run struct {
 // relaySlot is one relay replica: its address stays across restarts.
 type relaySlot struct {
 	index int
-	addr  string
 
 	mu    sync.Mutex
+	addr  string // guarded by mu: set by the first start
 	gen   int
 	id    string
 	relay *relay.Relay
@@ -503,7 +503,12 @@ func (r *Run) sent(instance, typeURL string) int {
 	return best
 }
 
-func (r *Run) relayAddr(i int) string { return r.relays[i].addr }
+func (r *Run) relayAddr(i int) string {
+	s := r.relays[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
 
 // startRelay starts the next instance of slot on its address.
 func (r *Run) startRelay(s *relaySlot) error {
