@@ -521,7 +521,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	}
 	r.moveNoCache(tc, moveNames)
 	if tc.ro == nil && len(rolled) > 0 {
-		r.startRollout(tc, old, v, rolled, r.watchersOf(tc, rolled))
+		r.startRollout(tc, old, v, rolled, watchers(r.watchersOf(tc, rolled)))
 	} else if tc.ro != nil && len(rolled) > 0 {
 		tc.ro.add(old, v, rolled)
 	}
@@ -533,15 +533,19 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	// other watchers of what it changes get a barrier (once); everyone else
 	// is notified as usual, behind their barrier if they hold one.
 	ro := tc.ro
-	for _, w := range r.watchersOf(tc, append(slices.Collect(maps.Keys(changed)), slices.Collect(maps.Keys(beats))...)) {
+	canaries, held, rest := delivery{v: v, ro: ro, canary: true}, delivery{v: v, ro: ro}, delivery{v: v}
+	for _, b := range r.watchersOf(tc, append(slices.Collect(maps.Keys(changed)), slices.Collect(maps.Keys(beats))...)) {
 		switch {
-		case ro.isCanary(w):
-			w.NotifyRollout(v, ro, true)
-		case ro.watches(w) && ro.hold(w):
-			w.NotifyRollout(v, ro, false)
+		case ro.isCanary(b.w):
+			canaries.to = append(canaries.to, b)
+		case ro.watches(b.w) && ro.hold(b.w):
+			held.to = append(held.to, b)
 		default:
-			w.Notify(v, nil)
+			rest.to = append(rest.to, b)
 		}
+	}
+	for _, d := range []delivery{canaries, held, rest} {
+		r.fan.add(d)
 	}
 	return nil
 }
@@ -549,17 +553,24 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 // notifyEvery tells every stream that watches something of tc of v. Called
 // with mu held.
 func (r *Relay) notifyEvery(tc *typeCache, v *downstream.View) {
-	for _, w := range r.watchersOf(tc, slices.Collect(maps.Keys(tc.watchers))) {
-		w.Notify(v, nil)
-	}
+	r.fan.add(delivery{to: r.watchersOf(tc, slices.Collect(maps.Keys(tc.watchers))), v: v})
 }
 
 // notify tells the streams that watch a changed name (or the wildcard) of v,
-// once each. Called with mu held.
+// once each. Called with mu held; the streams are told outside it, in order
+// (fanout.go).
 func (r *Relay) notify(tc *typeCache, v *downstream.View) {
-	for _, w := range r.watchersOf(tc, append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)) {
-		w.Notify(v, nil)
+	names := append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)
+	r.fan.add(delivery{to: r.watchersOf(tc, names), v: v})
+}
+
+// watchers returns the streams of bindings.
+func watchers(bs []*binding) []downstream.Watcher {
+	out := make([]downstream.Watcher, len(bs))
+	for i, b := range bs {
+		out[i] = b.w
 	}
+	return out
 }
 
 // globOf returns the glob collection of a changed name, present or removed.
@@ -570,9 +581,9 @@ func globOf(v *downstream.View, name string) string {
 	return keying.GlobOf(name)
 }
 
-// watchersOf returns, once each, the streams watching one of names or the
-// wildcard. Called with mu held.
-func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
+// watchersOf returns, once each, the bound streams watching one of names or
+// the wildcard. Called with mu held.
+func (r *Relay) watchersOf(tc *typeCache, names []string) []*binding {
 	set := make(map[uint64]struct{}, tc.wild.len())
 	add := func(ws *watcherSet) {
 		for id := range ws.all {
@@ -586,10 +597,10 @@ func (r *Relay) watchersOf(tc *typeCache, names []string) []downstream.Watcher {
 			add(tc.watchers[g])
 		}
 	}
-	out := make([]downstream.Watcher, 0, len(set))
+	out := make([]*binding, 0, len(set))
 	for id := range set {
-		if w := r.watcher(id); w != nil {
-			out = append(out, w)
+		if b := r.bound[id]; b != nil {
+			out = append(out, b)
 		}
 	}
 	return out

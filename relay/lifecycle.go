@@ -115,6 +115,7 @@ func (r *Relay) Close() {
 	r.grpc.Stop()
 	<-r.Drain() // over at once: its context is cancelled and grpc stopped
 	r.ds.Close()
+	r.fan.close()
 	r.closeGateway()
 	r.mu.Lock()
 	if r.closed {

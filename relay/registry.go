@@ -192,7 +192,17 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	if len(force) == 0 {
 		return
 	}
-	// Under mu, so this View is ordered with every later update.
+	// Under mu, so this View is ordered with every later update: at once, or
+	// behind the deliveries to w still on their way (fanout.go).
+	tell := func(d delivery) {
+		b := r.bound[w.ID()]
+		if b == nil || b.pending.Load() == 0 {
+			d.notify(w)
+			return
+		}
+		d.to = []*binding{b}
+		r.fan.add(d)
+	}
 	if ro := tc.ro; ro != nil && !ro.isCanary(w) && ro.watches(w) && !ro.held[w] {
 		// A new subscriber during a rollout gets the accepted versions now
 		// and the rolled-out ones if the rollout is released. (A stream that
@@ -201,13 +211,13 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		ro.mu.Lock()
 		accepted := revertView(tc.view, ro.accepted, ro.names)
 		ro.mu.Unlock()
-		w.Notify(accepted, force)
+		tell(delivery{v: accepted, force: force})
 		if ro.hold(w) {
-			w.NotifyRollout(tc.view, ro, false)
+			tell(delivery{v: tc.view, ro: ro})
 		}
 		return
 	}
-	w.Notify(tc.view, force)
+	tell(delivery{v: tc.view, force: force})
 }
 
 // clientFor returns the upstream client that serves name in tc's scope, or

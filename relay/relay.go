@@ -59,6 +59,9 @@ type Relay struct {
 	// modified), so that one group has one key whatever the field order.
 	groupBy []string
 
+	// fan delivers the notifications the relay makes under mu, outside it.
+	fan *fanout
+
 	mu     sync.Mutex
 	scopes map[string]*scope   // guarded by mu; by scope key
 	shared *scope              // the scope every stream uses by default
@@ -94,6 +97,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		scopes: make(map[string]*scope),
 		bound:  make(map[uint64]*binding),
 		unref:  newUnrefLRU(cfg.Cache.MaxUnreferenced),
+		fan:    newFanout(),
 	}
 	if k := cfg.Keying; k != nil {
 		r.groupBy = slices.Sorted(slices.Values(k.GroupBy))
@@ -142,9 +146,26 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
 	if err := r.newDialects(); err != nil {
+		r.abandon()
 		return nil, err
 	}
 	return r, nil
+}
+
+// abandon stops what New started, for a New that fails late.
+func (r *Relay) abandon() {
+	r.mu.Lock()
+	r.closed = true
+	clients := r.stopScope(r.shared)
+	r.mu.Unlock()
+	for _, c := range clients {
+		c.Close()
+	}
+	r.fan.close()
+	if r.persist != nil {
+		r.persist.close()
+	}
+	r.creds.close()
 }
 
 // relayNode is the node the relay presents upstream: its own, from config.

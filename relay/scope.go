@@ -2,6 +2,7 @@ package relay
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -49,6 +50,8 @@ type binding struct {
 	// ownTypes are the types (besides secrets) this stream gets from its
 	// node's own scope: it subscribed to a do_not_cache resource of them.
 	ownTypes map[string]bool
+	// pending counts the deliveries to w under way (fanout.go).
+	pending atomic.Int32
 }
 
 func (sc *scope) typeCache(typeURL string) *typeCache {

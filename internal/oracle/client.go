@@ -191,7 +191,21 @@ func (c *Client) connect(target int) {
 		}
 		if err != nil {
 			cancel()
-			continue // the relay is down: the receive loop of another try reconnects
+			// The relay is down (a restart): try again after a backoff, all
+			// streams, as the receive loops do.
+			gen := c.gen
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				time.Sleep(30 * time.Millisecond)
+				c.mu.Lock()
+				same := c.gen == gen && !c.closed
+				c.mu.Unlock()
+				if same {
+					c.connect(target)
+				}
+			}()
+			return
 		}
 		c.streams[k] = s
 		c.wg.Add(1)
