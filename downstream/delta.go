@@ -40,6 +40,9 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	}
 	st.mu.Lock()
 	ts := st.state(typeURL)
+	if st.acknowledged(req.GetResponseNonce()) {
+		defer st.kick()
+	}
 	var verdict Rollout
 	if nonce := req.GetResponseNonce(); nonce != "" {
 		verdict = ts.verdict(nonce)

@@ -344,6 +344,6 @@ func (st *stream) cameBack() {
 			st.mu.Unlock()
 			return
 		}
-		st.scheduleLocked()
+		st.scheduleLocked(false)
 	})
 }

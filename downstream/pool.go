@@ -4,13 +4,19 @@ import "sync"
 
 // pool is the shared set of sender goroutines that drain stream queues. A
 // stream is scheduled at most once at a time. Workers beyond base exist only
-// while there is a backlog, so a client whose sends block (it stopped
-// reading) holds one worker and never delays the others.
+// while there is a backlog. A send never blocks a worker for long: a stream
+// sends only while its client has acknowledged all but a little of what it
+// was sent (stream.go, sendBudget), so a client that stopped reading holds
+// no worker.
+//
+// Streams with an urgent flush — the answer to a subscription, a new
+// client's first response — go before the backlog of a fan-out.
 type pool struct {
 	base, max int
 
 	mu      sync.Mutex
 	cond    *sync.Cond
+	urgent  []*stream // guarded by mu: served first
 	q       []*stream // guarded by mu
 	idle    int       // guarded by mu
 	workers int       // guarded by mu
@@ -24,16 +30,38 @@ func newPool(base, max int) *pool {
 	return p
 }
 
-// schedule queues s for a worker.
-func (p *pool) schedule(s *stream) {
+// schedule queues s for a worker, urgent ones before the others.
+func (p *pool) schedule(s *stream, urgent bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return
 	}
-	p.q = append(p.q, s)
+	if urgent {
+		p.urgent = append(p.urgent, s)
+	} else {
+		p.q = append(p.q, s)
+	}
 	p.wakeLocked()
 }
+
+// popLocked takes the next stream to flush. Called with mu held and a
+// stream queued.
+func (p *pool) popLocked() *stream {
+	q := &p.q
+	if len(p.urgent) > 0 {
+		q = &p.urgent
+	}
+	s := (*q)[0]
+	(*q)[0] = nil
+	*q = (*q)[1:]
+	if len(*q) == 0 {
+		*q = (*q)[:0:0]
+	}
+	return s
+}
+
+func (p *pool) queued() int { return len(p.urgent) + len(p.q) }
 
 // wakeLocked gets a worker to the queue: an idle one, else a new one. The
 // idle count drops at the signal, so two signals never target one waiter.
@@ -55,7 +83,7 @@ func (p *pool) work() {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
-		for len(p.q) == 0 && !p.closed {
+		for p.queued() == 0 && !p.closed {
 			if p.workers > p.base {
 				p.workers--
 				p.mu.Unlock()
@@ -69,15 +97,9 @@ func (p *pool) work() {
 			p.mu.Unlock()
 			return
 		}
-		s := p.q[0]
-		p.q[0] = nil
-		p.q = p.q[1:]
-		if len(p.q) == 0 {
-			p.q = p.q[:0:0]
-		} else {
-			// This flush may block on a client that stopped reading: make sure
-			// someone else serves the rest of the queue meanwhile.
-			p.wakeLocked()
+		s := p.popLocked()
+		if p.queued() > 0 {
+			p.wakeLocked() // the rest of the queue is served meanwhile
 		}
 		p.mu.Unlock()
 		s.flush()
@@ -90,7 +112,7 @@ func (p *pool) work() {
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
-	p.q = nil
+	p.q, p.urgent = nil, nil
 	p.idle = 0
 	p.cond.Broadcast()
 	p.mu.Unlock()

@@ -28,6 +28,9 @@ type item struct {
 	hold Rollout
 	// canary reports the verdict on this item's response to the rollout.
 	canary Rollout
+	// halted are halted rollouts whose barriers collapse merged into the
+	// item: the stream skips them before it sends the item (see barrier).
+	halted []Rollout
 }
 
 // maxQueue bounds a stream's queue. Past it the queue collapses to one item
@@ -127,15 +130,21 @@ func (q *queue) pop() (item, bool) {
 }
 
 // collapse bounds the queue of a stream that has fallen maxQueue changes
-// behind: per run of items between rollout barriers (which stay in place),
-// every type's items merge into one, and the merged items go out in the
-// xDS order of types (keying.OrderRank: CDS, EDS, LDS, RDS, …; types of the
-// same rank in the order of their last change). Such a client gets the
+// behind: per run of items between pending rollout barriers (which stay in
+// place), every type's items merge into one, and the merged items go out in
+// the xDS order of types (keying.OrderRank: CDS, EDS, LDS, RDS, …; types of
+// the same rank in the order of their last change). Such a client gets the
 // latest state of each type. Merging two updates of one type across another
 // type's update could send a removal before the update that stops
 // referencing it; the stream's make-before-break holds (mbb.go) keep such a
 // removal back until the reference is gone, so the order of the well-known
 // types is safe; opaque types keep the upstream's order of last changes.
+//
+// A barrier whose rollout has resolved holds nothing back any more: a
+// released one is an ordinary change, a halted one is skipped, which merged
+// into its run means that the run's latest View of the type is sent
+// reverted (item.halted). So barriers do not pile up either: a stream holds
+// at most one per pending rollout.
 func (q *queue) collapse() {
 	var out []item
 	run := q.items[:0:0]
@@ -145,9 +154,15 @@ func (q *queue) collapse() {
 	}
 	for _, it := range q.items {
 		if it.hold != nil {
-			flush()
-			out = append(out, it)
-			continue
+			switch it.hold.State() {
+			case RolloutPending:
+				flush()
+				out = append(out, it)
+				continue
+			case RolloutHalted:
+				it.halted = append(slices.Clip(it.halted), it.hold)
+			}
+			it.hold = nil
 		}
 		run = append(run, it)
 	}
@@ -171,6 +186,7 @@ func collapseRun(run []item) []item {
 			if a.canary == nil {
 				a.canary = it.canary
 			}
+			a.halted = append(slices.Clip(a.halted), it.halted...)
 			continue
 		}
 		cp := it

@@ -213,3 +213,56 @@ func TestQueueMergeKeepsLaterView(t *testing.T) {
 		t.Fatal("the merge lost the earlier change's names")
 	}
 }
+
+// resolvedRollout is a Rollout that has resolved: released or halted.
+type resolvedRollout struct {
+	pendingRollout
+	state RolloutState
+}
+
+func (r resolvedRollout) State() RolloutState { return r.state }
+
+// A stalled stream's queue stays bounded however many rollouts come and go:
+// barriers whose rollout resolved collapse with the rest, a released one as
+// an ordinary change, a halted one as a change to skip (item.halted) merged
+// into its type's latest View; pending barriers stay in place.
+func TestQueueBoundedAcrossResolvedBarriers(t *testing.T) {
+	var q queue
+	seq := uint64(0)
+	for i := range 50 * maxQueue {
+		seq++
+		state := RolloutReleased
+		if i%3 == 0 {
+			state = RolloutHalted
+		}
+		q.pushRollout(&View{TypeURL: keying.ClusterType, Seq: seq, Changed: map[string]struct{}{"c": {}}},
+			resolvedRollout{state: state}, false)
+		seq++
+		q.push(&View{TypeURL: keying.RouteType, Seq: seq, Changed: map[string]struct{}{"r": {}}}, nil)
+	}
+	if q.len() > maxQueue {
+		t.Fatalf("queue holds %d items, more than %d", q.len(), maxQueue)
+	}
+	halted := 0
+	for _, it := range q.items {
+		halted += len(it.halted)
+	}
+	if halted == 0 {
+		t.Fatal("the halted rollouts were lost in the collapse: their change would be sent")
+	}
+	seq++
+	q.pushRollout(&View{TypeURL: keying.ClusterType, Seq: seq}, pendingRollout{}, false)
+	for range 2 * maxQueue {
+		seq++
+		q.push(&View{TypeURL: keying.RouteType, Seq: seq, Changed: map[string]struct{}{"r": {}}}, nil)
+	}
+	pending := 0
+	for _, it := range q.items {
+		if it.hold != nil {
+			pending++
+		}
+	}
+	if pending != 1 || q.len() > maxQueue {
+		t.Fatalf("%d pending barriers in %d items, want 1 in at most %d", pending, q.len(), maxQueue)
+	}
+}

@@ -41,6 +41,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	st.mu.Lock()
 	ts := st.state(typeURL)
 	nonce := req.GetResponseNonce()
+	if st.acknowledged(nonce) {
+		defer st.kick()
+	}
 	if ts.lastNonce != "" && nonce != ts.lastNonce {
 		// xDS: a SotW request whose nonce is not the latest sent for its type is
 		// stale and not answered; the client will send its current subscription

@@ -85,13 +85,19 @@ type stream struct {
 	scheduled bool                  // guarded by mu: queued in the pool or flushing
 	// graceUntil: the client came back with config from elsewhere; until
 	// then a type it has not asked for may hold something (mbb.go).
-	graceUntil time.Time  // guarded by mu
-	sending    bool       // guarded by mu: a SendMsg is in flight
-	closed     bool       // guarded by mu
-	nodeID     string     // guarded by mu
-	cluster    string     // guarded by mu
-	ttl        bool       // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
-	principal  *Principal // guarded by mu: built at the first authorization
+	graceUntil time.Time // guarded by mu
+	sending    bool      // guarded by mu: a SendMsg is in flight
+	closed     bool      // guarded by mu
+	// inflight are the responses the client has not acknowledged yet, and
+	// inflightBytes their size; gated: the stream waits for acknowledgements
+	// before it sends more (see sendBudget).
+	inflight      []flight   // guarded by mu
+	inflightBytes int        // guarded by mu
+	gated         bool       // guarded by mu
+	nodeID        string     // guarded by mu
+	cluster       string     // guarded by mu
+	ttl           bool       // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
+	principal     *Principal // guarded by mu: built at the first authorization
 }
 
 // typeState is a stream's protocol state for one type. Guarded by stream.mu.
@@ -207,7 +213,8 @@ func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
 // ID implements Watcher.
 func (st *stream) ID() uint64 { return st.id }
 
-// Notify implements Watcher: it queues the change and schedules a flush.
+// Notify implements Watcher: it queues the change and schedules a flush,
+// urgently for the answer to a subscription.
 func (st *stream) Notify(v *View, force []string) {
 	st.mu.Lock()
 	if st.closed {
@@ -218,7 +225,7 @@ func (st *stream) Notify(v *View, force []string) {
 	if ts := st.types[v.TypeURL]; ts != nil {
 		ts.latest = v
 	}
-	st.scheduleLocked()
+	st.scheduleLocked(force != nil)
 }
 
 // NotifyRollout implements Watcher.
@@ -232,7 +239,7 @@ func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
 	if ts := st.types[v.TypeURL]; ts != nil {
 		ts.latest = v
 	}
-	st.scheduleLocked()
+	st.scheduleLocked(false)
 }
 
 // Wake implements Watcher: a rollout the stream waits on has resolved.
@@ -242,7 +249,7 @@ func (st *stream) Wake() {
 		st.mu.Unlock()
 		return
 	}
-	st.scheduleLocked()
+	st.scheduleLocked(false)
 }
 
 // wrapFor returns how the stream's responses of ts's type wrap resources.
@@ -258,17 +265,82 @@ func (st *stream) kick() {
 		st.mu.Unlock()
 		return
 	}
-	st.scheduleLocked()
+	st.scheduleLocked(true)
 }
 
-// scheduleLocked schedules a flush unless one is pending, and unlocks mu.
-func (st *stream) scheduleLocked() {
-	sched := !st.scheduled
-	st.scheduled = true
+// scheduleLocked schedules a flush unless one is pending or the stream
+// waits for acknowledgements, and unlocks mu.
+func (st *stream) scheduleLocked(urgent bool) {
+	sched := !st.scheduled && !st.gated
+	st.scheduled = st.scheduled || sched
 	st.mu.Unlock()
 	if sched {
-		st.srv.pool.schedule(st)
+		st.srv.pool.schedule(st, urgent)
 	}
+}
+
+// sendBudget bounds what a stream sends that its client has not
+// acknowledged (ACK or NACK: a request naming a response's nonce says the
+// client has read it and everything before it). A stream sends while what
+// is unacknowledged is under it, so at most the budget plus one response is
+// unread. grpc-go lets a server stream queue 64 KiB (its write quota)
+// before SendMsg blocks until the client reads; under half of it, a send
+// never blocks, and a client that stopped reading — a hung process, a
+// half-open connection — holds no sender: its changes coalesce in its
+// queue (bounded, queue.go) until it reads again or keepalive closes it.
+const sendBudget = 32 << 10
+
+// flight is a response sent and not acknowledged yet.
+type flight struct {
+	nonce   uint64
+	size    int
+	typeURL string
+}
+
+// acknowledged records that the client read every response up to nonce
+// (the response_nonce of a request) and resumes a stream that waited for
+// it; it reports whether the stream must be scheduled. Called with mu held.
+func (st *stream) acknowledged(nonce string) bool {
+	n, err := strconv.ParseUint(nonce, 10, 64)
+	if err != nil || len(st.inflight) == 0 {
+		return false
+	}
+	i := 0
+	for ; i < len(st.inflight) && st.inflight[i].nonce <= n; i++ {
+		st.inflightBytes -= st.inflight[i].size
+	}
+	st.inflight = slices.Delete(st.inflight, 0, i)
+	if len(st.inflight) == 0 {
+		st.inflight = nil
+	}
+	return st.ungateLocked()
+}
+
+// unsubscribedAll forgets the unacknowledged responses of a type the client
+// no longer subscribes to at all: clients ignore a response of such a type
+// without acknowledging it (grpc-go, Envoy). It reports whether the stream
+// must be scheduled. Called with mu held.
+func (st *stream) unsubscribedAll(typeURL string) bool {
+	kept := st.inflight[:0]
+	for _, f := range st.inflight {
+		if f.typeURL == typeURL {
+			st.inflightBytes -= f.size
+			continue
+		}
+		kept = append(kept, f)
+	}
+	st.inflight = kept
+	return st.ungateLocked()
+}
+
+// ungateLocked resumes a stream that waited for acknowledgements once they
+// came; it reports whether it has something to send. Called with mu held.
+func (st *stream) ungateLocked() bool {
+	if st.gated && st.inflightBytes < sendBudget {
+		st.gated = false
+		return st.q.len() > 0
+	}
+	return false
 }
 
 // barrier handles a rollout barrier at the head of the queue: it reports
@@ -308,6 +380,12 @@ func (st *stream) flush() {
 			st.mu.Unlock()
 			return
 		}
+		if st.inflightBytes >= sendBudget && st.q.len() > 0 {
+			st.gated = true // resumed by acknowledged
+			st.scheduled = false
+			st.mu.Unlock()
+			return
+		}
 		it, ok := st.q.pop()
 		if !ok || st.closed {
 			st.scheduled = false
@@ -315,6 +393,9 @@ func (st *stream) flush() {
 			return
 		}
 		ts := st.types[it.view.TypeURL]
+		if ts != nil && len(it.halted) > 0 {
+			ts.halted = append(ts.halted, it.halted...) // barriers the queue collapsed
+		}
 		if ts != nil && it.view == ts.lastItem && len(it.force) == 0 && len(it.beats) == 0 && !it.recheck {
 			st.mu.Unlock()
 			continue // this very change was looked at already: nothing new
@@ -340,6 +421,8 @@ func (st *stream) flush() {
 		}
 		st.sending = msg != nil
 		if msg != nil {
+			st.inflight = append(st.inflight, flight{nonce: st.nonce, size: msg.size(), typeURL: it.view.TypeURL})
+			st.inflightBytes += msg.size()
 			if ce := st.srv.log.Check(zap.DebugLevel, "response"); ce != nil {
 				ce.Write(zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", it.view.TypeURL),
 					zap.Uint64("view", it.view.Seq), zap.Int("names", len(it.names)), zap.Int("forced", len(it.force)),
@@ -505,6 +588,11 @@ func (st *stream) acked(ts *typeState, version string) {
 // verdict, and hands the change to the Source. An error ends the stream;
 // its watches are dropped by close.
 func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, nack *statuspb.Status) error {
+	if len(c.Remove) > 0 || c.Wildcard != nil {
+		if !ts.wildcard && len(ts.names) == 0 && st.unsubscribedAll(typeURL) {
+			defer st.kick()
+		}
+	}
 	c = st.authorize(ts, typeURL, c)
 	err := st.checkSubscriptions()
 	wildcardDenied := ts.wildcardDenied

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -307,8 +308,8 @@ type body struct {
 	keys map[string]struct{}
 
 	mu      sync.Mutex
-	coverOf *body // guarded by mu: the last body covers was asked about
-	covered bool  // guarded by mu: and its answer
+	coverOf weak.Pointer[body] // guarded by mu: the last body covers was asked about (weak: bodies never chain)
+	covered bool               // guarded by mu: and its answer
 }
 
 // covers reports whether b carries every key of prev (nil: nothing): a
@@ -318,9 +319,10 @@ func (b *body) covers(prev *body) bool {
 	if prev == nil {
 		return true
 	}
+	wp := weak.Make(prev)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.coverOf == prev {
+	if b.coverOf == wp {
 		return b.covered
 	}
 	ok := true
@@ -330,7 +332,7 @@ func (b *body) covers(prev *body) bool {
 			break
 		}
 	}
-	b.coverOf, b.covered = prev, ok
+	b.coverOf, b.covered = wp, ok
 	return ok
 }
 
