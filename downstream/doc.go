@@ -17,8 +17,10 @@
 // order the Source produced them. A shared, bounded pool of sender goroutines
 // drains the queues: besides the gRPC handler that reads requests there is no
 // goroutine per stream, and none per push (Drain ends streams by closing
-// their connections, see drain.go). A stream that reads slowly
-// holds at most one pending item per type run and one sender.
+// their connections, see drain.go). A stream sends only while its client
+// has acknowledged all but sendBudget of what it was sent, so no send blocks
+// on a client that stopped reading: such a stream holds no sender, and its
+// queue coalesces (bounded) until the client reads again.
 //
 // # Concurrency
 //

@@ -7,7 +7,8 @@
 // (onUpdate); the Relay turns each resource into an immutable
 // downstream.Resource (the upstream's bytes, a content-derived version),
 // publishes a new immutable downstream.View of the type, and notifies the
-// streams that watch a changed name (or the wildcard). Streams build their
+// streams that watch a changed name (or the wildcard) — outside its lock, in
+// order, on the fan-out goroutine (fanout.go). Streams build their
 // responses from the View, encoded once per selection.
 //
 // Registry: each (type, name) is ref-counted by its watching streams. The
