@@ -80,7 +80,9 @@ type Options struct {
 	// NewStreamsPerSecond is the admission rate of new streams (burst of
 	// the same size, at least one); 0 admits every stream.
 	NewStreamsPerSecond float64
-	// MaxSenders bounds the sender goroutines. Default 4096.
+	// MaxSenders bounds the sender goroutines. Default 4 × GOMAXPROCS: a
+	// send never blocks (see sendBudget), so more would only queue for the
+	// CPUs.
 	MaxSenders int
 	// Authorize, when set, is asked for every subscribed name.
 	Authorize Authorizer
@@ -123,7 +125,7 @@ func NewServer(src Source, opts Options) *Server {
 		opts.MaxSubscriptions = 100000
 	}
 	if opts.MaxSenders <= 0 {
-		opts.MaxSenders = 4096
+		opts.MaxSenders = 4 * runtime.GOMAXPROCS(0)
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -136,7 +138,7 @@ func NewServer(src Source, opts Options) *Server {
 		opts:    opts,
 		log:     opts.Logger,
 		m:       opts.Metrics,
-		pool:    newPool(2*runtime.GOMAXPROCS(0), opts.MaxSenders),
+		pool:    newPool(min(2*runtime.GOMAXPROCS(0), opts.MaxSenders), opts.MaxSenders),
 		lim:     newLimiter(opts.NewStreamsPerSecond),
 		streams: make(map[uint64]*stream),
 	}
