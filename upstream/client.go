@@ -71,19 +71,19 @@ type typeState struct {
 	known map[string]struct{}
 
 	// Per stream; reset when a new stream starts.
-	dirty     bool                // queued in Client.pending
-	requested bool                // SotW: a request for the type was sent on this stream
+	dirty     bool // queued in Client.pending
+	requested bool // SotW: a request for the type was sent on this stream
 	// sure holds, for SotW full-state types, the plain names of the type's
 	// first request on this stream that are still subscribed: every
 	// response on the stream answers a request that named them, so one
 	// without such a name says it does not exist (as the first request's
 	// "*" makes every response the wildcard's full set, settle.go).
-	sure map[string]struct{}
-	named     bool                // SotW: a request with explicit names was sent on this stream
-	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
-	forget    map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
-	nack      error               // SotW: NACK to send with the next request
-	acks      []deltaAck          // Delta: ACKs/NACKs to send, in order
+	sure   map[string]struct{}
+	named  bool                // SotW: a request with explicit names was sent on this stream
+	sent   map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
+	forget map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
+	nack   error               // SotW: NACK to send with the next request
+	acks   []deltaAck          // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
 	// certainly applies the wildcard on this stream; settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
