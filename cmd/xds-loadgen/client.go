@@ -305,7 +305,9 @@ func (c *client) counted(now time.Time, stamp int64) {
 	c.updates++
 	c.e.ctr.updates.Add(1)
 	if stamp != 0 {
-		c.e.prop.Record(now.Sub(time.Unix(0, stamp)))
+		d := now.Sub(time.Unix(0, stamp))
+		c.e.prop.Record(d)
+		c.e.changes.Record(stamp, d)
 	}
 	if cfg := c.e.cfg; cfg.Updates > 0 && !c.reachedTarget && c.updates >= cfg.Updates {
 		c.reachedTarget = true

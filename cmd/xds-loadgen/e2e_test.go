@@ -140,7 +140,7 @@ func TestRunCLI(t *testing.T) {
 	if s.Rates.ResponsesPerSecond <= 0 || s.Rates.UpdatesPerSecond <= 0 || s.Rates.BytesPerSecond <= 0 {
 		t.Errorf("rates %+v", s.Rates)
 	}
-	for _, key := range []string{`"config"`, `"started_at"`, `"ended_at"`, `"rates"`, `"losses": 0`} {
+	for _, key := range []string{`"config"`, `"started_at"`, `"ended_at"`, `"rates"`, `"losses": 0`, `"changes"`} {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("JSON summary lacks %s", key)
 		}

@@ -168,6 +168,7 @@ type Engine struct {
 	// Updated by every client (atomics).
 	ctr         counters
 	prop        *histogram
+	changes     *changeStats
 	clientsDone atomic.Int64 // clients that have seen cfg.Updates updates
 
 	lossMu       sync.Mutex
@@ -193,6 +194,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		syncCh:  make(chan struct{}, 1),
 		doneCh:  make(chan struct{}, 1),
 		prop:    newHistogram(),
+		changes: newChangeStats(),
 	}, nil
 }
 
@@ -399,6 +401,7 @@ syncing:
 		NACKs:         e.ctr.nacks.Load(),
 		BytesReceived: e.ctr.bytes.Load(),
 		Propagation:   latencies(e.prop),
+		Changes:       e.changes.Latencies(),
 		RunMS:         ms(end.Sub(start)),
 		Losses:        e.ctr.losses.Load(),
 		LossExamples:  examples,

@@ -18,6 +18,15 @@ type Latencies struct {
 	Max     float64 `json:"max_ms"`
 }
 
+// ChangeLatencies are the propagation percentiles of one change: the
+// updates that carried its creation stamp.
+type ChangeLatencies struct {
+	// CreatedUnixNano is the change's creation stamp (xds-democp's
+	// POST /change answers it).
+	CreatedUnixNano int64 `json:"created_unix_nano"`
+	Latencies
+}
+
 // Rates are per second over the whole run.
 type Rates struct {
 	ResponsesPerSecond float64 `json:"responses_per_second"`
@@ -85,6 +94,9 @@ type Summary struct {
 	NACKs         int64     `json:"nacks_sent"`
 	BytesReceived int64     `json:"bytes_received"`
 	Propagation   Latencies `json:"propagation"`
+	// Changes are the propagation of each change apart, by creation stamp
+	// (the first 32 changes seen after the clients synced).
+	Changes []ChangeLatencies `json:"changes,omitempty"`
 	// TimeToSyncAllMS is from the first connection attempt to the last client's sync;
 	// null when some client did not sync.
 	TimeToSyncAllMS *float64 `json:"time_to_sync_all_ms"`
