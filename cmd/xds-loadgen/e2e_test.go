@@ -172,7 +172,7 @@ func TestReportProgress(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var b bytes.Buffer
-	reportProgress(ctx, &b, func() int { return 80 }, func() Progress { return Progress{} })
+	reportProgress(ctx, &b, func() int { return 80 }, 0, func() Progress { return Progress{} })
 	if b.Len() != 0 {
 		t.Errorf("wrote %q", b.String())
 	}
@@ -186,7 +186,7 @@ func TestReportProgressFitsTheTerminal(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		reportProgress(ctx, &b, func() int { return 20 }, func() Progress { return Progress{Clients: 1000, Connected: 1000} })
+		reportProgress(ctx, &b, func() int { return 20 }, 0, func() Progress { return Progress{Clients: 1000, Connected: 1000} })
 	}()
 	for !strings.Contains(b.String(), "\r") { // the first tick, a second in
 		time.Sleep(10 * time.Millisecond)

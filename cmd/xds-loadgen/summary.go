@@ -51,6 +51,7 @@ type RunConfig struct {
 	NACKRatio      float64             `json:"nack_ratio"`
 	SlowRatio      float64             `json:"slow_ratio"`
 	SlowDelayMS    float64             `json:"slow_delay_ms"`
+	StuckRatio     float64             `json:"stuck_ratio,omitempty"`
 	NodePrefix     string              `json:"node_prefix"`
 	Node           NodeTemplate        `json:"node"`
 	Params         []map[string]string `json:"params,omitempty"`
@@ -61,6 +62,7 @@ func runConfig(c Config) RunConfig {
 	rc := RunConfig{Target: c.Target, Clients: c.Clients, StreamsPerConn: c.StreamsPerConn, RampPerSecond: float64(c.Ramp),
 		Mode: c.Mode, Protocol: c.Protocol, DurationMS: ms(c.Duration), Updates: c.Updates,
 		SyncTimeoutMS: ms(c.SyncTimeout), NACKRatio: c.NACKRatio, SlowRatio: c.SlowRatio, SlowDelayMS: ms(c.SlowDelay),
+		StuckRatio: c.StuckRatio,
 		NodePrefix: c.NodePrefix, Node: c.Node, Params: c.Params, AllowRemovals: c.AllowRemovals}
 	if c.Mode == ModeGRPC {
 		rc.LDSName = c.LDSName
