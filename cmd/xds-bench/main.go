@@ -97,7 +97,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 10000, "simulated Envoy-like clients, one connection each")
 	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
 	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
-		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles)")
+		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
+		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), latency (a new client and the "+
+		"admin page during a fan-out); shapes is limit,sotw,grpc,latency")
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
@@ -113,11 +115,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile":
+		case "limit", "sotw", "delta", "streams", "profile", "grpc", "latency":
 			o.runs[r] = true
+		case "shapes":
+			for _, s := range []string{"limit", "sotw", "grpc", "latency"} {
+				o.runs[s] = true
+			}
 		case "":
 		default:
-			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile)", r)
+			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
+				"latency or shapes)", r)
 		}
 	}
 	switch {
@@ -242,7 +249,8 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 		rc  runConfig
 	}
 	sotw := func(name string, relay bool, clients int) runConfig {
-		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Clients: clients, StreamsPerConn: 1, Change: true}
+		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Mode: modeEnvoy, Clients: clients, StreamsPerConn: 1,
+			Change: true}
 	}
 	var runs []plannedRun
 	if o.runs["sotw"] {
@@ -262,6 +270,20 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 		rc := sotw("relay-streams", true, o.streams)
 		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
 		runs = append(runs, plannedRun{&s.Streams, rc})
+	}
+	if o.runs["grpc"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineGRPC, sotw("baseline-grpc", false, o.clients)},
+			{&s.RelayGRPC, sotw("relay-grpc", true, o.clients)},
+		} {
+			r.rc.Mode = modeGRPC
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["latency"] {
+		rc := sotw("relay-latency", true, o.clients)
+		rc.Probe = true
+		runs = append(runs, plannedRun{&s.Latency, rc})
 	}
 	if o.runs["profile"] {
 		rc := sotw("relay-profile-"+o.profileProto, true, o.clients)

@@ -51,6 +51,10 @@ type suiteResult struct {
 	RelayDelta    *runResult   `json:"relay_delta,omitempty"`
 	Streams       *runResult   `json:"streams,omitempty"`
 	Profile       *runResult   `json:"profile,omitempty"`
+	// The fleet shapes (issue 13).
+	BaselineGRPC *runResult `json:"baseline_grpc,omitempty"`
+	RelayGRPC    *runResult `json:"relay_grpc,omitempty"`
+	Latency      *runResult `json:"latency,omitempty"`
 	// ProfileTop is `go tool pprof -top` of the relay's CPU profile during the change.
 	ProfileTop string `json:"profile_top,omitempty"`
 
@@ -322,7 +326,8 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 	b.WriteString("| run | clients | synced | all synced (CPU: serving, loadgen) | change p50 / p99 / max | written to all | " +
 		"change window | change CPU: serving (+ democp), loadgen | RSS before → after | bytes written |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, r := range []*runResult{s.Baseline, s.Relay, s.BaselineDelta, s.RelayDelta, s.Streams, s.Profile} {
+	for _, r := range []*runResult{s.Baseline, s.Relay, s.BaselineDelta, s.RelayDelta, s.Streams, s.Profile,
+		s.BaselineGRPC, s.RelayGRPC, s.Latency} {
 		if r == nil {
 			continue
 		}
@@ -350,6 +355,7 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 		}
 		b.WriteString(".\n")
 	}
+	s.writeShapes(&b)
 	if len(s.Errors) > 0 {
 		b.WriteString("\nFailed runs:\n\n")
 		for name, e := range s.Errors {
