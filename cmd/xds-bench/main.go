@@ -51,6 +51,9 @@ type options struct {
 	deltaClients   int
 	streams        int
 	streamsPerConn int
+	stuckClients   int
+	healthyClients int
+	stuckFill      int
 	limitRounds    int
 	profileProto   string
 	jsonOut        string
@@ -98,11 +101,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
 	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
 		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
-		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), latency (a new client and the "+
-		"admin page during a fan-out); shapes is limit,sotw,grpc,latency")
+		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
+		"beside healthy ones), latency (a new client and the admin page during a fan-out); shapes is "+
+		"limit,sotw,grpc,stuck,latency")
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
+	fs.IntVar(&o.stuckClients, "stuck-clients", 5000, "clients that stop reading in the stuck run")
+	fs.IntVar(&o.healthyClients, "healthy-clients", 1000, "healthy clients beside them in the stuck run")
+	fs.IntVar(&o.stuckFill, "stuck-fill", 0, "changes made in the stuck run to fill the stuck streams' flow-control windows "+
+		"before the measured change (0: enough for 128 KiB of responses)")
 	fs.IntVar(&o.limitRounds, "limit-rounds", 3, "rounds of the TCP limit after one warm-up round (the median is reported)")
 	fs.StringVar(&o.profileProto, "profile-protocol", "sotw", "protocol of the profile run: sotw or delta")
 	fs.StringVar(&o.jsonOut, "json", "", "also write every measurement as JSON to this file")
@@ -115,16 +123,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile", "grpc", "latency":
+		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency":
 			o.runs[r] = true
 		case "shapes":
-			for _, s := range []string{"limit", "sotw", "grpc", "latency"} {
+			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency"} {
 				o.runs[s] = true
 			}
 		case "":
 		default:
 			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
-				"latency or shapes)", r)
+				"stuck, latency or shapes)", r)
 		}
 	}
 	switch {
@@ -140,6 +148,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("bench: --streams %d: want at least 1", o.streams)
 	case o.streamsPerConn < 1:
 		return o, fmt.Errorf("bench: --streams-per-conn %d: want at least 1", o.streamsPerConn)
+	case o.stuckClients < 1:
+		return o, fmt.Errorf("bench: --stuck-clients %d: want at least 1", o.stuckClients)
+	case o.healthyClients < 1:
+		return o, fmt.Errorf("bench: --healthy-clients %d: want at least 1", o.healthyClients)
+	case o.stuckFill < 0:
+		return o, fmt.Errorf("bench: --stuck-fill %d: want non-negative", o.stuckFill)
 	case o.limitRounds < 1:
 		return o, fmt.Errorf("bench: --limit-rounds %d: want at least 1", o.limitRounds)
 	case o.profileProto != "sotw" && o.profileProto != "delta":
@@ -300,6 +314,11 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 			continue
 		}
 		*r.dst = res
+	}
+	if o.runs["stuck"] && ctx.Err() == nil {
+		if s.Stuck, err = runStuck(ctx, e, o.stuckClients, o.healthyClients, o.stuckFill, len(p.SotW)); err != nil {
+			fail("stuck", err)
+		}
 	}
 	if s.Profile != nil && s.Profile.CPUProfile != "" {
 		s.ProfileTop = pprofTop(ctx, s.Profile.CPUProfile)

@@ -52,9 +52,10 @@ type suiteResult struct {
 	Streams       *runResult   `json:"streams,omitempty"`
 	Profile       *runResult   `json:"profile,omitempty"`
 	// The fleet shapes (issue 13).
-	BaselineGRPC *runResult `json:"baseline_grpc,omitempty"`
-	RelayGRPC    *runResult `json:"relay_grpc,omitempty"`
-	Latency      *runResult `json:"latency,omitempty"`
+	BaselineGRPC *runResult   `json:"baseline_grpc,omitempty"`
+	RelayGRPC    *runResult   `json:"relay_grpc,omitempty"`
+	Latency      *runResult   `json:"latency,omitempty"`
+	Stuck        *stuckResult `json:"stuck,omitempty"`
 	// ProfileTop is `go tool pprof -top` of the relay's CPU profile during the change.
 	ProfileTop string `json:"profile_top,omitempty"`
 

@@ -12,6 +12,12 @@ const (
 	// Envoy-like clients' CPU per change, and their last client has it
 	// within this multiple of the Envoy-like last client's time.
 	targetGRPCVsEnvoy = 1.5
+	// T8: the healthy clients have a change within this multiple of their
+	// time without stuck clients beside them.
+	targetStuckVsAlone = 1.2
+	// T8b: a stuck stream grows the relay's memory by at most this many
+	// coalesced responses.
+	targetStuckGrowth = 1.0
 	// T9: a new client's first response and an admin request during a
 	// fan-out wait at most this long.
 	targetProbeMax = 20 * time.Millisecond
@@ -86,6 +92,23 @@ func (s *suiteResult) shapeRows() []shapeRow {
 			fmt.Sprintf("7b. %s gRPC-like clients: last client has the change (≤ %g× Envoy-like)", n, targetGRPCVsEnvoy),
 			float64(gl), float64(el), okG, okE, fmtDur(gl), fmtDur(el)+" (Envoy-like)", "Envoy-like", targetGRPCVsEnvoy))
 	}
+	if st := s.Stuck; st != nil {
+		with, okW := lastClient(st.WithStuck)
+		alone, okA := lastClient(st.Alone)
+		r := vsRow(fmt.Sprintf("8. %s healthy beside %s stuck clients: last healthy client has the change (≤ %g× without)",
+			fmtCount(st.Healthy), fmtCount(st.Stuck), targetStuckVsAlone),
+			float64(with), float64(alone), okW, okA, fmtDur(with), fmtDur(alone)+" (alone)", "alone", targetStuckVsAlone)
+		if st.Missing > 0 {
+			r.Measured = fmt.Sprintf("%s of %s had it after %s", fmtCount(st.Healthy-st.Missing), fmtCount(st.Healthy),
+				fmtDur(healthyWait))
+			r.Ratio, r.Met = dash, "**no**"
+		}
+		rows = append(rows, r)
+		growth := perClient(float64(st.Held.RSS)-float64(st.Synced.RSS), st.Stuck)
+		rows = append(rows, vsRow(fmt.Sprintf("8b. relay RSS growth per stuck stream while stuck (≤ %g coalesced response)",
+			targetStuckGrowth), growth, float64(st.ResponseBytes), true, true, fmtBytes(growth),
+			fmtBytes(float64(st.ResponseBytes))+" (response)", "response", targetStuckGrowth))
+	}
 	if l := s.Latency; l != nil {
 		for i, p := range l.Probes {
 			r := shapeRow{Target: fmt.Sprintf("9%s. during the fan-out to %s clients, %s: max (≤ %s)",
@@ -135,6 +158,7 @@ func (s *suiteResult) writeShapes(b *strings.Builder) {
 		}
 	}
 	s.writeShapeRuns(b)
+	s.writeStuck(b)
 	s.writeProbes(b)
 }
 
@@ -163,6 +187,41 @@ func (s *suiteResult) writeShapeRuns(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s (%s) | %s | %s | %s | %s | %s | %s |\n", c.Name, c.Mode, fmtCount(c.Clients), cpu,
 			fmtLatencies(r.Change), bytesOut, resp, fmtCount(r.DemocpConns))
 	}
+}
+
+// writeStuck prints the stuck run's phases.
+func (s *suiteResult) writeStuck(b *strings.Builder) {
+	st := s.Stuck
+	if st == nil {
+		return
+	}
+	mem := func(m relayMemory) string {
+		return fmt.Sprintf("%s (heap %s)", fmtBytes(float64(m.RSS)), fmtBytes(m.Heap))
+	}
+	with := fmtLatencies(st.WithStuck)
+	if st.Missing > 0 {
+		with += fmt.Sprintf(" (%s of %s had it after %s)", fmtCount(st.Healthy-st.Missing), fmtCount(st.Healthy),
+			fmtDur(healthyWait))
+	}
+	fmt.Fprintf(b, "\n#### Stuck clients: %s healthy, then %s that stop reading once synced\n\n", fmtCount(st.Healthy),
+		fmtCount(st.Stuck))
+	b.WriteString("| phase | healthy clients have the change p50 / p99 / max | relay CPU of the change | relay RSS (Go heap in use) |\n" +
+		"| --- | --- | --- | --- |\n")
+	fmt.Fprintf(b, "| %s healthy clients alone | %s | %s | %s |\n", fmtCount(st.Healthy), fmtLatencies(st.Alone),
+		fmtDur(st.RelayCPUAlone), mem(st.Healthy0))
+	fmt.Fprintf(b, "| + %s stuck clients synced (%s synced) | — | — | %s |\n", fmtCount(st.Stuck), fmtCount(st.StuckSynced),
+		mem(st.Synced))
+	fmt.Fprintf(b, "| + %d changes to fill their windows, then the change | %s | %s | %s |\n", st.FillChanges, with,
+		fmtDur(st.RelayCPUWithStuck), mem(st.Held))
+	perStuck := func(a, b relayMemory) string {
+		return fmt.Sprintf("%s RSS (heap %s)", fmtBytes(perClient(float64(b.RSS)-float64(a.RSS), st.Stuck)),
+			fmtBytes(perClient(b.Heap-a.Heap, st.Stuck)))
+	}
+	all := float64(st.Stuck+st.Healthy) * float64(st.FillChanges) * float64(st.ResponseBytes)
+	fmt.Fprintf(b, "\nPer stuck client: %s once connected and synced; %s more once stuck, against one coalesced "+
+		"response of %s. Over the fill changes the relay wrote %s (%s if every client had read every response).\n",
+		perStuck(st.Healthy0, st.Synced), perStuck(st.Synced, st.Held), fmtBytes(float64(st.ResponseBytes)),
+		fmtBytes(float64(st.FillWritten)), fmtBytes(all))
 }
 
 // writeProbes prints the latency histograms measured during a fan-out.

@@ -8,7 +8,8 @@ import (
 )
 
 // testShapes adds the fleet-shape runs to testSuite: gRPC-like clients at
-// 1.2× the Envoy-like CPU and 2× its last client, and probes over 20 ms.
+// 1.2× the Envoy-like CPU and 2× its last client, a stuck run that meets the
+// time but not the memory target and probes over 20 ms.
 func testShapes() *suiteResult {
 	s := testSuite()
 	s.Relay.Change = &latencies{Samples: 1000, P50: 50, P99: 85, Max: 90}
@@ -22,6 +23,14 @@ func testShapes() *suiteResult {
 		Clients: 1000, StreamsPerConn: 1, Change: true},
 		Change: &latencies{Samples: 1000, P50: 400, P99: 700, Max: 800}, ChangeWindow: time.Second,
 		ServerCPU: 500 * time.Millisecond, ServerWrite: 1000 * 16000, DemocpConns: 1000}
+	s.Stuck = &stuckResult{Stuck: 5000, Healthy: 1000, ResponseBytes: 16000, FillChanges: 10,
+		Alone:       &latencies{Samples: 1000, P50: 20, P99: 40, Max: 50},
+		WithStuck:   &latencies{Samples: 1000, P50: 22, P99: 45, Max: 55},
+		Healthy0:    relayMemory{RSS: 100 << 20, Heap: 40 << 20},
+		Synced:      relayMemory{RSS: 400 << 20, Heap: 150 << 20},
+		Held:        relayMemory{RSS: 400<<20 + 5000*32000, Heap: 150<<20 + 5000*8000},
+		StuckSynced: 5000, FillWritten: 300 << 20, RelayCPUAlone: 30 * time.Millisecond,
+		RelayCPUWithStuck: 35 * time.Millisecond}
 	s.Latency = &runResult{Config: runConfig{Name: "relay-latency", Relay: true, Protocol: "sotw", Mode: modeEnvoy,
 		Clients: 1000, StreamsPerConn: 1, Change: true, Probe: true}, ChangeWindow: time.Second,
 		Probes: []probeStats{
@@ -42,6 +51,8 @@ func TestShapeRows(t *testing.T) {
 	}{
 		{"7.", "240 ms", "200 ms (Envoy-like)", "1.2× Envoy-like", "yes"},
 		{"7b.", "180 ms", "90.0 ms (Envoy-like)", "2× Envoy-like", "**no** (1.3× over)"},
+		{"8.", "55.0 ms", "50.0 ms (alone)", "1.1× alone", "yes"},
+		{"8b.", "31.2 KiB", "15.6 KiB (response)", "2× response", "**no** (2× over)"},
 		{"9.", "30.0 ms (p99 30.0 ms, 40 probes)", "20.0 ms", "1.5×", "**no** (1.5× over)"},
 		{"9b.", "5.00 ms (p99 5.00 ms, 50 probes)", "20.0 ms", "0.25×", "**no** (1 errors)"},
 		{"10. relay-sotw", "0", "0", "—", "yes"},
@@ -66,6 +77,21 @@ func TestShapeRows(t *testing.T) {
 	}
 }
 
+// A stuck run whose healthy clients never all had the change says how many did.
+func TestShapeRowsStuckMissing(t *testing.T) {
+	s := testShapes()
+	s.Stuck.Missing, s.Stuck.WithStuck = 400, &latencies{Samples: 600, Max: 59000}
+	for _, r := range s.shapeRows() {
+		if strings.HasPrefix(r.Target, "8. ") {
+			if r.Measured != "600 of 1,000 had it after 60.0 s" || r.Met != "**no**" {
+				t.Errorf("row 8 = %+v", r)
+			}
+			return
+		}
+	}
+	t.Error("no row 8")
+}
+
 func TestWriteShapes(t *testing.T) {
 	var b bytes.Buffer
 	if err := testShapes().writeMarkdown(&b); err != nil {
@@ -76,6 +102,10 @@ func TestWriteShapes(t *testing.T) {
 		"### Fleet shapes (issue 13)\n\n| target | measured | against | ratio | met? |\n",
 		"| relay-grpc (grpc) | 1,000 | 240 ms (240 µs) | 100 ms / 170 ms / 180 ms | 15.6 KiB | 1.00 | 1 |\n",
 		"| baseline-grpc (grpc) | 1,000 | 500 ms (500 µs) | 400 ms / 700 ms / 800 ms | 15.6 KiB | — | 1,000 |\n",
+		"| 1,000 healthy clients alone | 20.0 ms / 40.0 ms / 50.0 ms | 30.0 ms | 100 MiB (heap 40.0 MiB) |\n",
+		"| + 10 changes to fill their windows, then the change | 22.0 ms / 45.0 ms / 55.0 ms | 35.0 ms |",
+		"Per stuck client: 61.4 KiB RSS (heap 22.5 KiB) once connected and synced; 31.2 KiB RSS (heap 7.81 KiB) more " +
+			"once stuck, against one coalesced response of 15.6 KiB. Over the fill changes the relay wrote 300 MiB (916 MiB",
 		"| new client | fan-out | 40 | 0 | 3.00 ms | 8.00 ms | 30.0 ms | 30.0 ms |\n",
 		"| new client | idle, 1 s before | 90 | 0 | 2.00 ms |",
 		"admin: GET /readyz, last error: refused\n",
