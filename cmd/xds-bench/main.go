@@ -102,8 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
 		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
 		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
-		"beside healthy ones), latency (a new client and the admin page during a fan-out); shapes is "+
-		"limit,sotw,grpc,stuck,latency")
+		"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays "+
+		"→ clients); shapes is limit,sotw,grpc,stuck,latency,tiered")
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
@@ -123,16 +123,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency":
+		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered":
 			o.runs[r] = true
 		case "shapes":
-			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency"} {
+			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered"} {
 				o.runs[s] = true
 			}
 		case "":
 		default:
 			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
-				"stuck, latency or shapes)", r)
+				"stuck, latency, tiered or shapes)", r)
 		}
 	}
 	switch {
@@ -318,6 +318,11 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 	if o.runs["stuck"] && ctx.Err() == nil {
 		if s.Stuck, err = runStuck(ctx, e, o.stuckClients, o.healthyClients, o.stuckFill, len(p.SotW)); err != nil {
 			fail("stuck", err)
+		}
+	}
+	if o.runs["tiered"] && ctx.Err() == nil {
+		if s.Tiered, err = runTiered(ctx, e, o.clients); err != nil {
+			fail("tiered", err)
 		}
 	}
 	if s.Profile != nil && s.Profile.CPUProfile != "" {

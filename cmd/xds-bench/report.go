@@ -52,10 +52,11 @@ type suiteResult struct {
 	Streams       *runResult   `json:"streams,omitempty"`
 	Profile       *runResult   `json:"profile,omitempty"`
 	// The fleet shapes (issue 13).
-	BaselineGRPC *runResult   `json:"baseline_grpc,omitempty"`
-	RelayGRPC    *runResult   `json:"relay_grpc,omitempty"`
-	Latency      *runResult   `json:"latency,omitempty"`
-	Stuck        *stuckResult `json:"stuck,omitempty"`
+	BaselineGRPC *runResult    `json:"baseline_grpc,omitempty"`
+	RelayGRPC    *runResult    `json:"relay_grpc,omitempty"`
+	Latency      *runResult    `json:"latency,omitempty"`
+	Stuck        *stuckResult  `json:"stuck,omitempty"`
+	Tiered       *tieredResult `json:"tiered,omitempty"`
 	// ProfileTop is `go tool pprof -top` of the relay's CPU profile during the change.
 	ProfileTop string `json:"profile_top,omitempty"`
 

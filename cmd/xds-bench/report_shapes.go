@@ -147,7 +147,7 @@ func (s *suiteResult) shapeRows() []shapeRow {
 // writeShapes prints the fleet-shapes section (issue 13) when any shape ran.
 func (s *suiteResult) writeShapes(b *strings.Builder) {
 	rows := s.shapeRows()
-	if len(rows) == 0 {
+	if len(rows) == 0 && s.Tiered == nil {
 		return
 	}
 	b.WriteString("\n### Fleet shapes (issue 13)\n\n")
@@ -160,6 +160,7 @@ func (s *suiteResult) writeShapes(b *strings.Builder) {
 	s.writeShapeRuns(b)
 	s.writeStuck(b)
 	s.writeProbes(b)
+	s.writeTiered(b)
 }
 
 // writeShapeRuns prints the one-cluster change per client shape.
@@ -248,5 +249,32 @@ func (s *suiteResult) writeProbes(b *strings.Builder) {
 		if p.LastError != "" {
 			fmt.Fprintf(b, "\n%s, last error: %s\n", p.Name, p.LastError)
 		}
+	}
+}
+
+// writeTiered prints the tiered run, tier by tier.
+func (s *suiteResult) writeTiered(b *strings.Builder) {
+	t := s.Tiered
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n#### Tiered: democp → relay → 2 relays → %s clients (change window %s)\n\n", fmtCount(t.Clients),
+		fmtDur(t.ChangeWindow))
+	b.WriteString("| tier | serves | has the change (after its creation) | CPU of the change | RSS once synced | " +
+		"upstream streams | responses sent |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, tr := range t.Tiers {
+		received, up, resp := dash, dash, dash
+		if tr.Name != "democp" {
+			received = fmtDur(tr.Received)
+			up = fmt.Sprintf("%g", tr.UpstreamConnected)
+			resp = fmt.Sprintf("%.0f", tr.Responses)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", tr.Name, fmtCount(tr.Serves), received, fmtDur(tr.CPU),
+			fmtBytes(float64(tr.RSS)), up, resp)
+	}
+	for i, l := range t.Leaves {
+		name := fmt.Sprintf("clients of tier-2%c", 'a'+i)
+		fmt.Fprintf(b, "| %s | — | p50 / p99 / max %s | %s (both loadgens) | — | — | — |\n", name, fmtLatencies(l),
+			fmtDur(t.LoadgenCPU))
 	}
 }

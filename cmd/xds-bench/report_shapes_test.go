@@ -9,7 +9,7 @@ import (
 
 // testShapes adds the fleet-shape runs to testSuite: gRPC-like clients at
 // 1.2× the Envoy-like CPU and 2× its last client, a stuck run that meets the
-// time but not the memory target and probes over 20 ms.
+// time but not the memory target, probes over 20 ms, and a tiered run.
 func testShapes() *suiteResult {
 	s := testSuite()
 	s.Relay.Change = &latencies{Samples: 1000, P50: 50, P99: 85, Max: 90}
@@ -40,6 +40,17 @@ func testShapes() *suiteResult {
 				Max: 5 * time.Millisecond, LastError: "refused"},
 		},
 		IdleProbes: []probeStats{{Name: "new client", Count: 90, P50: 2 * time.Millisecond, Max: 4 * time.Millisecond}}}
+	s.Tiered = &tieredResult{Clients: 1000, ChangeWindow: time.Second, LoadgenCPU: 300 * time.Millisecond,
+		Tiers: []tierResult{
+			{Name: "democp", Serves: 1, RSS: 20 << 20},
+			{Name: "tier-1", Serves: 2, Received: 2 * time.Millisecond, CPU: 10 * time.Millisecond, RSS: 30 << 20,
+				UpstreamConnected: 1, Responses: 2},
+			{Name: "tier-2a", Serves: 500, Received: 5 * time.Millisecond, CPU: 100 * time.Millisecond, RSS: 60 << 20,
+				UpstreamConnected: 1, Responses: 500},
+			{Name: "tier-2b", Serves: 500, Received: 6 * time.Millisecond, CPU: 110 * time.Millisecond, RSS: 61 << 20,
+				UpstreamConnected: 1, Responses: 500},
+		},
+		Leaves: []*latencies{{Samples: 500, P50: 40, P99: 80, Max: 90}, nil}}
 	return s
 }
 
@@ -109,6 +120,9 @@ func TestWriteShapes(t *testing.T) {
 		"| new client | fan-out | 40 | 0 | 3.00 ms | 8.00 ms | 30.0 ms | 30.0 ms |\n",
 		"| new client | idle, 1 s before | 90 | 0 | 2.00 ms |",
 		"admin: GET /readyz, last error: refused\n",
+		"| tier-2a | 500 | 5.00 ms | 100 ms | 60.0 MiB | 1 | 500 |\n",
+		"| clients of tier-2a | — | p50 / p99 / max 40.0 ms / 80.0 ms / 90.0 ms | 300 ms (both loadgens) |",
+		"| clients of tier-2b | — | p50 / p99 / max — |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)

@@ -202,7 +202,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || o.stuckClients != 50 || o.healthyClients != 10 || o.stuckFill != 3 {
 		t.Errorf("parsed %+v, %v", o, err)
 	}
-	for _, r := range []string{"limit", "sotw", "grpc", "stuck", "latency", "delta"} {
+	for _, r := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered", "delta"} {
 		if !o.runs[r] {
 			t.Errorf("--runs shapes,delta: no %s run", r)
 		}
