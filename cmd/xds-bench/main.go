@@ -2,7 +2,10 @@
 // serving N clients directly (xds-democp, the baseline) against xds-democp →
 // xds-relay → N clients (the subject) against plain TCP writes of the same
 // bytes to N loopback sockets (the limit), all on this machine in one run, and
-// prints a Markdown table of the targets (see docs/BENCHMARKS.md).
+// prints a Markdown table of the targets (see docs/BENCHMARKS.md). The fleet
+// shapes of issue 13 are runs of their own: proxyless-gRPC clients, clients
+// that stop reading beside healthy ones, latency probes during a fan-out and
+// relays in tiers.
 //
 // It drives the binaries built by `make build` (xds-democp with --control,
 // xds-relay, xds-loadgen) as child processes and measures them from the
