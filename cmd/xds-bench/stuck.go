@@ -7,14 +7,14 @@ import (
 )
 
 // The stuck run (issue 13): clients that stopped reading must not stall
-// anyone. One relay serves H healthy Envoy-like clients; a change is
-// measured with them alone. Then S clients join that subscribe alike and,
-// once synced, never read their stream again (xds-loadgen --stuck: the
-// connection stays open, its flow-control window fills, the relay's sends
-// to them block). A few changes fill their windows, then the same change is
-// measured again at the same healthy clients: the time it takes them with
-// the stuck clients beside them against alone, and what the stuck streams
-// cost the relay in memory.
+// anyone. One relay serves H healthy Envoy-like clients; after a change to
+// warm up, a change is measured with them alone. Then S clients join that
+// subscribe alike and, once synced, never read their stream again
+// (xds-loadgen --stuck: the connection stays open, its flow-control window
+// fills, the relay's sends to them block). A few changes fill their
+// windows, then the same change is measured again at the same healthy
+// clients: the time it takes them with the stuck clients beside them
+// against alone, and what the stuck streams cost the relay in memory.
 
 // healthyWait bounds the wait for the healthy clients to report the change
 // made beside the stuck ones: a relay whose senders all block never
@@ -77,6 +77,19 @@ func memoryOf(ctx context.Context, r *relayProc) (relayMemory, error) {
 	return relayMemory{RSS: s.RSS, Heap: heap}, nil
 }
 
+// changeAndSettle makes n changes, each followed by a quiet spell of pids.
+func changeAndSettle(ctx context.Context, controlAddr string, pids []int, n int) error {
+	for range n {
+		if _, err := makeChange(ctx, controlAddr); err != nil {
+			return err
+		}
+		if _, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runStuck runs the stuck shape: stuck clients beside healthy ones; fill
 // changes (0: enough to fill every stuck stream's windows) before the
 // second measured change; responseBytes is one SotW CDS response.
@@ -101,7 +114,9 @@ func runStuck(ctx context.Context, e env, stuck, healthy, fill, responseBytes in
 		return nil, err
 	}
 	pids := []int{relay.c.pid(), hl.c.pid(), srv.democp.pid()}
-	if _, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second); err != nil {
+	// A first change, not measured, so that neither measured change is the
+	// relay's first after the sync (the second follows the fill changes).
+	if err := changeAndSettle(ctx, srv.controlAddr, pids, 1); err != nil {
 		return nil, err
 	}
 	alone, err := measureWindow(ctx, e, windowSpec{name: "stuck (healthy alone)", controlAddr: srv.controlAddr,
@@ -140,13 +155,8 @@ func runStuck(ctx context.Context, e env, stuck, healthy, fill, responseBytes in
 	if err != nil {
 		return nil, err
 	}
-	for range fill {
-		if _, err := makeChange(ctx, srv.controlAddr); err != nil {
-			return nil, err
-		}
-		if _, err := quiesce(ctx, pids, 300*time.Millisecond, 30*time.Second); err != nil {
-			return nil, err
-		}
+	if err := changeAndSettle(ctx, srv.controlAddr, pids, fill); err != nil {
+		return nil, err
 	}
 	f1, err := sampleProc(relay.c.pid())
 	if err != nil {
