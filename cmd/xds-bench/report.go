@@ -138,7 +138,7 @@ func ratioCell(relay, ref float64, okRelay, okRef bool, what string, limit float
 		return dash, dash
 	}
 	q := relay / ref
-	return fmtRatio(q) + " " + what, metCell(q <= limit, fmt.Sprintf("%.2g× over", q/limit))
+	return fmtRatio(q) + " " + what, metCell(q <= limit, fmtRatio(q/limit)+" over")
 }
 
 func metCell(ok bool, miss string) string {
@@ -277,7 +277,7 @@ func (s *suiteResult) rows() []row {
 		synced := st.Loadgen != nil && st.Loadgen.Failed == 0
 		r5.Ratio = fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS) + " target"
 		r5.Met = metCell(synced && st.ServerRSSAfter <= targetStreamsRSS,
-			fmt.Sprintf("%.2g× over", float64(st.ServerRSSAfter)/targetStreamsRSS))
+			fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS)+" over")
 		if !synced {
 			r5.Met = "**no** (not all streams synced)"
 		}

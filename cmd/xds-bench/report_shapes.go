@@ -105,20 +105,28 @@ func (s *suiteResult) shapeRows() []shapeRow {
 		}
 		rows = append(rows, r)
 		growth := perClient(float64(st.Held.RSS)-float64(st.Synced.RSS), st.Stuck)
-		rows = append(rows, vsRow(fmt.Sprintf("8b. relay RSS growth per stuck stream while stuck (≤ %g coalesced response)",
+		r = vsRow(fmt.Sprintf("8b. relay RSS growth per stuck stream while stuck (≤ %g coalesced response)",
 			targetStuckGrowth), growth, float64(st.ResponseBytes), true, true, fmtBytes(growth),
-			fmtBytes(float64(st.ResponseBytes))+" (response)", "response", targetStuckGrowth))
+			fmtBytes(float64(st.ResponseBytes))+" (response)", "response", targetStuckGrowth)
+		if st.Missing > 0 {
+			r.Met = "— (the change did not go out)"
+		}
+		rows = append(rows, r)
 	}
 	if l := s.Latency; l != nil {
 		for i, p := range l.Probes {
-			r := shapeRow{Target: fmt.Sprintf("9%s. during the fan-out to %s clients, %s: max (≤ %s)",
-				strings.Repeat("b", min(i, 1)), fmtCount(l.Config.Clients), p.Name, fmtDur(targetProbeMax)),
+			n := "9"
+			if i > 0 {
+				n += string(rune('a' + i)) // 9b, 9c
+			}
+			r := shapeRow{Target: fmt.Sprintf("%s. during the fan-out to %s clients, %s: max (≤ %s)",
+				n, fmtCount(l.Config.Clients), p.Name, fmtDur(targetProbeMax)),
 				Measured: dash, Against: fmtDur(targetProbeMax), Ratio: dash, Met: dash}
 			if p.Count > 0 {
 				r.Measured = fmt.Sprintf("%s (p99 %s, %d probes)", fmtDur(p.Max), fmtDur(p.P99), p.Count)
 				r.Ratio = fmtRatio(float64(p.Max) / float64(targetProbeMax))
 				r.Met = metCell(p.Max <= targetProbeMax && p.Errors == 0,
-					fmt.Sprintf("%.2g× over", float64(p.Max)/float64(targetProbeMax)))
+					fmtRatio(float64(p.Max)/float64(targetProbeMax))+" over")
 			}
 			if p.Errors > 0 {
 				r.Met = fmt.Sprintf("**no** (%d errors)", p.Errors)

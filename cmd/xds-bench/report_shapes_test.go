@@ -38,6 +38,8 @@ func testShapes() *suiteResult {
 				Max: 30 * time.Millisecond},
 			{Name: "admin: GET /readyz", Count: 50, Errors: 1, P50: time.Millisecond, P99: 5 * time.Millisecond,
 				Max: 5 * time.Millisecond, LastError: "refused"},
+			{Name: "admin: GET /debug/upstreams", Count: 4, P50: 190 * time.Millisecond, P99: 2650 * time.Millisecond,
+				Max: 2650 * time.Millisecond},
 		},
 		IdleProbes: []probeStats{{Name: "new client", Count: 90, P50: 2 * time.Millisecond, Max: 4 * time.Millisecond}}}
 	s.Tiered = &tieredResult{Clients: 1000, ChangeWindow: time.Second, LoadgenCPU: 300 * time.Millisecond,
@@ -65,6 +67,7 @@ func TestShapeRows(t *testing.T) {
 		{"8.", "55.0 ms", "50.0 ms (alone)", "1.1× alone", "yes"},
 		{"8b.", "31.2 KiB", "15.6 KiB (response)", "2× response", "**no** (2× over)"},
 		{"9.", "30.0 ms (p99 30.0 ms, 40 probes)", "20.0 ms", "1.5×", "**no** (1.5× over)"},
+		{"9c.", "2.65 s (p99 2.65 s, 4 probes)", "20.0 ms", "132×", "**no** (132× over)"},
 		{"9b.", "5.00 ms (p99 5.00 ms, 50 probes)", "20.0 ms", "0.25×", "**no** (1 errors)"},
 		{"10. relay-sotw", "0", "0", "—", "yes"},
 		{"10. relay-grpc", "3", "0", "—", "**no** (3 duplicates)"},
@@ -92,15 +95,24 @@ func TestShapeRows(t *testing.T) {
 func TestShapeRowsStuckMissing(t *testing.T) {
 	s := testShapes()
 	s.Stuck.Missing, s.Stuck.WithStuck = 400, &latencies{Samples: 600, Max: 59000}
+	found := 0
 	for _, r := range s.shapeRows() {
 		if strings.HasPrefix(r.Target, "8. ") {
 			if r.Measured != "600 of 1,000 had it after 60.0 s" || r.Met != "**no**" {
 				t.Errorf("row 8 = %+v", r)
 			}
-			return
+			found++
+		}
+		if strings.HasPrefix(r.Target, "8b. ") {
+			if r.Met != "— (the change did not go out)" {
+				t.Errorf("row 8b = %+v", r)
+			}
+			found++
 		}
 	}
-	t.Error("no row 8")
+	if found != 2 {
+		t.Errorf("%d of rows 8 and 8b", found)
+	}
 }
 
 func TestWriteShapes(t *testing.T) {
