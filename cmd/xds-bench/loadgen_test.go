@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseProgress(t *testing.T) {
@@ -33,5 +35,30 @@ func TestLineWriter(t *testing.T) {
 	}
 	if copyTo.String() != "connected 1/2\nsecond\r\rthird\npartial" {
 		t.Errorf("copy %q", copyTo.String())
+	}
+}
+
+// Every waiter wakes at each progress line, not one of them.
+func TestLoadgenWaiters(t *testing.T) {
+	l := &loadgen{fresh: make(chan struct{}), c: &child{done: make(chan struct{})}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := l.waitFor(ctx, "updates", func(p progress) bool { return p.Updates >= 7 })
+			errs <- err
+		}()
+	}
+	l.onLine("connected 1/1  synced 1/1  updates 3  propagation p50 0s p99 0s  errors 0")
+	l.onLine("connected 1/1  synced 1/1  updates 7  propagation p50 0s p99 0s  errors 0")
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := l.lineSince(ctx, time.Time{})
+	if err != nil || p.Updates != 7 || p.At.IsZero() {
+		t.Errorf("lineSince = %+v, %v", p, err)
 	}
 }

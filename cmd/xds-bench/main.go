@@ -2,7 +2,10 @@
 // serving N clients directly (xds-democp, the baseline) against xds-democp →
 // xds-relay → N clients (the subject) against plain TCP writes of the same
 // bytes to N loopback sockets (the limit), all on this machine in one run, and
-// prints a Markdown table of the targets (see docs/BENCHMARKS.md).
+// prints a Markdown table of the targets (see docs/BENCHMARKS.md). The fleet
+// shapes of issue 13 are runs of their own: proxyless-gRPC clients, clients
+// that stop reading beside healthy ones, latency probes during a fan-out and
+// relays in tiers.
 //
 // It drives the binaries built by `make build` (xds-democp with --control,
 // xds-relay, xds-loadgen) as child processes and measures them from the
@@ -51,6 +54,9 @@ type options struct {
 	deltaClients   int
 	streams        int
 	streamsPerConn int
+	stuckClients   int
+	healthyClients int
+	stuckFill      int
 	limitRounds    int
 	profileProto   string
 	jsonOut        string
@@ -97,10 +103,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 10000, "simulated Envoy-like clients, one connection each")
 	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
 	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
-		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles)")
+		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
+		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
+		"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays "+
+		"→ clients); shapes is limit,sotw,grpc,stuck,latency,tiered")
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
+	fs.IntVar(&o.stuckClients, "stuck-clients", 5000, "clients that stop reading in the stuck run")
+	fs.IntVar(&o.healthyClients, "healthy-clients", 1000, "healthy clients beside them in the stuck run")
+	fs.IntVar(&o.stuckFill, "stuck-fill", 0, "changes made in the stuck run to fill the stuck streams' flow-control windows "+
+		"before the measured change (0: enough for 128 KiB of responses)")
 	fs.IntVar(&o.limitRounds, "limit-rounds", 3, "rounds of the TCP limit after one warm-up round (the median is reported)")
 	fs.StringVar(&o.profileProto, "profile-protocol", "sotw", "protocol of the profile run: sotw or delta")
 	fs.StringVar(&o.jsonOut, "json", "", "also write every measurement as JSON to this file")
@@ -113,11 +126,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile":
+		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered":
 			o.runs[r] = true
+		case "shapes":
+			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered"} {
+				o.runs[s] = true
+			}
 		case "":
 		default:
-			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile)", r)
+			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
+				"stuck, latency, tiered or shapes)", r)
 		}
 	}
 	switch {
@@ -133,6 +151,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("bench: --streams %d: want at least 1", o.streams)
 	case o.streamsPerConn < 1:
 		return o, fmt.Errorf("bench: --streams-per-conn %d: want at least 1", o.streamsPerConn)
+	case o.stuckClients < 1:
+		return o, fmt.Errorf("bench: --stuck-clients %d: want at least 1", o.stuckClients)
+	case o.healthyClients < 1:
+		return o, fmt.Errorf("bench: --healthy-clients %d: want at least 1", o.healthyClients)
+	case o.stuckFill < 0:
+		return o, fmt.Errorf("bench: --stuck-fill %d: want non-negative", o.stuckFill)
 	case o.limitRounds < 1:
 		return o, fmt.Errorf("bench: --limit-rounds %d: want at least 1", o.limitRounds)
 	case o.profileProto != "sotw" && o.profileProto != "delta":
@@ -242,7 +266,8 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 		rc  runConfig
 	}
 	sotw := func(name string, relay bool, clients int) runConfig {
-		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Clients: clients, StreamsPerConn: 1, Change: true}
+		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Mode: modeEnvoy, Clients: clients, StreamsPerConn: 1,
+			Change: true}
 	}
 	var runs []plannedRun
 	if o.runs["sotw"] {
@@ -263,6 +288,20 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
 		runs = append(runs, plannedRun{&s.Streams, rc})
 	}
+	if o.runs["grpc"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineGRPC, sotw("baseline-grpc", false, o.clients)},
+			{&s.RelayGRPC, sotw("relay-grpc", true, o.clients)},
+		} {
+			r.rc.Mode = modeGRPC
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["latency"] {
+		rc := sotw("relay-latency", true, o.clients)
+		rc.Probe = true
+		runs = append(runs, plannedRun{&s.Latency, rc})
+	}
 	if o.runs["profile"] {
 		rc := sotw("relay-profile-"+o.profileProto, true, o.clients)
 		rc.Profile, rc.Protocol = true, o.profileProto
@@ -278,6 +317,16 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 			continue
 		}
 		*r.dst = res
+	}
+	if o.runs["stuck"] && ctx.Err() == nil {
+		if s.Stuck, err = runStuck(ctx, e, o.stuckClients, o.healthyClients, o.stuckFill, len(p.SotW)); err != nil {
+			fail("stuck", err)
+		}
+	}
+	if o.runs["tiered"] && ctx.Err() == nil {
+		if s.Tiered, err = runTiered(ctx, e, o.clients); err != nil {
+			fail("tiered", err)
+		}
 	}
 	if s.Profile != nil && s.Profile.CPUProfile != "" {
 		s.ProfileTop = pprofTop(ctx, s.Profile.CPUProfile)

@@ -66,3 +66,14 @@ next:
 	}
 	return total, found
 }
+
+// max returns the largest of name's samples, and whether there was one.
+func (m metrics) max(name string) (float64, bool) {
+	best, found := 0.0, false
+	for _, s := range m[name] {
+		if !found || s.value > best {
+			best, found = s.value, true
+		}
+	}
+	return best, found
+}

@@ -51,6 +51,12 @@ type suiteResult struct {
 	RelayDelta    *runResult   `json:"relay_delta,omitempty"`
 	Streams       *runResult   `json:"streams,omitempty"`
 	Profile       *runResult   `json:"profile,omitempty"`
+	// The fleet shapes (issue 13).
+	BaselineGRPC *runResult    `json:"baseline_grpc,omitempty"`
+	RelayGRPC    *runResult    `json:"relay_grpc,omitempty"`
+	Latency      *runResult    `json:"latency,omitempty"`
+	Stuck        *stuckResult  `json:"stuck,omitempty"`
+	Tiered       *tieredResult `json:"tiered,omitempty"`
 	// ProfileTop is `go tool pprof -top` of the relay's CPU profile during the change.
 	ProfileTop string `json:"profile_top,omitempty"`
 
@@ -132,7 +138,7 @@ func ratioCell(relay, ref float64, okRelay, okRef bool, what string, limit float
 		return dash, dash
 	}
 	q := relay / ref
-	return fmtRatio(q) + " " + what, metCell(q <= limit, fmt.Sprintf("%.2g× over", q/limit))
+	return fmtRatio(q) + " " + what, metCell(q <= limit, fmtRatio(q/limit)+" over")
 }
 
 func metCell(ok bool, miss string) string {
@@ -271,7 +277,7 @@ func (s *suiteResult) rows() []row {
 		synced := st.Loadgen != nil && st.Loadgen.Failed == 0
 		r5.Ratio = fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS) + " target"
 		r5.Met = metCell(synced && st.ServerRSSAfter <= targetStreamsRSS,
-			fmt.Sprintf("%.2g× over", float64(st.ServerRSSAfter)/targetStreamsRSS))
+			fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS)+" over")
 		if !synced {
 			r5.Met = "**no** (not all streams synced)"
 		}
@@ -322,7 +328,8 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 	b.WriteString("| run | clients | synced | all synced (CPU: serving, loadgen) | change p50 / p99 / max | written to all | " +
 		"change window | change CPU: serving (+ democp), loadgen | RSS before → after | bytes written |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, r := range []*runResult{s.Baseline, s.Relay, s.BaselineDelta, s.RelayDelta, s.Streams, s.Profile} {
+	for _, r := range []*runResult{s.Baseline, s.Relay, s.BaselineDelta, s.RelayDelta, s.Streams, s.Profile,
+		s.BaselineGRPC, s.RelayGRPC, s.Latency} {
 		if r == nil {
 			continue
 		}
@@ -350,6 +357,7 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 		}
 		b.WriteString(".\n")
 	}
+	s.writeShapes(&b)
 	if len(s.Errors) > 0 {
 		b.WriteString("\nFailed runs:\n\n")
 		for name, e := range s.Errors {

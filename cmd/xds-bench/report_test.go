@@ -161,10 +161,24 @@ func TestWriteMarkdown(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
 		}
 	}
-	// Every table line has the same number of cells as its header.
+	checkTables(t, out)
+}
+
+// checkTables checks that every line of each Markdown table has as many
+// cells as the table's header.
+func checkTables(t *testing.T, out string) {
+	t.Helper()
+	header := -1
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "| ") && strings.Count(l, " | ") != 5 && strings.Count(l, " | ") != 9 {
-			t.Errorf("table line with %d separators: %s", strings.Count(l, " | "), l)
+		if !strings.HasPrefix(l, "| ") {
+			header = -1
+			continue
+		}
+		n := strings.Count(l, " | ")
+		if header < 0 {
+			header = n
+		} else if n != header {
+			t.Errorf("table line with %d separators, its header %d: %s", n, header, l)
 		}
 	}
 }
@@ -176,15 +190,29 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.clients != 10000 || o.deltaClients != 10000 || !o.runs["limit"] || !o.runs["sotw"] || !o.runs["delta"] ||
-		o.runs["streams"] || o.runs["profile"] || o.streams != 100000 || o.streamsPerConn != 10 {
+		o.runs["streams"] || o.runs["profile"] || o.runs["grpc"] || o.streams != 100000 || o.streamsPerConn != 10 ||
+		o.stuckClients != 5000 || o.healthyClients != 1000 || o.stuckFill != 0 {
 		t.Errorf("defaults %+v", o)
 	}
 	o, err = parseFlags(strings.Fields("--clients 500 --runs streams,profile --delta-clients 7"), &stderr)
 	if err != nil || o.clients != 500 || o.deltaClients != 7 || o.runs["sotw"] || !o.runs["streams"] || !o.runs["profile"] {
 		t.Errorf("parsed %+v, %v", o, err)
 	}
+	o, err = parseFlags(strings.Fields("--runs shapes,delta --stuck-clients 50 --healthy-clients 10 --stuck-fill 3"), &stderr)
+	if err != nil || o.stuckClients != 50 || o.healthyClients != 10 || o.stuckFill != 3 {
+		t.Errorf("parsed %+v, %v", o, err)
+	}
+	for _, r := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered", "delta"} {
+		if !o.runs[r] {
+			t.Errorf("--runs shapes,delta: no %s run", r)
+		}
+	}
+	if o.runs["streams"] || o.runs["profile"] {
+		t.Errorf("--runs shapes,delta: runs %v", o.runs)
+	}
 	for _, args := range []string{"--clients 0", "--runs bogus", "--streams 0", "--streams-per-conn 0", "--limit-rounds 0",
-		"--sync-timeout 0s", "--delta-clients -1", "--profile-protocol rest", "extra"} {
+		"--sync-timeout 0s", "--delta-clients -1", "--profile-protocol rest", "extra", "--stuck-clients 0",
+		"--healthy-clients 0", "--stuck-fill -1"} {
 		if _, err := parseFlags(strings.Fields(args), &stderr); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", args)
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/xds-relay/xds-relay/internal/fleet"
 )
 
 // env is what every run shares.
@@ -28,7 +30,10 @@ type runConfig struct {
 	Relay bool `json:"relay"`
 	// Protocol is sotw or delta.
 	Protocol string `json:"protocol"`
-	// Clients is the number of simulated Envoy-like clients (streams).
+	// Mode is the clients' shape: envoy (wildcard LDS/CDS, then RDS/EDS) or
+	// grpc (proxyless gRPC: LDS → RDS → CDS → EDS, every name by name).
+	Mode string `json:"mode"`
+	// Clients is the number of simulated clients (streams).
 	Clients int `json:"clients"`
 	// StreamsPerConn is the number of clients per gRPC connection.
 	StreamsPerConn int `json:"streams_per_conn"`
@@ -37,7 +42,16 @@ type runConfig struct {
 	// Profile (relay runs only) takes a CPU profile of the relay during the
 	// change and a heap profile after the sync, into the log directory.
 	Profile bool `json:"profile"`
+	// Probe (relay runs only) measures a new client's first response and
+	// admin requests while the change fans out (see probe.go).
+	Probe bool `json:"probe"`
 }
+
+// The client modes of xds-loadgen.
+const (
+	modeEnvoy = "envoy"
+	modeGRPC  = "grpc"
+)
 
 // runResult is what one run measured. Durations are in nanoseconds in JSON.
 type runResult struct {
@@ -80,6 +94,17 @@ type runResult struct {
 	RelayResponseBytes float64 `json:"relay_response_bytes,omitempty"`
 	// UpdatesSeen is how many clients reported the change.
 	UpdatesSeen int64 `json:"updates_seen,omitempty"`
+	// Created is the change's creation stamp; Change its propagation to the
+	// clients (xds-loadgen's latencies of that stamp).
+	Created int64      `json:"created_unix_nano,omitempty"`
+	Change  *latencies `json:"change,omitempty"`
+	// Relay runs: growth of xds_relay_responses_total for the run's protocol
+	// over the window (one per client when nothing is sent twice).
+	RelayResponses float64 `json:"relay_responses,omitempty"`
+	// Probe runs: latencies of the probes during the fan-out, and of the
+	// same probes for a second before the change, with nothing going on.
+	Probes     []probeStats `json:"probes,omitempty"`
+	IdleProbes []probeStats `json:"idle_probes,omitempty"`
 
 	// Profile runs: the profile files.
 	CPUProfile  string `json:"cpu_profile,omitempty"`
@@ -88,80 +113,113 @@ type runResult struct {
 
 // servers are the processes of one run.
 type servers struct {
-	democp, relay *child
-	democpAddr    string // xDS
-	controlAddr   string // democp's control endpoint
-	relayAddr     string // xDS
-	adminAddr     string // relay admin
+	democp      *child
+	relay       *relayProc // nil: the clients talk to democp
+	democpAddr  string     // xDS
+	controlAddr string     // democp's control endpoint
+}
+
+// relayProc is one running xds-relay.
+type relayProc struct {
+	c     *child
+	addr  string // xDS
+	admin string // admin HTTP
 }
 
 // serving returns the process the clients talk to.
 func (s *servers) serving() *child {
 	if s.relay != nil {
-		return s.relay
+		return s.relay.c
 	}
 	return s.democp
 }
 
 func (s *servers) target() string {
 	if s.relay != nil {
-		return s.relayAddr
+		return s.relay.addr
 	}
 	return s.democpAddr
 }
 
 func (s *servers) stop() {
 	if s.relay != nil {
-		_ = s.relay.stop(syscall.SIGTERM, 20*time.Second)
+		s.relay.stop()
 	}
 	if s.democp != nil {
 		_ = s.democp.stop(syscall.SIGTERM, 20*time.Second)
 	}
 }
 
-// startServers starts democp, and the relay in front of it when relay is set,
-// and waits until they serve.
-func startServers(ctx context.Context, e env, name string, relay bool) (*servers, error) {
+func (r *relayProc) stop() { _ = r.c.stop(syscall.SIGTERM, 20*time.Second) }
+
+// startServers starts democp (with proxyless-gRPC listeners for grpc-mode
+// clients), and the relay in front of it when relay is set, and waits until
+// they serve.
+func startServers(ctx context.Context, e env, name string, relay bool, mode string) (*servers, error) {
 	s := &servers{}
 	var err error
-	for _, a := range []*string{&s.democpAddr, &s.controlAddr, &s.relayAddr, &s.adminAddr} {
+	for _, a := range []*string{&s.democpAddr, &s.controlAddr} {
 		if *a, err = freePort(); err != nil {
 			return nil, err
 		}
 	}
-	hc := newHTTPClient()
+	style := string(fleet.StyleEnvoy)
+	if mode == modeGRPC {
+		style = string(fleet.StyleGRPC)
+	}
+	// One route configuration: it routes to every cluster, so that a
+	// grpc-mode client watches all of them and their endpoints by name.
 	s.democp, err = startChild(name+"-democp", e.logDir, filepath.Join(e.bin, "xds-democp"), []string{
-		"--listen", s.democpAddr, "--control", s.controlAddr, "--clusters", itoa(e.clusters), "--log-level", "warn",
+		"--listen", s.democpAddr, "--control", s.controlAddr, "--clusters", itoa(e.clusters), "--routes", "1",
+		"--style", style, "--log-level", "warn",
 	}, childIO{})
 	if err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := waitHTTP(wctx, hc, "http://"+s.controlAddr+"/healthz", s.democp); err != nil {
+	if err := waitHTTP(wctx, newHTTPClient(), "http://"+s.controlAddr+"/healthz", s.democp); err != nil {
 		s.stop()
 		return nil, err
 	}
 	if !relay {
 		return s, nil
 	}
-	s.relay, err = startChild(name+"-relay", e.logDir, filepath.Join(e.bin, "xds-relay"), []string{
-		"--listen", s.relayAddr, "--admin", s.adminAddr, "--upstream", s.democpAddr, "--log-level", "warn",
-	}, childIO{})
-	if err != nil {
-		s.stop()
-		return nil, err
-	}
-	if err := waitHTTP(wctx, hc, "http://"+s.adminAddr+"/readyz", s.relay); err != nil {
+	if s.relay, err = startRelay(ctx, e, name+"-relay", s.democpAddr); err != nil {
 		s.stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// relayMetrics scrapes the relay's /metrics.
-func relayMetrics(ctx context.Context, s *servers) (metrics, error) {
-	b, err := httpGet(ctx, newHTTPClient(), "http://"+s.adminAddr+"/metrics")
+// startRelay starts an xds-relay in front of upstream and waits until it is
+// ready.
+func startRelay(ctx context.Context, e env, name, upstream string) (*relayProc, error) {
+	r := &relayProc{}
+	var err error
+	for _, a := range []*string{&r.addr, &r.admin} {
+		if *a, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	r.c, err = startChild(name, e.logDir, filepath.Join(e.bin, "xds-relay"), []string{
+		"--listen", r.addr, "--admin", r.admin, "--upstream", upstream, "--log-level", "warn",
+	}, childIO{})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := waitHTTP(wctx, newHTTPClient(), "http://"+r.admin+"/readyz", r.c); err != nil {
+		r.stop()
+		return nil, err
+	}
+	return r, nil
+}
+
+// metrics scrapes the relay's /metrics.
+func (r *relayProc) metrics(ctx context.Context) (metrics, error) {
+	b, err := httpGet(ctx, newHTTPClient(), "http://"+r.admin+"/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -173,11 +231,40 @@ func (e env) logf(format string, args ...any) {
 	fmt.Fprintf(e.log, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
+// startClients starts xds-loadgen with clients simulated clients of mode
+// (envoy or grpc) and protocol against target, and extra flags.
+func startClients(e env, name, target string, clients, streamsPerConn int, mode, protocol string,
+	extra ...string) (*loadgen, error) {
+	args := append([]string{
+		"--target", target, "--clients", itoa(clients), "--streams-per-conn", itoa(streamsPerConn),
+		"--mode", mode, "--protocol", protocol, "--duration", "1h",
+		"--sync-timeout", e.syncTimeout.String(), "--json", "--log-level", "warn",
+		"--progress-every", progressEvery.String(),
+	}, extra...)
+	return startLoadgen(name, e.logDir, filepath.Join(e.bin, "xds-loadgen"), args)
+}
+
+// progressEvery is the interval of xds-loadgen's progress lines, which the
+// bench waits on.
+const progressEvery = 500 * time.Millisecond
+
+// waitSynced waits until every client of lg has synced.
+func waitSynced(ctx context.Context, e env, name string, lg *loadgen, clients int) error {
+	sctx, cancel := context.WithTimeout(ctx, e.syncTimeout+30*time.Second)
+	defer cancel()
+	p, err := lg.waitFor(sctx, "all clients synced", func(p progress) bool { return p.Synced >= clients })
+	if err != nil {
+		return err
+	}
+	e.logf("%s: all %d synced", name, p.Synced)
+	return nil
+}
+
 // runSubject runs one configuration end to end: servers, clients, sync,
 // optionally one change, teardown.
 func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	res := &runResult{Config: rc}
-	srv, err := startServers(ctx, e, rc.Name, rc.Relay)
+	srv, err := startServers(ctx, e, rc.Name, rc.Relay, rc.Mode)
 	if err != nil {
 		return nil, err
 	}
@@ -191,18 +278,14 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	}
 	res.ServerRSSBefore = before[0].RSS
 	if rc.Relay {
-		m, err := relayMetrics(ctx, srv)
+		m, err := srv.relay.metrics(ctx)
 		if err != nil {
 			return nil, err
 		}
 		res.RelayHeapBefore, _ = m.sum("go_memstats_heap_inuse_bytes", nil)
 	}
 
-	lg, err := startLoadgen(rc.Name+"-loadgen", e.logDir, filepath.Join(e.bin, "xds-loadgen"), []string{
-		"--target", srv.target(), "--clients", itoa(rc.Clients), "--streams-per-conn", itoa(rc.StreamsPerConn),
-		"--mode", "envoy", "--protocol", rc.Protocol, "--duration", "1h",
-		"--sync-timeout", e.syncTimeout.String(), "--json", "--log-level", "warn",
-	})
+	lg, err := startClients(e, rc.Name+"-loadgen", srv.target(), rc.Clients, rc.StreamsPerConn, rc.Mode, rc.Protocol)
 	if err != nil {
 		return nil, err
 	}
@@ -214,14 +297,10 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	}()
 	pids := []int{serving.pid(), lg.c.pid()}
 	s0 := []procSample{before[0], {}} // xds-loadgen starts at zero
-	e.logf("%s: %d clients connecting to %s", rc.Name, rc.Clients, srv.target())
-	sctx, cancel := context.WithTimeout(ctx, e.syncTimeout+30*time.Second)
-	p, err := lg.waitFor(sctx, "all clients synced", func(p progress) bool { return p.Synced >= rc.Clients })
-	cancel()
-	if err != nil {
+	e.logf("%s: %d %s-mode clients connecting to %s", rc.Name, rc.Clients, rc.Mode, srv.target())
+	if err := waitSynced(ctx, e, rc.Name, lg, rc.Clients); err != nil {
 		return nil, err
 	}
-	e.logf("%s: all %d synced", rc.Name, p.Synced)
 
 	// After: every client synced, the serving process and the clients are quiet again.
 	after, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second)
@@ -240,7 +319,7 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 			return nil, err
 		}
 		res.DemocpRSSAfter = d.RSS
-		m, err := relayMetrics(ctx, srv)
+		m, err := srv.relay.metrics(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -250,12 +329,21 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 		res.UpstreamConnected, _ = m.sum("xds_relay_upstream_connected", nil)
 		if rc.Profile {
 			res.HeapProfile = filepath.Join(e.logDir, rc.Name+"-heap.pprof")
-			if err := saveURL(ctx, "http://"+srv.adminAddr+"/debug/pprof/heap", res.HeapProfile); err != nil {
+			if err := saveURL(ctx, "http://"+srv.relay.admin+"/debug/pprof/heap", res.HeapProfile); err != nil {
 				return nil, err
 			}
 		}
 	}
 
+	if rc.Probe && rc.Relay {
+		// The same probes with nothing going on, for comparison.
+		if res.IdleProbes, err = probeIdle(ctx, srv.relay, time.Second); err != nil {
+			return nil, err
+		}
+		if _, err := quiesce(ctx, pids, 300*time.Millisecond, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
 	if rc.Change {
 		if err := measureChange(ctx, e, rc, srv, lg, res); err != nil {
 			return nil, err
@@ -265,6 +353,11 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	finished = true
 	if res.Loadgen, err = lg.finish(2 * time.Minute); err != nil {
 		return nil, err
+	}
+	if rc.Change {
+		if l, ok := res.Loadgen.change(res.Created); ok {
+			res.Change = &l
+		}
 	}
 	e.logf("%s: done", rc.Name)
 	return res, nil
@@ -278,106 +371,56 @@ func measureChange(ctx context.Context, e env, rc runConfig, srv *servers, lg *l
 	if rc.Relay {
 		pids = append(pids, srv.democp.pid())
 	}
-	// Idle rates, to take out of a window that has to run to the confirmation.
-	idle0, err := sampleAll(pids)
-	if err != nil {
-		return err
-	}
-	if err := pause(ctx, time.Second); err != nil {
-		return err
-	}
-	idle1, err := sampleAll(pids)
-	if err != nil {
-		return err
-	}
 	var m0 metrics
-	if rc.Relay {
-		if m0, err = relayMetrics(ctx, srv); err != nil {
+	profDone := make(chan error, 1)
+	pctx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
+	var probes *fanoutProbes
+	before := func() error {
+		if !rc.Relay {
+			profDone <- nil
+			return nil
+		}
+		var err error
+		if m0, err = srv.relay.metrics(ctx); err != nil {
 			return err
 		}
-	}
-	base, _ := lg.latest()
-
-	profDone := make(chan error, 1)
-	if rc.Profile && rc.Relay {
+		if rc.Probe {
+			base, _ := lg.latest() // a line since the processes went quiet
+			probes = probeFanout(pctx, srv.relay, lg, base.Updates+int64(rc.Clients))
+		}
+		if !rc.Profile {
+			profDone <- nil
+			return nil
+		}
 		res.CPUProfile = filepath.Join(e.logDir, rc.Name+"-cpu.pprof")
 		go func() {
-			profDone <- saveURL(ctx, "http://"+srv.adminAddr+"/debug/pprof/profile?seconds=5", res.CPUProfile)
+			profDone <- saveURL(ctx, "http://"+srv.relay.admin+"/debug/pprof/profile?seconds=5", res.CPUProfile)
 		}()
 		// Let the profiler start before the change.
-		if err := pause(ctx, 200*time.Millisecond); err != nil {
-			return err
-		}
-	} else {
-		profDone <- nil
+		return pause(ctx, 200*time.Millisecond)
 	}
-
-	writes := startSampler(pids[0], 10*time.Millisecond)
-	c0, err := sampleAll(pids)
-	if err != nil {
-		writes.stop()
-		return err
+	w, err := measureWindow(ctx, e, windowSpec{name: rc.Name, controlAddr: srv.controlAddr, pids: pids,
+		expect: []expect{{lg, rc.Clients}}, confirmWithin: 3 * time.Minute, beforeChange: before})
+	if probes != nil {
+		stopProbes() // on errors; otherwise every client has the change and the probes have stopped
+		res.Probes = probes.wait()
 	}
-	if _, err := httpDo(ctx, newHTTPClient(), "POST", "http://"+srv.controlAddr+"/change?type=cds&count=1"); err != nil {
-		writes.stop()
-		return err
-	}
-	e.logf("%s: one cluster changed; waiting for %d clients", rc.Name, rc.Clients)
-	// The window ends when every process is quiet again (300 ms with at most
-	// one clock tick each): the responses are sent, read and ACKed.
-	c1, err := quiesce(ctx, pids, 300*time.Millisecond, 3*time.Minute)
-	series := writes.stop()
 	if err != nil {
 		return err
 	}
-	// xds-loadgen confirms that every client has the change.
-	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	p, err := lg.waitFor(wctx, "every client has the change", func(p progress) bool {
-		return p.Updates >= base.Updates+int64(rc.Clients)
-	})
-	cancel()
-	if err != nil {
-		return err
+	if w.Missing > 0 {
+		return fmt.Errorf("bench: %d of %d clients did not report the change within 3m", w.Missing, rc.Clients)
 	}
-	res.UpdatesSeen = p.Updates - base.Updates
-	c2, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second)
-	if err != nil {
-		return err
-	}
-	idleCPU := func(i int, from, to procSample) time.Duration {
-		rate := float64(idle1[i].CPU-idle0[i].CPU) / float64(idle1[i].At.Sub(idle0[i].At))
-		return time.Duration(rate * float64(to.At.Sub(from.At)))
-	}
-	runToConfirmation := false
-	for i := range pids {
-		if late := c2[i].CPU - c1[i].CPU - idleCPU(i, c1[i], c2[i]); late > 3*clockTick {
-			// Busy again after the quiet spell: count until the confirmation, less the idle rate.
-			e.logf("%s: process %d used %v more CPU after the quiet spell; the window runs to the confirmation",
-				rc.Name, pids[i], late)
-			runToConfirmation = true
-		}
-	}
-	end := c1
-	if runToConfirmation {
-		end = c2
-	}
-	res.ChangeWindow = end[0].At.Sub(c0[0].At)
-	if at, ok := writtenBy(series, 0.99); ok {
-		res.WrittenAll = at.Sub(c0[0].At)
-	}
-	cpu := func(i int) time.Duration {
-		d := end[i].CPU - c0[i].CPU
-		if runToConfirmation {
-			d -= idleCPU(i, c0[i], end[i])
-		}
-		return max(d, 0)
-	}
-	res.ServerCPU = cpu(0)
-	res.LoadgenCPU = cpu(1)
-	res.ServerWrite = end[0].Wchr - c0[0].Wchr
+	res.Created = w.Created
+	res.UpdatesSeen = w.Updates
+	res.ChangeWindow = w.Length
+	res.WrittenAll = w.WrittenAll
+	res.ServerCPU, res.LoadgenCPU = w.CPU[0], w.CPU[1]
+	res.ServerWrite = w.Write
 	if rc.Relay {
-		res.DemocpCPU = cpu(2)
-		m1, err := relayMetrics(ctx, srv)
+		res.DemocpCPU = w.CPU[2]
+		m1, err := srv.relay.metrics(ctx)
 		if err != nil {
 			return err
 		}
@@ -385,6 +428,9 @@ func measureChange(ctx context.Context, e env, rc runConfig, srv *servers, lg *l
 		b0, _ := m0.sum("xds_relay_response_bytes_total", proto)
 		b1, _ := m1.sum("xds_relay_response_bytes_total", proto)
 		res.RelayResponseBytes = b1 - b0
+		r0, _ := m0.sum("xds_relay_responses_total", proto)
+		r1, _ := m1.sum("xds_relay_responses_total", proto)
+		res.RelayResponses = r1 - r0
 	}
 	return <-profDone
 }

@@ -30,6 +30,7 @@ type client struct {
 	conn       *grpc.ClientConn
 	node       *corev3.Node
 	nack, slow bool
+	stuck      bool              // stops reading once synced (see Config.StuckRatio)
 	params     map[string]string // TP2 dynamic parameters: names go out as locators
 
 	// Owned by the client goroutine (read by Engine.Run after it returns).
@@ -85,6 +86,10 @@ func (c *client) stream(ctx context.Context) (bool, error) {
 	return c.runSotw(ctx, ads)
 }
 
+// hangs reports whether the client stops reading now: a stuck client that
+// has synced.
+func (c *client) hangs() bool { return c.stuck && !c.syncedAt.IsZero() }
+
 // pause makes a slow client wait before its next read.
 func (c *client) pause(ctx context.Context) {
 	if !c.slow || c.e.cfg.SlowDelay <= 0 {
@@ -131,6 +136,11 @@ func (c *client) runSotw(ctx context.Context, ads discoveryv3.AggregatedDiscover
 	for {
 		if got {
 			c.pause(ctx)
+		}
+		if c.hangs() {
+			// Never read again: the stream stays open, its window fills.
+			<-ctx.Done()
+			return got, ctx.Err()
 		}
 		resp, err := st.Recv()
 		if err != nil {
@@ -305,7 +315,9 @@ func (c *client) counted(now time.Time, stamp int64) {
 	c.updates++
 	c.e.ctr.updates.Add(1)
 	if stamp != 0 {
-		c.e.prop.Record(now.Sub(time.Unix(0, stamp)))
+		d := now.Sub(time.Unix(0, stamp))
+		c.e.prop.Record(d)
+		c.e.changes.Record(stamp, d)
 	}
 	if cfg := c.e.cfg; cfg.Updates > 0 && !c.reachedTarget && c.updates >= cfg.Updates {
 		c.reachedTarget = true
@@ -390,6 +402,11 @@ func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscove
 	for {
 		if got {
 			c.pause(ctx)
+		}
+		if c.hangs() {
+			// Never read again: the stream stays open, its window fills.
+			<-ctx.Done()
+			return got, ctx.Err()
 		}
 		resp, err := st.Recv()
 		if err != nil {

@@ -140,7 +140,7 @@ func TestRunCLI(t *testing.T) {
 	if s.Rates.ResponsesPerSecond <= 0 || s.Rates.UpdatesPerSecond <= 0 || s.Rates.BytesPerSecond <= 0 {
 		t.Errorf("rates %+v", s.Rates)
 	}
-	for _, key := range []string{`"config"`, `"started_at"`, `"ended_at"`, `"rates"`, `"losses": 0`} {
+	for _, key := range []string{`"config"`, `"started_at"`, `"ended_at"`, `"rates"`, `"losses": 0`, `"changes"`} {
 		if !strings.Contains(out.String(), key) {
 			t.Errorf("JSON summary lacks %s", key)
 		}
@@ -172,7 +172,7 @@ func TestReportProgress(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var b bytes.Buffer
-	reportProgress(ctx, &b, func() int { return 80 }, func() Progress { return Progress{} })
+	reportProgress(ctx, &b, func() int { return 80 }, 0, func() Progress { return Progress{} })
 	if b.Len() != 0 {
 		t.Errorf("wrote %q", b.String())
 	}
@@ -186,7 +186,7 @@ func TestReportProgressFitsTheTerminal(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		reportProgress(ctx, &b, func() int { return 20 }, func() Progress { return Progress{Clients: 1000, Connected: 1000} })
+		reportProgress(ctx, &b, func() int { return 20 }, 0, func() Progress { return Progress{Clients: 1000, Connected: 1000} })
 	}()
 	for !strings.Contains(b.String(), "\r") { // the first tick, a second in
 		time.Sleep(10 * time.Millisecond)

@@ -47,6 +47,11 @@ type Config struct {
 	SlowRatio float64
 	// SlowDelay is the pause of slow clients; 0 means 250ms.
 	SlowDelay time.Duration
+	// StuckRatio is the fraction of clients that stop reading their stream
+	// once synced and keep it open: their connection has gRPC's smallest
+	// flow-control windows (64 KiB, no BDP growth), so a server's sends to
+	// them block on flow control once the window is full (xDS dialect only).
+	StuckRatio float64
 	// NodePrefix prefixes node ids: PREFIX-0, PREFIX-1, ...; empty means "xds-loadgen".
 	NodePrefix string
 	// Params, when set, are xRFC TP2 dynamic parameters: client i subscribes
@@ -142,6 +147,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("loadgen: slow %v: want a fraction in [0, 1]", c.SlowRatio)
 	case c.SlowDelay < 0:
 		return c, fmt.Errorf("loadgen: slow-delay %v: want non-negative", c.SlowDelay)
+	case !(c.StuckRatio >= 0 && c.StuckRatio <= 1):
+		return c, fmt.Errorf("loadgen: stuck %v: want a fraction in [0, 1]", c.StuckRatio)
+	case c.StuckRatio > 0 && c.Dialect != DialectXDS:
+		return c, errors.New("loadgen: stuck clients speak xDS (the gateway dialect has none)")
 	}
 	if err := c.Node.check(); err != nil {
 		return c, err
@@ -153,6 +162,21 @@ func (c Config) withDefaults() (Config, error) {
 // spreading the picked clients evenly (ratio 0.25 picks clients 3, 7, 11, ...).
 func picked(i int, ratio float64) bool {
 	return math.Floor(float64(i+1)*ratio+1e-9) > math.Floor(float64(i)*ratio+1e-9)
+}
+
+// stuckWindow is the flow-control window of a stuck client's connection:
+// gRPC's smallest (grpc-go ignores smaller values).
+const stuckWindow = 64 << 10
+
+// stuckConn reports whether connection j carries a stuck client.
+func (e *Engine) stuckConn(j int) bool {
+	n := e.cfg.StreamsPerConn
+	for i := j * n; i < min((j+1)*n, e.cfg.Clients); i++ {
+		if picked(i, e.cfg.StuckRatio) {
+			return true
+		}
+	}
+	return false
 }
 
 // Engine runs one load test: it starts the clients, waits for them to sync,
@@ -168,6 +192,7 @@ type Engine struct {
 	// Updated by every client (atomics).
 	ctr         counters
 	prop        *histogram
+	changes     *changeStats
 	clientsDone atomic.Int64 // clients that have seen cfg.Updates updates
 
 	lossMu       sync.Mutex
@@ -193,6 +218,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		syncCh:  make(chan struct{}, 1),
 		doneCh:  make(chan struct{}, 1),
 		prop:    newHistogram(),
+		changes: newChangeStats(),
 	}, nil
 }
 
@@ -277,16 +303,23 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 			return nil, err
 		}
 	}
-	for range nconns {
-		cc, err := grpc.NewClient(cfg.Target,
+	for j := range nconns {
+		opts := []grpc.DialOption{
 			grpc.WithTransportCredentials(creds),
 			grpc.WithStatsHandler(bytesCounter{n: &e.ctr.bytes}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 			// Many connections: keep per-connection buffers small.
 			grpc.WithSharedWriteBuffer(true),
-			grpc.WithReadBufferSize(16<<10),
-			grpc.WithWriteBufferSize(16<<10),
-		)
+			grpc.WithReadBufferSize(16 << 10),
+			grpc.WithWriteBufferSize(16 << 10),
+		}
+		if e.stuckConn(j) {
+			// Fixed windows (setting them turns BDP estimation off): what a
+			// stuck stream does not read stays within 64 KiB, then the
+			// server's sends block.
+			opts = append(opts, grpc.WithInitialWindowSize(stuckWindow), grpc.WithInitialConnWindowSize(stuckWindow))
+		}
+		cc, err := grpc.NewClient(cfg.Target, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("loadgen: dial %s: %w", cfg.Target, err)
 		}
@@ -299,12 +332,13 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 	clients := make([]*client, 0, cfg.Clients)
 	launch := func(i int) {
 		c := &client{
-			e:    e,
-			id:   i,
-			conn: conns[i/cfg.StreamsPerConn],
-			nack: picked(i, cfg.NACKRatio),
-			slow: picked(i, cfg.SlowRatio),
-			st:   newClientState(cfg.Mode, cfg.LDSName),
+			e:     e,
+			id:    i,
+			conn:  conns[i/cfg.StreamsPerConn],
+			nack:  picked(i, cfg.NACKRatio),
+			slow:  picked(i, cfg.SlowRatio),
+			stuck: picked(i, cfg.StuckRatio),
+			st:    newClientState(cfg.Mode, cfg.LDSName),
 		}
 		if len(cfg.Params) > 0 {
 			c.params = cfg.Params[i%len(cfg.Params)]
@@ -399,6 +433,7 @@ syncing:
 		NACKs:         e.ctr.nacks.Load(),
 		BytesReceived: e.ctr.bytes.Load(),
 		Propagation:   latencies(e.prop),
+		Changes:       e.changes.Latencies(),
 		RunMS:         ms(end.Sub(start)),
 		Losses:        e.ctr.losses.Load(),
 		LossExamples:  examples,

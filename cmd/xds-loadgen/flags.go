@@ -13,10 +13,11 @@ import (
 
 // options are the parsed command line.
 type options struct {
-	cfg      Config
-	json     bool
-	logLevel string
-	version  bool
+	cfg           Config
+	json          bool
+	logLevel      string
+	progressEvery time.Duration
+	version       bool
 }
 
 const usageHeader = `xds-loadgen simulates many xDS clients against an xDS server and reports how
@@ -81,6 +82,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.cfg.NACKRatio, "nack-ratio", 0, "fraction of clients that NACK every response")
 	fs.Float64Var(&o.cfg.SlowRatio, "slow", 0, "fraction of clients that read slowly")
 	fs.DurationVar(&o.cfg.SlowDelay, "slow-delay", 250*time.Millisecond, "pause of a slow client before each read")
+	fs.Float64Var(&o.cfg.StuckRatio, "stuck", 0, "fraction of clients that stop reading their stream once synced and keep it open\n(gRPC's smallest flow-control windows: the server's sends to them block)")
+	fs.DurationVar(&o.progressEvery, "progress-every", 0, "interval of the progress line on stderr (0: 1s on a terminal, else 5s)")
 	fs.BoolVar(&o.json, "json", false, "print the final summary as JSON")
 	fs.StringVar(&o.cfg.NodePrefix, "node-prefix", "xds-loadgen", "node id prefix (ids are PREFIX-0, PREFIX-1, ...)")
 	fs.StringVar(&params, "params", "", "TP2 dynamic parameters, grpc mode: k=v,k2=v2 for every client, or sets split by | dealt\nround-robin (env=prod|env=test); names go out as resource locators")
@@ -141,6 +144,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.cfg.SyncTimeout <= 0 {
 		return o, errors.New("loadgen: --sync-timeout must be positive")
+	}
+	if o.progressEvery < 0 {
+		return o, fmt.Errorf("loadgen: --progress-every %v: want non-negative", o.progressEvery)
 	}
 	if _, err := o.cfg.withDefaults(); err != nil {
 		return o, err

@@ -28,15 +28,15 @@ func TestParseFlagsDefaults(t *testing.T) {
 func TestParseFlags(t *testing.T) {
 	o, err := parseFlags(strings.Fields("--target h:1 --clients 7 --streams-per-conn 3 --ramp 50/s --mode grpc "+
 		"--protocol delta --lds-name L --duration 3s --updates 4 --sync-timeout 9s --nack-ratio 0.2 --slow 0.5 "+
-		"--slow-delay 1ms --json --node-prefix np --log-level debug --params env=prod,zone=a|env=test"), &bytes.Buffer{})
+		"--slow-delay 1ms --stuck 0.25 --progress-every 1s --json --node-prefix np --log-level debug --params env=prod,zone=a|env=test"), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Config{Target: "h:1", Clients: 7, StreamsPerConn: 3, Ramp: fleet.Rate(50), Mode: ModeGRPC, Protocol: ProtocolDelta,
 		LDSName: "L", Duration: 3 * time.Second, Updates: 4, SyncTimeout: 9 * time.Second, NACKRatio: 0.2, SlowRatio: 0.5,
-		SlowDelay: time.Millisecond, NodePrefix: "np",
+		SlowDelay: time.Millisecond, StuckRatio: 0.25, NodePrefix: "np",
 		Params: []map[string]string{{"env": "prod", "zone": "a"}, {"env": "test"}}, Dialect: DialectXDS, GatewayClusters: 1}
-	if !reflect.DeepEqual(o.cfg, want) || !o.json || o.logLevel != "debug" {
+	if !reflect.DeepEqual(o.cfg, want) || !o.json || o.logLevel != "debug" || o.progressEvery != time.Second {
 		t.Errorf("got %+v json=%v level=%s\nwant %+v", o.cfg, o.json, o.logLevel, want)
 	}
 }
@@ -57,6 +57,9 @@ func TestParseFlagsErrors(t *testing.T) {
 		"--target h:1 --dialect gateway --mode grpc --params env=prod",
 		"--target h:1 --nack-ratio 1.5",
 		"--target h:1 --slow -0.1",
+		"--target h:1 --stuck 1.5",
+		"--target h:1 --dialect gateway --stuck 0.5",
+		"--target h:1 --progress-every -1s",
 		"--target h:1 --sync-timeout 0s",
 		"--target h:1 --duration -1s",
 		"--target h:1 --updates -1",

@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty func(
 
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { reportProgress(progressCtx, stderr, tty, eng.Progress) })
+	wg.Go(func() { reportProgress(progressCtx, stderr, tty, o.progressEvery, eng.Progress) })
 	sum, err := eng.Run(ctx)
 	stopProgress()
 	wg.Wait()
@@ -124,13 +124,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty func(
 	return 0
 }
 
-// reportProgress writes a progress line until ctx is done: rewritten in place
-// every second on a terminal (tty gives its width: the line is cut to it, a
-// wrapped line could not be redrawn), a plain line every 5 seconds otherwise.
-func reportProgress(ctx context.Context, w io.Writer, tty func() int, progress func() Progress) {
-	every := 5 * time.Second
-	if tty != nil {
+// reportProgress writes a progress line every interval until ctx is done:
+// rewritten in place on a terminal (tty gives its width: the line is cut to
+// it, a wrapped line could not be redrawn), a plain line otherwise. A zero
+// every means every second on a terminal, else every 5 seconds.
+func reportProgress(ctx context.Context, w io.Writer, tty func() int, every time.Duration, progress func() Progress) {
+	switch {
+	case every > 0:
+	case tty != nil:
 		every = time.Second
+	default:
+		every = 5 * time.Second
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +20,7 @@ type histogram struct {
 	next   atomic.Uint32 // the shard of the next sample
 	total  atomic.Uint64
 	max    atomic.Int64
-	shards [histShards]histShard
+	shards []histShard // set at creation
 }
 
 type histShard struct {
@@ -32,8 +34,11 @@ const (
 	histDigits  = 3
 )
 
-func newHistogram() *histogram {
-	h := &histogram{}
+func newHistogram() *histogram { return newShardedHistogram(histShards) }
+
+// newShardedHistogram returns a histogram of n shards (about 270 KiB each).
+func newShardedHistogram(n int) *histogram {
+	h := &histogram{shards: make([]histShard, n)}
 	for i := range h.shards {
 		h.shards[i].h = hdrhistogram.New(1, histHighest, histDigits)
 	}
@@ -44,7 +49,7 @@ func newHistogram() *histogram {
 // above an hour as an hour.
 func (h *histogram) Record(d time.Duration) {
 	v := min(max(int64(d), 0), histHighest)
-	s := &h.shards[h.next.Add(1)%histShards]
+	s := &h.shards[h.next.Add(1)%uint32(len(h.shards))]
 	s.mu.Lock()
 	_ = s.h.RecordValue(v) // v is within the trackable range
 	s.mu.Unlock()
@@ -77,6 +82,52 @@ func (h *histogram) Quantile(q float64) time.Duration {
 		return 0
 	}
 	return min(time.Duration(all.ValueAtQuantile(100*q)), h.Max())
+}
+
+// maxChanges bounds the changes changeStats keeps apart.
+const maxChanges = 32
+
+// changeStats keeps the propagation of each change apart: a histogram per
+// creation stamp (one stamp per change of xds-democp), for the first
+// maxChanges stamps recorded; later ones are only in the run's overall
+// histogram. A benchmark reads the change it made by its stamp. Safe for
+// concurrent use.
+type changeStats struct {
+	mu      sync.RWMutex
+	byStamp map[int64]*histogram // guarded by mu
+}
+
+func newChangeStats() *changeStats { return &changeStats{byStamp: map[int64]*histogram{}} }
+
+// Record adds one sample of the change stamped stamp.
+func (c *changeStats) Record(stamp int64, d time.Duration) {
+	c.mu.RLock()
+	h := c.byStamp[stamp]
+	c.mu.RUnlock()
+	if h == nil {
+		c.mu.Lock()
+		if h = c.byStamp[stamp]; h == nil && len(c.byStamp) < maxChanges {
+			h = newShardedHistogram(1) // one sample per client and change: little contention
+			c.byStamp[stamp] = h
+		}
+		c.mu.Unlock()
+		if h == nil {
+			return
+		}
+	}
+	h.Record(d)
+}
+
+// Latencies returns the latencies of every change kept, oldest stamp first.
+func (c *changeStats) Latencies() []ChangeLatencies {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]ChangeLatencies, 0, len(c.byStamp))
+	for stamp, h := range c.byStamp {
+		out = append(out, ChangeLatencies{CreatedUnixNano: stamp, Latencies: latencies(h)})
+	}
+	slices.SortFunc(out, func(a, b ChangeLatencies) int { return cmp.Compare(a.CreatedUnixNano, b.CreatedUnixNano) })
+	return out
 }
 
 // percentile returns the exact q-quantile (nearest rank) of sorted samples; 0 when empty.

@@ -79,3 +79,26 @@ func TestPicked(t *testing.T) {
 		}
 	}
 }
+
+// Each change's samples stay apart, by stamp, oldest first; stamps beyond
+// maxChanges are dropped (they are in the run's overall histogram).
+func TestChangeStats(t *testing.T) {
+	c := newChangeStats()
+	for i := range 10 {
+		c.Record(200, time.Duration(i+1)*time.Millisecond)
+	}
+	c.Record(100, 5*time.Millisecond)
+	got := c.Latencies()
+	if len(got) != 2 || got[0].CreatedUnixNano != 100 || got[1].CreatedUnixNano != 200 {
+		t.Fatalf("changes %+v, want stamps 100 and 200", got)
+	}
+	if l := got[1].Latencies; l.Samples != 10 || l.Max != 10 || math.Abs(l.P50-5) > 0.01 {
+		t.Errorf("stamp 200: %+v, want 10 samples, p50 5 ms (within 0.1 %%), max 10 ms", l)
+	}
+	for stamp := range int64(2 * maxChanges) {
+		c.Record(1000+stamp, time.Millisecond)
+	}
+	if n := len(c.Latencies()); n != maxChanges {
+		t.Errorf("%d changes kept, want %d", n, maxChanges)
+	}
+}

@@ -18,6 +18,15 @@ type Latencies struct {
 	Max     float64 `json:"max_ms"`
 }
 
+// ChangeLatencies are the propagation percentiles of one change: the
+// updates that carried its creation stamp.
+type ChangeLatencies struct {
+	// CreatedUnixNano is the change's creation stamp (xds-democp's
+	// POST /change answers it).
+	CreatedUnixNano int64 `json:"created_unix_nano"`
+	Latencies
+}
+
 // Rates are per second over the whole run.
 type Rates struct {
 	ResponsesPerSecond float64 `json:"responses_per_second"`
@@ -42,6 +51,7 @@ type RunConfig struct {
 	NACKRatio      float64             `json:"nack_ratio"`
 	SlowRatio      float64             `json:"slow_ratio"`
 	SlowDelayMS    float64             `json:"slow_delay_ms"`
+	StuckRatio     float64             `json:"stuck_ratio,omitempty"`
 	NodePrefix     string              `json:"node_prefix"`
 	Node           NodeTemplate        `json:"node"`
 	Params         []map[string]string `json:"params,omitempty"`
@@ -52,6 +62,7 @@ func runConfig(c Config) RunConfig {
 	rc := RunConfig{Target: c.Target, Clients: c.Clients, StreamsPerConn: c.StreamsPerConn, RampPerSecond: float64(c.Ramp),
 		Mode: c.Mode, Protocol: c.Protocol, DurationMS: ms(c.Duration), Updates: c.Updates,
 		SyncTimeoutMS: ms(c.SyncTimeout), NACKRatio: c.NACKRatio, SlowRatio: c.SlowRatio, SlowDelayMS: ms(c.SlowDelay),
+		StuckRatio: c.StuckRatio,
 		NodePrefix: c.NodePrefix, Node: c.Node, Params: c.Params, AllowRemovals: c.AllowRemovals}
 	if c.Mode == ModeGRPC {
 		rc.LDSName = c.LDSName
@@ -85,6 +96,9 @@ type Summary struct {
 	NACKs         int64     `json:"nacks_sent"`
 	BytesReceived int64     `json:"bytes_received"`
 	Propagation   Latencies `json:"propagation"`
+	// Changes are the propagation of each change apart, by creation stamp
+	// (the first 32 changes seen after the clients synced).
+	Changes []ChangeLatencies `json:"changes,omitempty"`
 	// TimeToSyncAllMS is from the first connection attempt to the last client's sync;
 	// null when some client did not sync.
 	TimeToSyncAllMS *float64 `json:"time_to_sync_all_ms"`
