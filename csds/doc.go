@@ -12,7 +12,9 @@
 // SotW versions are per response, so a SotW stream's names share its type's
 // version and status, and a wildcard subscription is one entry named "*"; a
 // Delta stream reports each resource it holds with its own version. Resource
-// contents are never included (see /debug/cache for those).
+// contents are never included (see /debug/cache for those). last_updated is
+// present but zero (the Unix epoch): when a state last changed is not
+// recorded (grpcdebug needs the field, and shows a zero time as blank).
 //
 // Requests are filtered by node_matchers (node id and metadata; every
 // envoy.type.matcher.v3 string and value matcher except custom extensions).

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
@@ -255,8 +256,14 @@ func (s *Server) configs(p *downstream.Principal, st downstream.ClientState) []*
 // entry is the status of one subscribed name of a stream's type: sent says
 // whether anything of it was sent. The type's last response decides: ACKed
 // (SYNCED), NACKed (ERROR, with the reason), or not answered yet (STALE).
+//
+// last_updated is always present but zero (the Unix epoch): the downstream
+// server does not record when a type's state last changed. grpcdebug reads
+// the field without a nil check (its "xds status" crashed on an entry
+// without it) and shows a zero time as blank.
 func entry(typeURL, name string, ts downstream.ClientTypeState, sent bool) *statusv3.ClientConfig_GenericXdsConfig {
-	e := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: name, VersionInfo: ts.AckedVersion}
+	e := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: name, VersionInfo: ts.AckedVersion,
+		LastUpdated: &timestamppb.Timestamp{}}
 	switch {
 	case !sent:
 		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_NOT_SENT, adminv3.ClientResourceStatus_REQUESTED
