@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/xds-relay/xds-relay/csds"
 	"github.com/xds-relay/xds-relay/downstream"
@@ -26,6 +27,9 @@ import (
 //     snapshot (Refs, ClientStates), served on the downstream listener.
 //   - gateway: gateway.control.v1 on the downstream listener, relayed to the
 //     default upstream servers with a cache of its own (see package gateway).
+//   - gRPC server reflection (v1 and v1alpha) on the downstream listener, so
+//     that grpcurl and grpcui can call CSDS and the gateway services without
+//     the .proto files at hand. It describes the services; it reads no state.
 
 // dialects holds the edge servers. Set in New, read-only after.
 type dialects struct {
@@ -61,6 +65,7 @@ func (r *Relay) newDialects() error {
 		return fmt.Errorf("relay: %w", err)
 	}
 	r.dx.gw.Register(r.grpc)
+	reflection.Register(r.grpc)
 	if c := r.cfg.REST; c != nil {
 		r.dx.rest = rest.New(r, rest.Options{
 			PollTimeout:    c.PollTimeout,
