@@ -59,11 +59,13 @@ func (r *Relay) Readiness() (ready bool, reason string) {
 func (r *Relay) Draining() bool { return r.draining.Load() }
 
 // Drain takes the relay out of service without stopping it (POST /drain,
-// for maintenance): readiness turns false, clients get GOAWAY, and the open
-// xDS streams are ended with UNAVAILABLE over shutdown.drain_window, so that
-// the clients reconnect to the other replicas at an even pace. Serve
-// returns; the admin API and the upstreams stay up until Shutdown or Close.
-// It returns a channel closed when no stream is left. Only the first call
+// for maintenance): readiness turns false, clients get GOAWAY, and the
+// connections of the xDS listener are closed oldest first over
+// shutdown.drain_window, so that their streams end with UNAVAILABLE and the
+// clients reconnect to the other replicas at an even pace; held REST polls
+// are answered 503 and the REST listener closes. Serve and ServeREST return;
+// the admin API and the upstreams stay up until Shutdown or Close. It
+// returns a channel closed when no connection is left. Only the first call
 // starts a drain; later ones return the same channel.
 func (r *Relay) Drain() <-chan struct{} {
 	r.drainOnce.Do(func() {
@@ -79,10 +81,19 @@ func (r *Relay) Drain() <-chan struct{} {
 			defer close(stopped)
 			r.grpc.GracefulStop() // GOAWAY; returns when every connection is gone
 		}()
+		restClosed := make(chan struct{})
+		go func() {
+			defer close(restClosed)
+			// Held polls are answered at once: the shutdown takes a moment.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			r.closeDialects(ctx)
+		}()
 		go func() {
 			defer close(done)
 			_ = r.ds.Drain(r.life, window) // cut short by Close
 			<-stopped
+			<-restClosed
 		}()
 	})
 	return r.drainDone

@@ -162,3 +162,25 @@ func TestPollHeldUntilEveryNameIsKnown(t *testing.T) {
 	rr.up.SetResources(both)
 	wantClusters(t, wait(t, ch), both)
 }
+
+// A maintenance drain (POST /drain) moves REST pollers too: a held poll is
+// answered 503 at once, the REST listener closes (ServeREST returns nil,
+// checked at cleanup), and the relay, not closed, refuses new polls.
+func TestPollEndsOnDrain(t *testing.T) {
+	rr := startREST(t, clusters("c1"), time.Minute)
+	v := rr.post(t, "clusters", request("envoy-1", "")).resp.GetVersionInfo()
+	ch := rr.postAsync(t, "clusters", request("envoy-1", v))
+	held(t, ch)
+	rr.Relay.Relay.Drain()
+	r := wait(t, ch)
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "shutting down") {
+		t.Fatalf("held poll at drain: %d %q, want 503", r.code, r.body)
+	}
+	xdstest.Eventually(t, func() bool {
+		res, err := http.Post(rr.url+"/v3/discovery:clusters", "application/json", strings.NewReader(`{}`))
+		if err == nil {
+			res.Body.Close()
+		}
+		return err != nil // connection refused: the listener is closed
+	}, "the REST listener closed by the drain", nil)
+}

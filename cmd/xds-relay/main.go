@@ -193,6 +193,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			waiting = false
 		case err := <-restDone:
 			restLis = nil
+			if err == nil && r.Draining() {
+				restDone = nil // POST /drain closed it too
+				continue
+			}
 			if err == nil {
 				err = errors.New("stopped serving")
 			}

@@ -396,8 +396,8 @@ func TestRunUntilCancelled(t *testing.T) {
 	}
 }
 
-// After POST /drain the relay serves no xDS but keeps running (admin API
-// up) until the signal.
+// After POST /drain the relay serves no xDS and no REST-JSON (its listener
+// closed too) but keeps running (admin API up) until the signal.
 func TestDrainThenSignal(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -405,10 +405,10 @@ func TestDrainThenSignal(t *testing.T) {
 	stderr := newSyncBuffer()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--upstream", up.Addr()},
-			io.Discard, stderr)
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0",
+			"--upstream", up.Addr()}, io.Discard, stderr)
 	}()
-	var serving struct{ Listen, Admin string }
+	var serving struct{ Listen, Admin, REST string }
 	select {
 	case line := <-stderr.serving:
 		if err := json.Unmarshal(line, &serving); err != nil {
@@ -427,6 +427,13 @@ func TestDrainThenSignal(t *testing.T) {
 	}
 	xdstest.Eventually(t, func() bool { return strings.Contains(stderr.String(), "waiting for SIGTERM") },
 		"the drained relay waits", func() any { return stderr.String() })
+	xdstest.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", serving.REST)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	}, "the REST listener closed by the drain", nil)
 	resp, err = http.Get("http://" + serving.Admin + "/readyz")
 	if err != nil {
 		t.Fatalf("the admin API is down after the drain: %v", err)
