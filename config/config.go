@@ -68,10 +68,10 @@ type Readiness struct {
 
 // Shutdown is the drain of the open xDS streams.
 type Shutdown struct {
-	// DrainWindow is the time over which the open xDS streams are ended
-	// (UNAVAILABLE, so that clients reconnect to another replica), evenly
-	// spread so that the other replicas see no reconnect storm. 0 ends them
-	// all at once. Default 5s.
+	// DrainWindow is the time over which the client connections of the xDS
+	// listener are closed, so that their streams end (UNAVAILABLE) and the
+	// clients reconnect to another replica, evenly spread so that the other
+	// replicas see no reconnect storm. 0 closes them all at once. Default 5s.
 	DrainWindow time.Duration `yaml:"drain_window"`
 }
 

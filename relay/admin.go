@@ -30,8 +30,9 @@ var AdminEndpoints = []AdminEndpoint{
 	{"GET /readyz", "200 when serving and synced with an upstream (or warm from cache.persist_path); " +
 		"503 before that and while draining; the body says why (readiness)"},
 	{"GET /metrics", "Prometheus text format (xds_relay_*, go_*, process_*)"},
-	{"POST /drain", "take the relay out of service for maintenance: /readyz 503, GOAWAY, xDS streams " +
-		"ended with UNAVAILABLE over shutdown.drain_window; the process and admin API stay up until SIGTERM"},
+	{"POST /drain", "take the relay out of service for maintenance: /readyz 503, GOAWAY, client connections " +
+		"closed over shutdown.drain_window (streams end with UNAVAILABLE), REST polls 503; the process and admin " +
+		"API stay up until SIGTERM"},
 	{"GET /debug/cache?type=&prefix=&authority=", "JSON: the cached resource variants"},
 	{"GET /debug/clients?node=&type=&name=&after=&limit=&names=", "JSON: one page of the downstream streams " +
 		"(node: glob on the node id; limit: 100, at most 1000; names per type: 100), the total and the next page"},
@@ -68,7 +69,7 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 			r.log.Info("drain requested on the admin API")
 		}
 		r.Drain()
-		writeText(w, http.StatusAccepted, fmt.Sprintf("draining: xDS streams end over %v; /readyz answers 503\n",
+		writeText(w, http.StatusAccepted, fmt.Sprintf("draining: client connections close over %v; /readyz answers 503\n",
 			r.cfg.Shutdown.DrainWindow))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.Registry(), promhttp.HandlerOpts{

@@ -173,8 +173,9 @@ present keeps its value, 0 included):
     require_sync: false         /readyz 200 only once synced with an upstream (false: a
                                 warm-restart file loaded at start is enough)
   shutdown:
-    drain_window: 5s            on SIGTERM/SIGINT and POST /drain, open xDS streams end with
-                                UNAVAILABLE spread over this window (0: all at once)
+    drain_window: 5s            on SIGTERM/SIGINT and POST /drain, the client connections are
+                                closed (their streams end with UNAVAILABLE) spread over this
+                                window (0: all at once)
   limits:
     max_names_per_request: 10000
     max_recv_message_bytes: 4194304
@@ -210,9 +211,10 @@ present keeps its value, 0 included):
 `
 
 const usageTail = `
-Shutdown: on SIGTERM or SIGINT /readyz turns 503 at once, clients get GOAWAY, the open xDS
-streams end with UNAVAILABLE over shutdown.drain_window, and the relay exits as soon as none
-is left (at most the window plus 2 s). A second signal stops at once.
+Shutdown: on SIGTERM or SIGINT /readyz turns 503 at once, clients get GOAWAY, the client
+connections are closed oldest first over shutdown.drain_window (their xDS streams end with
+UNAVAILABLE; held REST polls get 503), and the relay exits as soon as none is left (at most
+the window plus 2 s). A second signal stops at once.
 
 Exit status: 0 after a clean shutdown; 1 on a bad config, a port in use or a
 serving error; 2 on a bad flag.
