@@ -147,7 +147,7 @@ func dialXDS(t *testing.T, bootstrap []byte, target string) *grpc.ClientConn {
 const python = "/usr/bin/python3"
 
 // requirePython returns the directory Debian's python3-grpcio was unpacked
-// into, or skips (fails under CI) when it is missing.
+// into; it fails the test when it is missing (skips only with -short).
 func requirePython(t *testing.T) string {
 	t.Helper()
 	deb, err := absPath("python/.deb")
