@@ -18,22 +18,42 @@ type REST struct {
 	// when the tls section is set.
 	Listen string `yaml:"listen"`
 	// PollTimeout is how long a request whose version_info is the current
-	// one is held before it is answered 304 Not Modified. Default 30s.
-	PollTimeout time.Duration `yaml:"poll_timeout,omitempty"`
+	// one is held before it is answered 304 Not Modified. Default 30s; must
+	// be positive.
+	PollTimeout time.Duration `yaml:"poll_timeout"`
 }
 
 // Gateway configures the gateway.control.v1 dialect, served on the
 // downstream listener and relayed to the default upstream servers. It is on
-// without this section, with the defaults below.
+// without this section, with the defaults below; a key the section leaves
+// out takes its default, one it sets keeps its value, empty included.
 type Gateway struct {
 	// GroupBy lists the request fields that split data planes into
 	// snapshot groups, each with its own upstream stream: node_id, cluster,
 	// supported_features. Default [cluster]: every data plane of a cluster
-	// shares one upstream subscription (per set of subscribed types).
-	GroupBy []string `yaml:"group_by,omitempty"`
+	// shares one upstream subscription (per set of subscribed types). An
+	// empty list ([]) puts every data plane in one group (per set of
+	// subscribed types), presenting the relay's own node upstream.
+	GroupBy []string `yaml:"group_by"`
 	// ReportRetries bounds the attempts to forward one status report
-	// upstream. Default 3.
-	ReportRetries int `yaml:"report_retries,omitempty"`
+	// upstream. Default 3; must be positive.
+	ReportRetries int `yaml:"report_retries"`
+}
+
+// Defaults of the rest and gateway sections, taken by the keys a present
+// section leaves out.
+const (
+	DefaultPollTimeout   = 30 * time.Second
+	DefaultReportRetries = 3
+)
+
+// DefaultGatewayGroupBy is gateway.group_by when the key is absent.
+func DefaultGatewayGroupBy() []string { return []string{"cluster"} }
+
+func defaultREST() *REST { return &REST{PollTimeout: DefaultPollTimeout} }
+
+func defaultGateway() *Gateway {
+	return &Gateway{GroupBy: DefaultGatewayGroupBy(), ReportRetries: DefaultReportRetries}
 }
 
 // dialects checks the rest and gateway sections.
@@ -44,7 +64,9 @@ func (v *validation) dialects(c *Config) {
 		} else {
 			v.hostPort("rest.listen", r.Listen, false)
 		}
-		v.nonNegative("rest.poll_timeout", r.PollTimeout < 0, "")
+		if r.PollTimeout <= 0 {
+			v.add("rest.poll_timeout", "must be positive, got %v (how long a poll with nothing new is held)", r.PollTimeout)
+		}
 	}
 	if g := c.Gateway; g != nil {
 		for i, f := range g.GroupBy {
@@ -55,6 +77,8 @@ func (v *validation) dialects(c *Config) {
 					"unknown field %q (want node_id, cluster or supported_features)", f)
 			}
 		}
-		v.nonNegative("gateway.report_retries", g.ReportRetries < 0, "")
+		if g.ReportRetries <= 0 {
+			v.add("gateway.report_retries", "must be positive, got %d (attempts to forward one status report)", g.ReportRetries)
+		}
 	}
 }

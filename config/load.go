@@ -117,8 +117,8 @@ func InFile(err error, path string) error {
 // more than one document are errors naming the field (every one of them,
 // joined with errors.Join); durations are written like "5s". An empty
 // document yields the defaults. A key that is present keeps its value, zero
-// included; an optional section that is present (rollout) starts from its
-// defaults. With upstream.bootstrap_file, the servers are read from that
+// included; an optional section that is present (rollout, rest, gateway)
+// starts from its defaults. With upstream.bootstrap_file, the servers are read from that
 // file (see Upstream.LoadBootstrap). Parse does not validate: call Validate.
 func Parse(data []byte) (*Config, error) {
 	cfg := Default()
@@ -158,6 +158,12 @@ func Parse(data []byte) (*Config, error) {
 	if sections["rollout"] {
 		cfg.Rollout = defaultRollout()
 	}
+	if sections["rest"] {
+		cfg.REST = defaultREST()
+	}
+	if sections["gateway"] {
+		cfg.Gateway = defaultGateway()
+	}
 	strict := yaml.NewDecoder(bytes.NewReader(data))
 	strict.KnownFields(true)
 	if err := strict.Decode(cfg); err != nil {
@@ -173,6 +179,12 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if sections["tls"] && cfg.TLS == nil {
 		cfg.TLS = &TLS{}
+	}
+	if sections["rest"] && cfg.REST == nil {
+		cfg.REST = defaultREST()
+	}
+	if sections["gateway"] && cfg.Gateway == nil {
+		cfg.Gateway = defaultGateway()
 	}
 	if f := cfg.Upstream.BootstrapFile; f != "" {
 		if len(cfg.Upstream.XDSServers) > 0 || len(cfg.Upstream.Authorities) > 0 {

@@ -49,7 +49,8 @@ type Options struct {
 	// where the group key does not say otherwise.
 	NodeID, Cluster string
 	// GroupBy are the request fields keying snapshot groups: node_id,
-	// cluster, supported_features. Default [cluster].
+	// cluster, supported_features. nil: [cluster]; empty: one group (per
+	// set of subscribed types) presenting NodeID and Cluster upstream.
 	GroupBy []string
 	// ReportRetries bounds the attempts to forward one report. Default 3.
 	ReportRetries int
@@ -109,7 +110,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("gateway: group_by: unknown field %q", f)
 		}
 	}
-	if len(opts.GroupBy) == 0 {
+	if opts.GroupBy == nil {
 		opts.GroupBy = []string{"cluster"}
 	}
 	if opts.ReportRetries <= 0 {

@@ -36,7 +36,7 @@ func TestDialectsTogether(t *testing.T) {
 	a, b := xdstest.StartBackend(t, "A"), xdstest.StartBackend(t, "B")
 	up.SetResources(xdstest.GRPCResources(target, a.Addr()))
 	r := xdstest.StartRelayLogged(t, zaptest.NewLogger(t), up.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.REST = &config.REST{Listen: "127.0.0.1:0"}
+		c.REST = &config.REST{Listen: "127.0.0.1:0", PollTimeout: config.DefaultPollTimeout}
 	}))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -115,7 +115,7 @@ func (o *options) config() (*config.Config, error) {
 	}
 	if o.set["rest-listen"] {
 		if cfg.REST == nil {
-			cfg.REST = &config.REST{}
+			cfg.REST = &config.REST{PollTimeout: config.DefaultPollTimeout}
 		}
 		cfg.REST.Listen = o.restListen
 	}
@@ -197,11 +197,11 @@ present keeps its value, 0 included):
     max_nack_ratio: 0           above it the rollout halts; the others keep the last accepted version
   rest:                         REST-JSON polling (absent: off): POST /v3/discovery:TYPE
     listen: "127.0.0.1:18080"   HTTP address (TLS as the tls section says)
-    poll_timeout: 30s           an unchanged poll is held this long, then answered 304
+    poll_timeout: 30s           an unchanged poll is held this long, then answered 304 (positive)
   gateway:                      gateway.control.v1 on --listen (always on; these tune it)
     group_by: [cluster]         request fields keying snapshot groups: node_id, cluster,
-                                supported_features
-    report_retries: 3           attempts to forward one ReportStatus upstream
+                                supported_features ([]: one group, the relay's node upstream)
+    report_retries: 3           attempts to forward one ReportStatus upstream (positive)
   tls:                          downstream TLS (absent: plaintext)
     cert_file: server.pem       certificate chain (PEM), leaf first
     key_file: server-key.pem    its private key
