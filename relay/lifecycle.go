@@ -162,7 +162,10 @@ func (h syncHook) OnState(server string, connected bool, err error) {
 // upstreamConnected returns the samples of xds_relay_upstream_connected: per
 // authority, server and kind of scope, the streams connected. Every default
 // server of the shared scope has a sample from the start, 0 until it
-// connects.
+// connects; an authority's client of the shared scope (dialled at its first
+// subscription) has one, 0, for the server it tries while it has never
+// connected or is reconnecting, so that an unreachable authority is seen
+// (alert XdsRelayUpstreamDisconnected) and not just absent.
 func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 	type key struct{ auth, server, scope string }
 	counts := map[key]int{}
@@ -173,8 +176,14 @@ func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 	for _, sc := range r.scopes {
 		kind := scopeKind(sc.key)
 		for auth, c := range sc.upstreams {
-			if server := c.ConnectedServer(); server != "" {
+			state, server := c.State()
+			switch {
+			case state == upstream.StateConnected:
 				counts[key{auth, server, kind}]++
+			case kind == metrics.ScopeShared && state != upstream.StateIdle && server != "":
+				if k := (key{auth, server, kind}); !hasKey(counts, k) {
+					counts[k] = 0 // present, 0: trying
+				}
 			}
 		}
 	}
@@ -187,6 +196,11 @@ func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 		return strings.Compare(a.Authority+"\x00"+a.Server+"\x00"+a.Scope, b.Authority+"\x00"+b.Server+"\x00"+b.Scope)
 	})
 	return out
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // scopeKind is the scope label of a scope key: "" is the shared scope,

@@ -64,3 +64,33 @@ func TestUpstreamConnectedSumsScopes(t *testing.T) {
 	blue.Close() // its group and its node's secret scope go after the linger
 	wantConnected(1, 1, 1)
 }
+
+// An authority with servers of its own that it cannot reach is present in
+// xds_relay_upstream_connected as 0 once a client asks for one of its names
+// (its client is dialled then), not absent until a first connect: the alert
+// on an authority without a connected server can fire. It turns 1 once the
+// server is reachable.
+func TestUpstreamConnectedAuthorityNeverConnected(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	auth := xdstest.StartUpstream(t)
+	name := "xdstp://auth.example/envoy.config.cluster.v3.Cluster/c1"
+	auth.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster(name, "e1")}})
+	auth.Stop()
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {XDSServers: []config.Server{{ServerURI: auth.Addr()}}}}
+	}))
+	labels := map[string]string{"authority": "auth.example", "scope": "shared", "server": auth.Addr()}
+	if got := metricValue(t, r.Relay, "xds_relay_upstream_connected", labels); got != -1 {
+		t.Fatalf("auth.example's sample before any client asked for it = %v, want none (its client is idle)", got)
+	}
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, name)
+	xdstest.Eventually(t, func() bool { return metricValue(t, r.Relay, "xds_relay_upstream_connected", labels) == 0 },
+		"auth.example present as 0 while unreachable", func() any {
+			return metricValue(t, r.Relay, "xds_relay_upstream_connected", labels)
+		})
+	auth.Restart()
+	wantNames(t, c.RecvType(resource.ClusterType), name)
+	xdstest.Eventually(t, func() bool { return metricValue(t, r.Relay, "xds_relay_upstream_connected", labels) == 1 },
+		"auth.example connected", nil)
+}

@@ -289,6 +289,15 @@ func (c *Client) ConnectedServer() string {
 	return c.server
 }
 
+// State returns the connection state (one of the State* constants) and the
+// server it concerns: the current one, or the last one tried ("" while
+// idle). Cheaper than Status: for metrics.
+func (c *Client) State() (state, server string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, c.server
+}
+
 // Status is a snapshot of a Client's state, for debug pages and tests.
 type Status struct {
 	Authority string       `json:"authority"`
