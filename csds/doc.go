@@ -13,8 +13,9 @@
 // version and status, and a wildcard subscription is one entry named "*"; a
 // Delta stream reports each resource it holds with its own version. Resource
 // contents are never included (see /debug/cache for those). last_updated is
-// present but zero (the Unix epoch): when a state last changed is not
-// recorded (grpcdebug needs the field, and shows a zero time as blank).
+// when the type's state last changed on the stream (a response, an ACK or
+// a NACK); zero before that (grpcdebug needs the field, and shows a zero
+// time as blank).
 //
 // Requests are filtered by node_matchers (node id and metadata; every
 // envoy.type.matcher.v3 string and value matcher except custom extensions).

@@ -3,6 +3,7 @@ package csds_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -22,6 +23,7 @@ import (
 func TestReadAsGrpcdebugDoes(t *testing.T) {
 	f := startFleet(t)
 	a := xdstest.DialADS(t, f.Addr(), node("envoy-a", "a")) // SotW wildcard CDS, ACKed
+	start := time.Now()
 	a.Subscribe(resource.ClusterType)
 	a.Ack(a.RecvType(resource.ClusterType))
 	b := xdstest.DialDelta(t, f.Addr(), node("envoy-b", "b")) // Delta EDS: e1 held, e9 not sent
@@ -43,6 +45,9 @@ func TestReadAsGrpcdebugDoes(t *testing.T) {
 		for _, g := range cc.GetGenericXdsConfigs() {
 			if g.LastUpdated == nil { // grpcdebug: prettyTime(g.LastUpdated) reads ts.Seconds
 				t.Errorf("%s %s %s: no last_updated (grpcdebug xds status dereferences it)", cc.GetClientScope(), g.GetTypeUrl(), g.GetName())
+			} else if g.GetConfigStatus() == statusv3.ConfigStatus_SYNCED && g.GetLastUpdated().AsTime().Before(start) {
+				t.Errorf("%s %s %s: SYNCED with last_updated %v, before the test started", cc.GetClientScope(), g.GetTypeUrl(),
+					g.GetName(), g.GetLastUpdated().AsTime())
 			}
 			if g.GetName() == "" || g.GetTypeUrl() == "" {
 				t.Errorf("%s: an entry without name or type: %v", cc.GetClientScope(), g)

@@ -257,13 +257,17 @@ func (s *Server) configs(p *downstream.Principal, st downstream.ClientState) []*
 // whether anything of it was sent. The type's last response decides: ACKed
 // (SYNCED), NACKed (ERROR, with the reason), or not answered yet (STALE).
 //
-// last_updated is always present but zero (the Unix epoch): the downstream
-// server does not record when a type's state last changed. grpcdebug reads
-// the field without a nil check (its "xds status" crashed on an entry
-// without it) and shows a zero time as blank.
+// last_updated is when the type's state last changed on the stream (a
+// response sent, an ACK, a NACK), and present but zero (the Unix epoch)
+// before anything happened: grpcdebug reads the field without a nil check
+// (its "xds status" crashed on an entry without it) and shows a zero time as
+// blank.
 func entry(typeURL, name string, ts downstream.ClientTypeState, sent bool) *statusv3.ClientConfig_GenericXdsConfig {
 	e := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: name, VersionInfo: ts.AckedVersion,
 		LastUpdated: &timestamppb.Timestamp{}}
+	if !ts.Updated.IsZero() {
+		e.LastUpdated = timestamppb.New(ts.Updated)
+	}
 	switch {
 	case !sent:
 		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_NOT_SENT, adminv3.ClientResourceStatus_REQUESTED

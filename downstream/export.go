@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"slices"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -78,6 +79,9 @@ type ClientTypeState struct {
 	// Held is, for a Delta stream, each resource the client holds (as sent
 	// to it) with its version; nil for SotW, whose versions are per response.
 	Held map[string]string
+	// Updated is when the type's state last changed on the stream: a
+	// response sent, an ACK or a NACK (zero: nothing yet).
+	Updated time.Time
 }
 
 // ClientStates returns the state of the streams with the given ids that are
@@ -97,7 +101,7 @@ func (s *Server) ClientStates(ids []uint64) []ClientState {
 		cs := ClientState{ID: st.id, Types: make(map[string]ClientTypeState, len(st.types))}
 		for t, ts := range st.types {
 			ct := ClientTypeState{Wildcard: ts.wildcard, SentVersion: ts.sentVersion, AckedVersion: ts.ackedVersion,
-				LastNACK: ts.lastNACK}
+				LastNACK: ts.lastNACK, Updated: ts.updated}
 			ct.Names = make([]string, 0, len(ts.names))
 			for k := range ts.names {
 				ct.Names = append(ct.Names, keying.DisplayKey(k))

@@ -122,6 +122,8 @@ type typeState struct {
 	// nackedSent: the latest response sent was NACKed, so the client
 	// holds what it last ACKed (SotW).
 	nackedSent bool
+	// updated is when a response was last sent, ACKed or NACKed (CSDS).
+	updated time.Time
 	sentOnce   bool
 	sentAt     time.Time // upstream receipt of the change last sent; zero when not a change
 
@@ -422,6 +424,9 @@ func (st *stream) flush() {
 		st.sending = msg != nil
 		if msg != nil {
 			st.inflight = append(st.inflight, flight{nonce: st.nonce, size: msg.size(), typeURL: it.view.TypeURL})
+			if ts != nil {
+				ts.updated = time.Now()
+			}
 			st.inflightBytes += msg.size()
 			if ce := st.srv.log.Check(zap.DebugLevel, "response"); ce != nil {
 				ce.Write(zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", it.view.TypeURL),
@@ -566,6 +571,7 @@ func (st *stream) prelude(typeURL string, n int, node *corev3.Node) (string, err
 func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 	ts.lastNACK = reason
 	ts.nackedSent = nonce == ts.lastNonce
+	ts.updated = time.Now()
 	st.srv.m.NACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
 	if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
 		ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", reason))
@@ -576,6 +582,7 @@ func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 // change took from upstream receipt. Called with mu held.
 func (st *stream) acked(ts *typeState, version string) {
 	ts.ackedVersion = version
+	ts.updated = time.Now()
 	ts.counters.acks.Inc()
 	if !ts.sentAt.IsZero() {
 		st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())
