@@ -340,6 +340,7 @@ func (st *stream) unsubscribedAll(typeURL string) bool {
 func (st *stream) ungateLocked() bool {
 	if st.gated && st.inflightBytes < sendBudget {
 		st.gated = false
+		st.srv.m.StreamsWaiting.Dec()
 		return st.q.len() > 0
 	}
 	return false
@@ -384,6 +385,7 @@ func (st *stream) flush() {
 		}
 		if st.inflightBytes >= sendBudget && st.q.len() > 0 {
 			st.gated = true // resumed by acknowledged
+			st.srv.m.StreamsWaiting.Inc()
 			st.scheduled = false
 			st.mu.Unlock()
 			return
@@ -686,6 +688,10 @@ func (st *stream) close() {
 	wasClosed := st.closed
 	st.closed = true
 	sending := st.sending && !wasClosed
+	if st.gated {
+		st.gated = false
+		st.srv.m.StreamsWaiting.Dec()
+	}
 	st.q = queue{}
 	type sub struct {
 		typeURL  string

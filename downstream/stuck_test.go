@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -138,5 +139,9 @@ func TestStuckClientsHoldNoSender(t *testing.T) {
 		src.publish(bigCDS(gen))
 		for genOf(recv()) != fmt.Sprint(gen) { // the latest state, coalesced or not
 		}
+	}
+	// Each stuck stream has changes to send and waits for its client.
+	if got := testutil.ToFloat64(srv.m.StreamsWaiting); got != 10 {
+		t.Errorf("xds_relay_downstream_streams_waiting = %v, want the 10 stuck streams", got)
 	}
 }

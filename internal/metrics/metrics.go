@@ -36,6 +36,9 @@ type Metrics struct {
 
 	// DownstreamStreams is xds_relay_downstream_streams{type_url,protocol}.
 	DownstreamStreams *prometheus.GaugeVec
+	// StreamsWaiting is xds_relay_downstream_streams_waiting: streams with
+	// changes to send that wait for their client to read what it was sent.
+	StreamsWaiting prometheus.Gauge
 	// DownstreamConnections is xds_relay_downstream_connections.
 	DownstreamConnections prometheus.Gauge
 	// Responses is xds_relay_responses_total{type_url,protocol}.
@@ -189,6 +192,8 @@ func New() *Metrics {
 		DownstreamStreams: f.gaugeVec("downstream_streams",
 			"Open downstream xDS streams, by requested type URL and protocol (an ADS stream counts once per type it requested).",
 			"type_url", "protocol"),
+		StreamsWaiting: f.gauge("downstream_streams_waiting",
+			"Streams with changes to send whose client has not read what it was sent (32 KiB unacknowledged): they send nothing more, and their changes coalesce, until it reads. A client that stopped reading (a hung process, a half-open connection) stays here until keepalive closes it."),
 		DownstreamConnections: f.gauge("downstream_connections",
 			"Open downstream gRPC connections (transports), each of which may carry many streams."),
 		Responses: f.counterVec("responses_total",

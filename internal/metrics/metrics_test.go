@@ -61,6 +61,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	}
 	want := map[string]dto.MetricType{
 		"xds_relay_downstream_streams":                     dto.MetricType_GAUGE,
+		"xds_relay_downstream_streams_waiting":             dto.MetricType_GAUGE,
 		"xds_relay_downstream_connections":                 dto.MetricType_GAUGE,
 		"xds_relay_responses_total":                        dto.MetricType_COUNTER,
 		"xds_relay_response_bytes_total":                   dto.MetricType_COUNTER,
