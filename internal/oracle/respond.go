@@ -67,7 +67,6 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 		}
 	}
 	c.note("<- %s v=%s n=%s %v", shortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
-	c.run.trace("%s (relay %s) <- sotw %s %s %v", c.spec.ID, c.run.instance(c.target), shortType(t), resp.GetVersionInfo(), itemNames(items))
 	if resp.GetVersionInfo() == ct.acked && !ct.asked && sameHeld(next, ct.held) {
 		c.fail("%s version %s resent though the client ACKed it and asked for nothing new", t, ct.acked)
 		return
@@ -133,7 +132,6 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 		removed = append(removed, removal{rn.GetName(), rn.GetDynamicParameterConstraints().GetConstraint().GetValue()})
 	}
 	c.note("<- %s n=%s +%v -%v", shortType(t), resp.GetNonce(), itemNames(items), removed)
-	c.run.trace("%s (relay %s) <- delta %s +%v -%v", c.spec.ID, c.run.instance(c.target), shortType(t), itemNames(items), removed)
 	if c.spec.Picky && bad {
 		ct.asked = false
 		c.requestLocked(t, nil, nil, "bad version")
