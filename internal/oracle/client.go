@@ -93,6 +93,11 @@ type ctype struct {
 	asked bool
 	// sent: a request of the type went out on the current stream.
 	sent bool
+	// kept (Delta): keys whose newer version the client rejected, keeping
+	// the one it holds. The server cannot tell which resources of a NACKed
+	// response were rejected: sending the held version again is its
+	// correction, not a duplicate.
+	kept map[string]bool
 }
 
 // Client is a simulated xDS client of the relay.
