@@ -108,6 +108,8 @@ var regressions = []struct {
 		"a TP2 Delta client's initial_resource_versions not taken for the variants it subscribes (make before break)"},
 	{15, []int{2, 3, 4, 25, 28, 29, 37, 38, 39},
 		"a halted rollout's version resent to the canary that NACKed it and still runs the version it accepted (its ACK was stale)"},
+	{281, []int{0, 1, 2, 3, 4, 5, 6, 7, 10, 22, 25, 26, 27, 28},
+		"a warm-restart file's cluster deleted upstream stayed in the wildcard set: a Delta upstream was not told of it (the wildcard came after a name)"},
 }
 
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
