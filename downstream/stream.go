@@ -273,9 +273,11 @@ func (st *stream) scheduleLocked() {
 
 // barrier handles a rollout barrier at the head of the queue: it reports
 // whether the flush must stop (the rollout is pending; the stream is woken
-// when it resolves). A released barrier becomes an ordinary item; a halted
-// one is dropped and its rollout remembered, so that later Views still
-// carrying the halted change are sent reverted. Called with mu held.
+// when it resolves). A released barrier becomes an ordinary item; so does a
+// halted one, its rollout remembered, so that it and later Views still
+// carrying the halted change are sent reverted: the other changes of its
+// View (a removal in the same upstream response) still go. Called with mu
+// held.
 func (st *stream) barrier() (stop bool) {
 	for {
 		h := st.q.head()
@@ -293,7 +295,7 @@ func (st *stream) barrier() (stop bool) {
 			if ts := st.types[h.view.TypeURL]; ts != nil {
 				ts.halted = append(ts.halted, h.hold)
 			}
-			st.q.pop()
+			h.hold = nil
 		}
 	}
 }
