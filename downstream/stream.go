@@ -138,6 +138,10 @@ type typeState struct {
 	halted      []Rollout
 	canary      Rollout
 	canaryNonce string
+	// canaryWant is the View of the latest version of its rollout queued
+	// for the canary, canarySent the View of the latest sent: a verdict
+	// judges the rollout only once that version went out.
+	canaryWant, canarySent uint64
 
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
@@ -231,8 +235,21 @@ func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
 	st.q.pushRollout(v, r, canary)
 	if ts := st.types[v.TypeURL]; ts != nil {
 		ts.latest = v
+		if canary && changesAny(v, r.Names()) {
+			ts.canaryWant = v.Seq
+		}
 	}
 	st.scheduleLocked()
+}
+
+// changesAny reports whether v changes one of names.
+func changesAny(v *View, names []string) bool {
+	for _, n := range names {
+		if _, ok := v.Changed[n]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Wake implements Watcher: a rollout the stream waits on has resolved.
@@ -451,8 +468,8 @@ func (ts *typeState) revert(v *View) *View {
 // clears it. Called with mu held.
 func (ts *typeState) verdict(nonce string) Rollout {
 	r := ts.canary
-	if r == nil || nonce == "" {
-		return nil
+	if r == nil || nonce == "" || ts.canarySent < ts.canaryWant {
+		return nil // (a newer version of the rollout is on its way)
 	}
 	if n, err1 := strconv.ParseUint(nonce, 10, 64); err1 == nil {
 		if c, err2 := strconv.ParseUint(ts.canaryNonce, 10, 64); err2 == nil && n < c {
