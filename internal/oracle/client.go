@@ -347,12 +347,11 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 	}
 	req := &discoverypb.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResponseNonce: ct.nonce, ErrorDetail: detail}
 	if !ct.sent {
-		// A (re)connecting client says what it holds and all it wants.
+		// A (re)connecting client says what it holds and all it wants: a
+		// TP2 client names the variant its locator selects by its name.
 		req.InitialResourceVersions = map[string]string{}
 		for _, h := range ct.held {
-			if h.env == "" || !c.tp2(typeURL) {
-				req.InitialResourceVersions[h.name] = h.version
-			}
+			req.InitialResourceVersions[h.name] = h.version
 		}
 		sub = slices.Sorted(maps.Keys(ct.names))
 		if ct.wildcard {
