@@ -329,7 +329,7 @@ func (st *stream) buildDelta(it item) *encoded {
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
 	if it.canary != nil {
-		ts.canary, ts.canaryNonce = it.canary, nonce
+		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
 	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {

@@ -276,7 +276,7 @@ func (st *stream) buildSotW(it item) *encoded {
 	ts.lastView = v
 	st.released(ts, v.TypeURL)
 	if it.canary != nil {
-		ts.canary, ts.canaryNonce = it.canary, nonce
+		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
 	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {

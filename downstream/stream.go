@@ -146,6 +146,10 @@ type typeState struct {
 	halted      []Rollout
 	canary      Rollout
 	canaryNonce string
+	// canaryWant is the View of the latest version of its rollout queued
+	// for the canary, canarySent the View of the latest sent: a verdict
+	// judges the rollout only once that version went out.
+	canaryWant, canarySent uint64
 
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
@@ -240,8 +244,21 @@ func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
 	st.q.pushRollout(v, r, canary)
 	if ts := st.types[v.TypeURL]; ts != nil {
 		ts.latest = v
+		if canary && changesAny(v, r.Names()) {
+			ts.canaryWant = v.Seq
+		}
 	}
 	st.scheduleLocked(false)
+}
+
+// changesAny reports whether v changes one of names.
+func changesAny(v *View, names []string) bool {
+	for _, n := range names {
+		if _, ok := v.Changed[n]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Wake implements Watcher: a rollout the stream waits on has resolved.
@@ -348,9 +365,11 @@ func (st *stream) ungateLocked() bool {
 
 // barrier handles a rollout barrier at the head of the queue: it reports
 // whether the flush must stop (the rollout is pending; the stream is woken
-// when it resolves). A released barrier becomes an ordinary item; a halted
-// one is dropped and its rollout remembered, so that later Views still
-// carrying the halted change are sent reverted. Called with mu held.
+// when it resolves). A released barrier becomes an ordinary item; so does a
+// halted one, its rollout remembered, so that it and later Views still
+// carrying the halted change are sent reverted: the other changes of its
+// View (a removal in the same upstream response) still go. Called with mu
+// held.
 func (st *stream) barrier() (stop bool) {
 	for {
 		h := st.q.head()
@@ -368,7 +387,7 @@ func (st *stream) barrier() (stop bool) {
 			if ts := st.types[h.view.TypeURL]; ts != nil {
 				ts.halted = append(ts.halted, h.hold)
 			}
-			st.q.pop()
+			h.hold = nil
 		}
 	}
 }
@@ -539,8 +558,8 @@ func (ts *typeState) revert(v *View) *View {
 // clears it. Called with mu held.
 func (ts *typeState) verdict(nonce string) Rollout {
 	r := ts.canary
-	if r == nil || nonce == "" {
-		return nil
+	if r == nil || nonce == "" || ts.canarySent < ts.canaryWant {
+		return nil // (a newer version of the rollout is on its way)
 	}
 	if n, err1 := strconv.ParseUint(nonce, 10, 64); err1 == nil {
 		if c, err2 := strconv.ParseUint(ts.canaryNonce, 10, 64); err2 == nil && n < c {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -86,5 +87,55 @@ func TestWarmRestartVariants(t *testing.T) {
 	wantGot(t, "after restart", recvRoutes(t, c), got{"test", "env=test", true})
 	if n := len(second.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"})); n != 2 {
 		t.Fatalf("%d variants cached after the restart, want 2", n)
+	}
+}
+
+// A warm-restart file's resource deleted upstream while the relay was down
+// leaves the wildcard set even when the wildcard is subscribed after a name
+// on the Delta upstream stream: the relay declares every version it holds in
+// the type's first request, so the server, which removes only what it knows
+// the relay holds, removes it. It stayed in the wildcard set for good.
+func TestWarmRestartDeltaWildcardAfterName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.XDSServers[0].Protocol = "delta"
+	})
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	wantDelta(t, c.MustRecv(), []string{"c1", "c2"}, nil)
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	up.SetResources(clusters("c2")) // c1 goes while the relay is down
+
+	second := xdstest.StartRelay(t, up.Addr(), opt)
+	from := len(up.Requests())
+	named := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, []string{"c2"}, nil)
+	up.WaitRequest(t, from, "the named CDS subscription", func(r xdstest.Request) bool {
+		return r.IsDelta() && r.TypeURL() == resource.ClusterType && len(r.Names()) > 0
+	})
+	wild := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := map[string]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(len(held) == 1 && held["c2"]) {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want only c2: c1 was deleted upstream", held)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
 	}
 }

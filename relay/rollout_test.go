@@ -222,6 +222,46 @@ func TestRolloutDeltaHalt(t *testing.T) {
 	}
 }
 
+// A halt holds back only the rolled-out change: a removal that came in the
+// same upstream response still reaches the others (the halted barrier item
+// was dropped whole, and a Delta client kept the removed cluster for good).
+func TestRolloutDeltaHaltKeepsRemoval(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(c1("eds-1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Rollout = &config.Rollout{CanaryFraction: 0.25, Hold: 30 * time.Second}
+	}))
+	clients := make([]*xdstest.DeltaClient, 4)
+	for i := range clients {
+		clients[i] = xdstest.DialDelta(t, r.Addr(), &core.Node{Id: fmt.Sprintf("d-%d", i)})
+		clients[i].Subscribe(resource.ClusterType, []string{"*"}, nil)
+		clients[i].Ack(clients[i].MustRecv())
+	}
+	// c1 changes to a bad version and c2 goes, in one response.
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "eds-bad")}})
+	var canary *xdstest.DeltaClient
+	var rest []*xdstest.DeltaClient
+	for _, c := range clients {
+		if resp, ok := c.TryRecv(quiet); ok {
+			canary = c
+			c.Nack(resp, "no")
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	if canary == nil || len(rest) != 3 {
+		t.Fatalf("canary %v, %d others: want one canary of four", canary != nil, len(rest))
+	}
+	for _, c := range rest {
+		resp, ok := c.TryRecv(quiet)
+		if !ok {
+			t.Fatal("after the halt a client was not told that c2 is gone")
+		}
+		wantDelta(t, resp, nil, []string{"c2"})
+		c.Ack(resp)
+	}
+}
+
 // A non-canary that changes its subscription while a rollout holds it back
 // does not regress: after the release its last response carries the new
 // version.

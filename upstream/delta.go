@@ -100,7 +100,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				keep = append(keep, t)
 				continue
 			}
-			iv = initialVersions(st, v)
+			iv = initialVersions(t, st, v)
 		}
 		st.dirty = false
 
@@ -157,12 +157,16 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 }
 
 // initialVersions keeps the versions of the names the first request
-// subscribes to (all of them for a wildcard subscription).
-func initialVersions(st *typeState, v map[string]string) map[string]string {
+// subscribes to — all of them for a type the wildcard may cover: a Delta
+// server removes only what it knows the relay holds, so a cached resource
+// it was not told of (a warm-restart file's, one kept after the wildcard's
+// linger) would stay in the wildcard set for good once "*" is subscribed
+// later on the stream.
+func initialVersions(typeURL string, st *typeState, v map[string]string) map[string]string {
 	if len(v) == 0 {
 		return nil
 	}
-	if st.wildcard() {
+	if st.wildcard() || keying.WildcardCapable(typeURL) {
 		return v
 	}
 	out := make(map[string]string, len(v))

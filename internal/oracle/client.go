@@ -15,6 +15,7 @@ import (
 	endpointsvc "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	listenersvc "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routesvc "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"go.uber.org/zap"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -92,6 +93,11 @@ type ctype struct {
 	asked bool
 	// sent: a request of the type went out on the current stream.
 	sent bool
+	// kept (Delta): keys whose newer version the client rejected, keeping
+	// the one it holds. The server cannot tell which resources of a NACKed
+	// response were rejected: sending the held version again is its
+	// correction, not a duplicate.
+	kept map[string]bool
 }
 
 // Client is a simulated xDS client of the relay.
@@ -118,6 +124,9 @@ func (c *Client) note(format string, args ...any) {
 		c.history = c.history[1:]
 	}
 	c.history = append(c.history, fmt.Sprintf(format, args...))
+	if c.run.log.Core().Enabled(zap.DebugLevel) {
+		c.run.trace("%s (relay %s) %s", c.spec.ID, c.run.instance(c.target), c.history[len(c.history)-1])
+	}
 }
 
 // fail fails the run with the client's history. Called with mu held.
@@ -181,6 +190,7 @@ func (c *Client) connect(target int) {
 	if c.spec.PerType {
 		keys = worldTypes
 	}
+	failed := false
 	for _, k := range keys {
 		ctx, cancel := context.WithCancel(context.Background())
 		s := &cstream{gen: c.gen, cancel: cancel, first: true}
@@ -191,25 +201,18 @@ func (c *Client) connect(target int) {
 		}
 		if err != nil {
 			cancel()
-			// The relay is down (a restart): try again after a backoff, all
-			// streams, as the receive loops do.
-			gen := c.gen
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				time.Sleep(30 * time.Millisecond)
-				c.mu.Lock()
-				same := c.gen == gen && !c.closed
-				c.mu.Unlock()
-				if same {
-					c.connect(target)
-				}
-			}()
-			return
+			failed = true
+			continue
 		}
 		c.streams[k] = s
 		c.wg.Add(1)
 		go c.recvLoop(s, k)
+	}
+	if failed {
+		// The relay is down (restarting): try again, as clients do.
+		c.note("connect to relay %d failed", target)
+		c.retryLocked(target)
+		return
 	}
 	for _, t := range worldTypes {
 		ct := c.types[t]
@@ -218,6 +221,21 @@ func (c *Client) connect(target int) {
 			c.requestLocked(t, nil, nil)
 		}
 	}
+}
+
+// retryLocked reconnects to target after a backoff unless the client moved
+// or closed meanwhile. Called with mu held.
+func (c *Client) retryLocked(target int) {
+	gen := c.gen
+	go func() {
+		time.Sleep(30 * time.Millisecond) // backoff before reconnecting
+		c.mu.Lock()
+		same := c.gen == gen && !c.closed
+		c.mu.Unlock()
+		if same {
+			c.connect(target)
+		}
+	}()
 }
 
 // dropLocked closes the client's streams. Called with mu held.
@@ -280,20 +298,10 @@ func (c *Client) recvLoop(s *cstream, key string) {
 		}
 		if err != nil {
 			c.mu.Lock()
-			again := !c.closed && c.gen == s.gen
-			target := c.target
-			c.mu.Unlock()
-			if again {
-				go func() {
-					time.Sleep(30 * time.Millisecond) // backoff before reconnecting
-					c.mu.Lock()
-					same := c.gen == s.gen
-					c.mu.Unlock()
-					if same {
-						c.connect(target)
-					}
-				}()
+			if !c.closed && c.gen == s.gen {
+				c.retryLocked(c.target)
 			}
+			c.mu.Unlock()
 			return
 		}
 	}
@@ -339,12 +347,11 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 	}
 	req := &discoverypb.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResponseNonce: ct.nonce, ErrorDetail: detail}
 	if !ct.sent {
-		// A (re)connecting client says what it holds and all it wants.
+		// A (re)connecting client says what it holds and all it wants: a
+		// TP2 client names the variant its locator selects by its name.
 		req.InitialResourceVersions = map[string]string{}
 		for _, h := range ct.held {
-			if h.env == "" || !c.tp2(typeURL) {
-				req.InitialResourceVersions[h.name] = h.version
-			}
+			req.InitialResourceVersions[h.name] = h.version
 		}
 		sub = slices.Sorted(maps.Keys(ct.names))
 		if ct.wildcard {

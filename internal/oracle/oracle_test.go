@@ -108,6 +108,21 @@ var regressions = []struct {
 		"a TP2 Delta client's initial_resource_versions not taken for the variants it subscribes (make before break)"},
 	{15, []int{2, 3, 4, 25, 28, 29, 37, 38, 39},
 		"a halted rollout's version resent to the canary that NACKed it and still runs the version it accepted (its ACK was stale)"},
+	{281, []int{0, 1, 2, 3, 4, 5, 6, 7, 10, 22, 25, 26, 27, 28},
+		"a warm-restart file's cluster deleted upstream stayed in the wildcard set: a Delta upstream was not told of it (the wildcard came after a name)"},
+	{281, []int{1, 2, 5, 7, 10, 22, 26, 27, 28, 30, 31, 32},
+		"a canary's NACK of a bad version halted the good one that had joined its rollout since: the relay kept the accepted version for good"},
+	{281, wholeSchedule(44),
+		"a halted rollout dropped the other changes of its upstream response: a Delta client was never told a cluster deleted in it was gone (fails about one run in ten; relay's TestRolloutDeltaHaltKeepsRemoval always)"},
+}
+
+// wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
+func wholeSchedule(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.

@@ -67,7 +67,6 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 		}
 	}
 	c.note("<- %s v=%s n=%s %v", shortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
-	c.run.trace("%s (relay %s) <- sotw %s %s %v", c.spec.ID, c.run.instance(c.target), shortType(t), resp.GetVersionInfo(), itemNames(items))
 	if resp.GetVersionInfo() == ct.acked && !ct.asked && sameHeld(next, ct.held) {
 		c.fail("%s version %s resent though the client ACKed it and asked for nothing new", t, ct.acked)
 		return
@@ -133,16 +132,26 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 		removed = append(removed, removal{rn.GetName(), rn.GetDynamicParameterConstraints().GetConstraint().GetValue()})
 	}
 	c.note("<- %s n=%s +%v -%v", shortType(t), resp.GetNonce(), itemNames(items), removed)
-	c.run.trace("%s (relay %s) <- delta %s +%v -%v", c.spec.ID, c.run.instance(c.target), shortType(t), itemNames(items), removed)
-	if c.spec.Picky && bad {
-		ct.asked = false
-		c.requestLocked(t, nil, nil, "bad version")
-		return
+	// A picky client rejects the bad resources and applies the rest, as
+	// Envoy and gRPC (A46) do: a Delta NACK does not say which resources it
+	// rejected, so a server that rejected-all clients wait on would have to
+	// resend what they NACKed to converge.
+	nack := c.spec.Picky && bad
+	rejected := map[string]bool{}
+	if nack {
+		for _, it := range items {
+			if it.bad {
+				rejected[c.key(t, it.name)] = true
+			}
+		}
 	}
 	next := maps.Clone(ct.held)
 	var lost []string
 	for _, rm := range removed {
 		k := c.key(t, rm.name)
+		if rejected[k] {
+			continue // a variant replaced by one the client rejects: it keeps it
+		}
 		h := ct.held[k]
 		if h == nil {
 			// "It does not exist": only for what the upstream has not got.
@@ -163,10 +172,18 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 			return
 		}
 		k := c.key(t, it.name)
-		if cur := ct.held[k]; cur != nil && cur.version == it.version && !ct.asked {
+		if cur := ct.held[k]; cur != nil && cur.version == it.version && !ct.asked && !ct.kept[k] {
 			c.fail("%s %s resent at version %s the client holds, unasked", t, k, it.version)
 			return
 		}
+		if rejected[k] {
+			if ct.kept == nil {
+				ct.kept = map[string]bool{}
+			}
+			ct.kept[k] = true
+			continue
+		}
+		delete(ct.kept, k)
 		h.version = it.version
 		if c.subscribes(t, it.name) {
 			next[k] = h                                                           // (clients ignore what they no longer watch)
@@ -178,11 +195,18 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 			return
 		}
 	}
+	for _, k := range lost {
+		delete(ct.kept, k)
+	}
 	ct.held, ct.asked = next, false
 	if !c.checkRefs(t, lost) {
 		return
 	}
 	c.followLocked()
+	if nack {
+		c.requestLocked(t, nil, nil, "bad version")
+		return
+	}
 	c.requestLocked(t, nil, nil) // ACK
 }
 

@@ -1,0 +1,27 @@
+package downstream
+
+import "testing"
+
+// A canary's verdict judges its rollout only once the latest version of it
+// queued for the canary went out: a NACK of an older version, which a newer
+// one joined the rollout to replace, does not halt the newer one (the
+// oracle: such a halt kept the relay on the accepted version for good, the
+// upstream's fix included).
+func TestVerdictWaitsForTheNewerVersion(t *testing.T) {
+	v := &View{Seq: 14, Changed: map[string]struct{}{"c18": {}}}
+	if !changesAny(v, []string{"c3", "c18"}) || changesAny(v, []string{"c3"}) {
+		t.Fatal("changesAny")
+	}
+	r := pendingRollout{}
+	ts := &typeState{canary: r, canaryNonce: "8", canarySent: 12, canaryWant: 14}
+	if ts.verdict("8") != nil {
+		t.Fatal("a NACK of the older version judged the rollout while the newer one was queued")
+	}
+	ts.canaryNonce, ts.canarySent = "10", 14 // the newer version went out
+	if ts.verdict("8") != nil {
+		t.Fatal("a late answer to the older response judged the rollout")
+	}
+	if ts.verdict("10") == nil {
+		t.Fatal("the answer to the newer version did not judge the rollout")
+	}
+}
