@@ -29,7 +29,7 @@ type item struct {
 	// canary reports the verdict on this item's response to the rollout.
 	canary Rollout
 	// halted are halted rollouts whose barriers collapse merged into the
-	// item: the stream skips them before it sends the item (see barrier).
+	// item: the stream sends the item reverted by them (see barrier).
 	halted []Rollout
 }
 
@@ -141,7 +141,7 @@ func (q *queue) pop() (item, bool) {
 // types is safe; opaque types keep the upstream's order of last changes.
 //
 // A barrier whose rollout has resolved holds nothing back any more: a
-// released one is an ordinary change, a halted one is skipped, which merged
+// released one is an ordinary change, a halted one is sent reverted, which merged
 // into its run means that the run's latest View of the type is sent
 // reverted (item.halted). So barriers do not pile up either: a stream holds
 // at most one per pending rollout.
