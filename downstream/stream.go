@@ -123,9 +123,9 @@ type typeState struct {
 	// holds what it last ACKed (SotW).
 	nackedSent bool
 	// updated is when a response was last sent, ACKed or NACKed (CSDS).
-	updated time.Time
-	sentOnce   bool
-	sentAt     time.Time // upstream receipt of the change last sent; zero when not a change
+	updated  time.Time
+	sentOnce bool
+	sentAt   time.Time // upstream receipt of the change last sent; zero when not a change
 
 	// Delta bookkeeping: what the client holds, name → version, and whether
 	// a wildcard subscription still waits for its first answer.
