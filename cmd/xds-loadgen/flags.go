@@ -17,6 +17,7 @@ type options struct {
 	json          bool
 	logLevel      string
 	progressEvery time.Duration
+	cpuProfile    string
 	version       bool
 }
 
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var tlsFiles TLSFiles
 	var useTLS bool
 	fs.StringVar(&o.cfg.Target, "target", "", "xDS server address host:port (required)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (where the simulator's own time goes)")
 	fs.IntVar(&o.cfg.Clients, "clients", 100, "number of simulated clients")
 	fs.IntVar(&o.cfg.StreamsPerConn, "streams-per-conn", 1, "clients sharing one gRPC connection (1: a connection per client)")
 	fs.StringVar(&ramp, "ramp", "0", "client start rate like 50/s (0: all at once)")

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,6 +90,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty func(
 		return 2
 	}
 
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "xds-loadgen: --cpuprofile:", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { reportProgress(progressCtx, stderr, tty, o.progressEvery, eng.Progress) })
