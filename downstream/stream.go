@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"context"
+	"runtime"
 	"errors"
 	"io"
 	"slices"
@@ -460,6 +461,11 @@ func (st *stream) flush() {
 			continue
 		}
 		err := st.ss.SendMsg(msg)
+		// Let the connection's writer, which the send just woke, run now rather
+		// than queue behind the rest of a fan-out: the runnable goroutines stay
+		// few, so a new client's stream or an admin request is not scheduled
+		// behind thousands of them.
+		runtime.Gosched()
 		st.mu.Lock()
 		st.sending = false
 		if st.closed {
