@@ -387,11 +387,18 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		tc.dropParamKey(name)
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
-	// it does not exist, or (the wildcard) that the cache holds the whole set.
+	// it does not exist, or (the wildcard) that the cache holds the whole set
+	// — and so does the relay's own UNAVAILABLE: it would keep a name missing
+	// from the complete wildcard set from counting as gone (View.Gone).
 	_, absent := tc.view.Absent[name]
 	incomplete := name == keying.Wildcard && tc.view.Complete
-	if absent || incomplete {
-		v := r.nextView(tc, nil)
+	unreachable := tc.unreachable[name]
+	if absent || incomplete || unreachable {
+		var changed map[string]struct{}
+		if unreachable {
+			changed = map[string]struct{}{name: {}}
+		}
+		v := r.nextView(tc, changed)
 		if absent {
 			v.Absent = maps.Clone(v.Absent)
 			delete(v.Absent, name)
@@ -399,7 +406,15 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		if incomplete {
 			v.Complete = false
 		}
+		if unreachable {
+			v.Errors = maps.Clone(v.Errors)
+			delete(v.Errors, name)
+			delete(tc.unreachable, name)
+		}
 		r.publish(tc, v)
+		if unreachable {
+			r.notify(tc, v) // wildcard clients held back for it look again
+		}
 	}
 }
 
