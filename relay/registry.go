@@ -240,6 +240,13 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
 	r.armUnknown(tc, name)
+	if name == keying.Wildcard {
+		for n := range tc.unsure {
+			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
+				r.armUnknown(tc, n) // the wildcard brings it again if it exists
+			}
+		}
+	}
 	auth, _ := keying.Authority(name)
 	r.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
 }
@@ -270,10 +277,13 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 			return
 		}
 		delete(tc.unavail, name)
-		if tc.knows(name) || !tc.up[name] {
+		if tc.knows(name) || !tc.covers(name) {
 			return
 		}
+		_, cached := tc.view.Resources[name] // unsure (see typeCache.unsure)
 		switch {
+		case !tc.sc.connected[auth] && cached:
+			// Served as cached meanwhile (fail static).
 		case !tc.sc.connected[auth]:
 			if _, failed := tc.view.Errors[name]; !failed {
 				r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
@@ -283,11 +293,20 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 			}
 		case !tc.unconfirmed[auth]:
 			v := r.nextView(tc, map[string]struct{}{name: {}})
-			v.Absent = maps.Clone(v.Absent)
-			if v.Absent == nil {
-				v.Absent = make(map[string]struct{})
+			if cached {
+				// The upstream did not send it again: it is gone.
+				v.Resources = maps.Clone(v.Resources)
+				delete(v.Resources, name)
+				delete(tc.unsure, name)
+				r.unref.forget(tc.lruKey(name))
 			}
-			v.Absent[name] = struct{}{}
+			if tc.up[name] {
+				v.Absent = maps.Clone(v.Absent)
+				if v.Absent == nil {
+					v.Absent = make(map[string]struct{})
+				}
+				v.Absent[name] = struct{}{}
+			}
 			if tc.unreachable[name] {
 				v.Errors = maps.Clone(v.Errors)
 				delete(v.Errors, name) // the upstream is back: it is no longer unreachable
@@ -318,14 +337,25 @@ func (r *Relay) rearmUnknown(sc *scope, authority string) {
 	}
 }
 
-// knows reports whether the cache knows something of name: its resource,
-// that it does not exist, or an error other than its own UNAVAILABLE.
-// Called with mu held.
+// knows reports whether the cache knows something of name: its resource
+// (unless unsure), that it does not exist, or an error other than its own
+// UNAVAILABLE. Called with mu held.
 func (tc *typeCache) knows(name string) bool {
 	_, cached := tc.view.Resources[name]
 	_, absent := tc.view.Absent[name]
 	_, failed := tc.view.Errors[name]
-	return cached || absent || (failed && !tc.unreachable[name])
+	return (cached && !tc.unsure[name]) || absent || (failed && !tc.unreachable[name])
+}
+
+// covers reports whether an upstream subscription covers name: its own, or
+// the wildcard's for a cached member of the wildcard set. Called with mu
+// held.
+func (tc *typeCache) covers(name string) bool {
+	if tc.up[name] {
+		return true
+	}
+	res, ok := tc.view.Resources[name]
+	return ok && tc.up[keying.Wildcard] && res.InWildcard()
 }
 
 // setError publishes a per-resource error in the type's View. Called with mu
@@ -383,8 +413,13 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
 	r.unreferenced(tc, name)
-	if _, cached := tc.view.Resources[name]; !cached {
+	if res, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
+	} else if !(tc.up[keying.Wildcard] && res.InWildcard()) && !keying.HasParams(name) && !tc.variantMode(name) {
+		if tc.unsure == nil {
+			tc.unsure = make(map[string]bool)
+		}
+		tc.unsure[name] = true
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
 	// it does not exist, or (the wildcard) that the cache holds the whole set
@@ -507,6 +542,7 @@ func (r *Relay) evict() {
 				complete = false // the wildcard set has lost a member: ask upstream again
 			}
 			delete(res, n)
+			delete(tc.unsure, n)
 			changed[n] = struct{}{}
 		}
 		if len(changed) == 0 {

@@ -112,6 +112,8 @@ var regressions = []struct {
 		"a warm-restart file's cluster deleted upstream stayed in the wildcard set: a Delta upstream was not told of it (the wildcard came after a name)"},
 	{281, []int{1, 2, 5, 7, 10, 22, 26, 27, 28, 30, 31, 32},
 		"a canary's NACK of a bad version halted the good one that had joined its rollout since: the relay kept the accepted version for good"},
+	{1007, []int{0, 1, 5, 6, 7, 8, 9, 37, 38, 39, 40, 42},
+		"a cluster cached after its upstream subscription ended and deleted upstream meanwhile stayed in the wildcard set for good (a Delta server forgets what was unsubscribed)"},
 	{1029, wholeSchedule(43),
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
