@@ -133,11 +133,15 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		}
 	}
 	// The seed lacks the do_not_cache resources themselves: the own View is
-	// not the complete wildcard set until its own upstream answers.
+	// not the complete wildcard set until its own upstream answers. The
+	// stream is told of the seed: it may carry what the stream was not sent
+	// yet (what arrived with the do_not_cache resource that moves it), and
+	// the own upstream, told the relay holds it, will not send it again.
 	if len(seeded) > 0 {
 		v := r.nextView(to, seeded)
 		v.Resources = res
 		r.publish(to, v)
+		w.Notify(v, nil)
 	}
 
 	for _, n := range names {

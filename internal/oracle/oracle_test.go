@@ -116,6 +116,8 @@ var regressions = []struct {
 		"a cluster cached after its upstream subscription ended and deleted upstream meanwhile stayed in the wildcard set for good (a Delta server forgets what was unsubscribed)"},
 	{1015, wholeSchedule(44),
 		"a SotW CDS response resent at the version the client had just ACKed: a change built after its subscription changed had answered the new name before the subscription's own forced item (fails now and then; downstream's TestForcedItemAfterAChangeAnsweredIt always)"},
+	{3004, []int{2, 4, 5, 8, 9, 22, 23, 26, 27, 28, 29, 30, 31, 32, 33, 36, 37, 38, 39},
+		"a wildcard client moved to its own scope by a do_not_cache cluster never got the plain cluster that came with it"},
 	{1029, wholeSchedule(43),
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
