@@ -54,8 +54,9 @@ func (tc *typeCache) withholdsWildcard() bool {
 
 // moveNoCache moves the watchers of the do_not_cache names of tc (a shared
 // or group scope), and its wildcard watchers when one of them is in the
-// wildcard set of a full-state type, to their own scopes. Called with mu
-// held, after tc's View is published and before it is notified.
+// wildcard set of a full-state type, to their own scopes; each is notified
+// of tc's View first. Called with mu held, after tc's View is published and
+// before it is notified.
 func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 	if len(names) == 0 {
 		return
@@ -78,6 +79,9 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 	}
 	for id := range moving {
 		if w := r.watcher(id); w != nil {
+			// The update that moves it still reaches it: what else it
+			// changed (a removal in the same response) would be lost.
+			w.Notify(tc.view, nil)
 			r.moveToOwn(w, tc.typeURL)
 		}
 	}

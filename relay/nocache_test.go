@@ -172,25 +172,7 @@ func TestDoNotCacheMoveCarriesItsUpdate(t *testing.T) {
 	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		resp := &discoverygrpc.DiscoveryResponse{}
-		for _, n := range all {
-			if len(names) > 0 && !slices.Contains(names, n) && !slices.Contains(names, "*") {
-				continue
-			}
-			inner, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
-			if err != nil {
-				return nil, err
-			}
-			a := inner
-			if n == "personal" {
-				if a, err = anypb.New(&discoverygrpc.Resource{Name: n, Resource: inner,
-					CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}}); err != nil {
-					return nil, err
-				}
-			}
-			resp.Resources = append(resp.Resources, a)
-		}
-		return resp, nil
+		return noCacheAnswer(all, names)
 	}}
 	addr := startFakeCDS(t, f)
 	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
@@ -222,4 +204,71 @@ func TestDoNotCacheMoveCarriesItsUpdate(t *testing.T) {
 		}
 		wild.Ack(resp)
 	}
+}
+
+// A wildcard client moved to its own scope by a do_not_cache resource is
+// still told of the update that moved it: a cluster deleted in it stayed
+// with the client for good.
+func TestDoNotCacheMoveCarriesItsRemoval(t *testing.T) {
+	var mu sync.Mutex
+	all := []string{"old", "shared"}
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return noCacheAnswer(all, names)
+	}}
+	addr := startFakeCDS(t, f)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	resp := wild.MustRecv()
+	wantDelta(t, resp, []string{"old", "shared"}, nil)
+	wild.Ack(resp)
+
+	mu.Lock()
+	all = []string{"personal", "shared"} // old goes, personal comes
+	mu.Unlock()
+	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "other"})
+	other.Subscribe(resource.ClusterType, "other") // the shared scope asks again
+	held := map[string]bool{"old": true, "shared": true}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(len(held) == 2 && held["personal"] && held["shared"]) {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want personal and shared", held)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
+	}
+}
+
+// noCacheAnswer answers a CDS subscription to names (the wildcard: empty or
+// "*") from the clusters all; "personal" is do_not_cache.
+func noCacheAnswer(all, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+	resp := &discoverygrpc.DiscoveryResponse{}
+	for _, n := range all {
+		if len(names) > 0 && !slices.Contains(names, n) && !slices.Contains(names, "*") {
+			continue
+		}
+		inner, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
+		if err != nil {
+			return nil, err
+		}
+		a := inner
+		if n == "personal" {
+			if a, err = anypb.New(&discoverygrpc.Resource{Name: n, Resource: inner,
+				CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}}); err != nil {
+				return nil, err
+			}
+		}
+		resp.Resources = append(resp.Resources, a)
+	}
+	return resp, nil
 }

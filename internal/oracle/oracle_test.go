@@ -118,6 +118,8 @@ var regressions = []struct {
 		"a SotW CDS response resent at the version the client had just ACKed: a change built after its subscription changed had answered the new name before the subscription's own forced item (fails now and then; downstream's TestForcedItemAfterAChangeAnsweredIt always)"},
 	{3004, []int{2, 4, 5, 8, 9, 22, 23, 26, 27, 28, 29, 30, 31, 32, 33, 36, 37, 38, 39},
 		"a wildcard client moved to its own scope by a do_not_cache cluster never got the plain cluster that came with it"},
+	{3021, []int{0, 1, 6, 7, 10, 22, 25, 26, 27, 28, 33, 34, 35, 36, 37, 38, 39, 40},
+		"a wildcard client moved to its own scope by a do_not_cache cluster was never told of the clusters deleted in the same response"},
 	{1029, wholeSchedule(43),
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
