@@ -77,6 +77,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
+	ts.toAnswer(add, wildcard)
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
 
@@ -272,6 +273,12 @@ func (st *stream) buildSotW(it item) *encoded {
 	ts.sentOnce = true
 	if keying.FullState(v.TypeURL) {
 		ts.held, ts.heldKeys, ts.fromElsewhere = b, b.keys, false
+		if ts.wildcard && v.Complete {
+			delete(ts.unanswered, keying.Wildcard)
+		}
+	}
+	for k := range b.keys {
+		delete(ts.unanswered, k)
 	}
 	ts.lastView = v
 	st.released(ts, v.TypeURL)
@@ -293,6 +300,9 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		_, named := ts.names[n]
 		_, present := v.Resources[n]
 		_, failed := ts.errorFor(v, n)
+		if _, asked := ts.unanswered[n]; !asked {
+			continue // answered since it was subscribed
+		}
 		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
 			forced = true
 			break
@@ -408,6 +418,24 @@ func (st *stream) fullSelection(ts *typeState, v *View) *namedState {
 	return sel
 }
 
+// toAnswer records what a subscription change added: a response must carry
+// it even when the client has the version (see unanswered). Called with mu
+// held.
+func (ts *typeState) toAnswer(add []string, wildcard *bool) {
+	if len(add) == 0 && (wildcard == nil || !*wildcard) {
+		return
+	}
+	if ts.unanswered == nil {
+		ts.unanswered = make(map[string]struct{})
+	}
+	for _, n := range add {
+		ts.unanswered[n] = struct{}{}
+	}
+	if wildcard != nil && *wildcard {
+		ts.unanswered[keying.Wildcard] = struct{}{}
+	}
+}
+
 // holds reports whether a SotW response at version is what the client has:
 // the latest response sent (xDS: a NACKed version is not resent either), or,
 // when that was NACKed, the one it still runs.
@@ -453,7 +481,8 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	}
 	changed := len(sel) + len(errs)
 	for n := range it.force {
-		if _, dup := it.names[n]; !dup {
+		_, dup := it.names[n]
+		if _, asked := ts.unanswered[n]; asked && !dup {
 			pick(n)
 		}
 	}

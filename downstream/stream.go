@@ -155,6 +155,11 @@ type typeState struct {
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
 	staleDropped map[string]struct{}
+	// unanswered (SotW): names newly subscribed (keying.Wildcard for the
+	// wildcard) that no response carried since; only these make a forced
+	// item send what the client has (a change queued before the
+	// subscription's own item may have answered them already).
+	unanswered map[string]struct{}
 
 	// Transitions — never tell a client its config is gone when it isn't
 	// (transitions.go). fromElsewhere (SotW): the client's first request of

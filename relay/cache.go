@@ -47,6 +47,13 @@ type typeCache struct {
 	// unreachable the names whose error is that UNAVAILABLE.
 	unavail     map[string]*time.Timer
 	unreachable map[string]bool
+	// unsure holds the cached names whose upstream subscription ended while
+	// no wildcard subscription covered them: the upstream no longer tells
+	// the relay of them (a Delta server forgets what was unsubscribed), so
+	// when they are subscribed again their cached value is served but not
+	// trusted — armUnknown takes them for deleted unless the upstream sends
+	// them again (a deletion meanwhile would otherwise never reach the cache).
+	unsure map[string]bool
 
 	// TP2 (see variants.go): variants holds the stored variants of the
 	// names that have constrained variants or subscriptions with parameters;
@@ -268,6 +275,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	var moveNames []string                   // do_not_cache names whose watchers move to their own scopes
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
+		delete(tc.unsure, e.Name) // the upstream confirms it
 		if noCache[e.Name] {
 			if tc.noCache == nil {
 				tc.noCache = make(map[string]bool)
@@ -385,6 +393,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			return
 		}
 		removed[name] = true
+		delete(tc.unsure, name)
 		if _, cached := res[name]; cached || tc.variantMode(name) {
 			remove(name) // every variant of it, too
 		}

@@ -54,8 +54,9 @@ func (tc *typeCache) withholdsWildcard() bool {
 
 // moveNoCache moves the watchers of the do_not_cache names of tc (a shared
 // or group scope), and its wildcard watchers when one of them is in the
-// wildcard set of a full-state type, to their own scopes. Called with mu
-// held, after tc's View is published and before it is notified.
+// wildcard set of a full-state type, to their own scopes; each is notified
+// of tc's View first. Called with mu held, after tc's View is published and
+// before it is notified.
 func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 	if len(names) == 0 {
 		return
@@ -78,6 +79,9 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 	}
 	for id := range moving {
 		if w := r.watcher(id); w != nil {
+			// The update that moves it still reaches it: what else it
+			// changed (a removal in the same response) would be lost.
+			w.Notify(tc.view, nil)
 			r.moveToOwn(w, tc.typeURL)
 		}
 	}
@@ -133,11 +137,15 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		}
 	}
 	// The seed lacks the do_not_cache resources themselves: the own View is
-	// not the complete wildcard set until its own upstream answers.
+	// not the complete wildcard set until its own upstream answers. The
+	// stream is told of the seed: it may carry what the stream was not sent
+	// yet (what arrived with the do_not_cache resource that moves it), and
+	// the own upstream, told the relay holds it, will not send it again.
 	if len(seeded) > 0 {
 		v := r.nextView(to, seeded)
 		v.Resources = res
 		r.publish(to, v)
+		w.Notify(v, nil)
 	}
 
 	for _, n := range names {

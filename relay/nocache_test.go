@@ -4,7 +4,9 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -158,4 +160,115 @@ func TestDoNotCacheSharedSetNotComplete(t *testing.T) {
 	d := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "d"})
 	d.Subscribe(resource.ClusterType, []string{"personal"}, nil)
 	wantDelta(t, d.MustRecv(), []string{"personal"}, nil)
+}
+
+// A wildcard client moved to its own scope by a do_not_cache resource is
+// told of what arrived with it: the seed of its own View carried a new
+// cluster it had not been sent, and its own upstream, told the relay held
+// it, never sent it again — the client never got it.
+func TestDoNotCacheMoveCarriesItsUpdate(t *testing.T) {
+	var mu sync.Mutex
+	all := []string{"shared"}
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return noCacheAnswer(all, names)
+	}}
+	addr := startFakeCDS(t, f)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	resp := wild.MustRecv()
+	wantDelta(t, resp, []string{"shared"}, nil)
+	wild.Ack(resp)
+
+	mu.Lock()
+	all = []string{"extra", "personal", "shared"}
+	mu.Unlock()
+	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "other"})
+	other.Subscribe(resource.ClusterType, "other") // the shared scope asks again: extra and personal arrive
+	held := map[string]bool{"shared": true}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(held) != 3 {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want extra, personal and shared", held)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
+	}
+}
+
+// A wildcard client moved to its own scope by a do_not_cache resource is
+// still told of the update that moved it: a cluster deleted in it stayed
+// with the client for good.
+func TestDoNotCacheMoveCarriesItsRemoval(t *testing.T) {
+	var mu sync.Mutex
+	all := []string{"old", "shared"}
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return noCacheAnswer(all, names)
+	}}
+	addr := startFakeCDS(t, f)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	resp := wild.MustRecv()
+	wantDelta(t, resp, []string{"old", "shared"}, nil)
+	wild.Ack(resp)
+
+	mu.Lock()
+	all = []string{"personal", "shared"} // old goes, personal comes
+	mu.Unlock()
+	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "other"})
+	other.Subscribe(resource.ClusterType, "other") // the shared scope asks again
+	held := map[string]bool{"old": true, "shared": true}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(len(held) == 2 && held["personal"] && held["shared"]) {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want personal and shared", held)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
+	}
+}
+
+// noCacheAnswer answers a CDS subscription to names (the wildcard: empty or
+// "*") from the clusters all; "personal" is do_not_cache.
+func noCacheAnswer(all, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+	resp := &discoverygrpc.DiscoveryResponse{}
+	for _, n := range all {
+		if len(names) > 0 && !slices.Contains(names, n) && !slices.Contains(names, "*") {
+			continue
+		}
+		inner, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
+		if err != nil {
+			return nil, err
+		}
+		a := inner
+		if n == "personal" {
+			if a, err = anypb.New(&discoverygrpc.Resource{Name: n, Resource: inner,
+				CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}}); err != nil {
+				return nil, err
+			}
+		}
+		resp.Resources = append(resp.Resources, a)
+	}
+	return resp, nil
 }

@@ -250,6 +250,13 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
 	r.armUnknown(tc, name)
+	if name == keying.Wildcard {
+		for n := range tc.unsure {
+			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
+				r.armUnknown(tc, n) // the wildcard brings it again if it exists
+			}
+		}
+	}
 	auth, _ := keying.Authority(name)
 	r.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
 }
@@ -280,10 +287,13 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 			return
 		}
 		delete(tc.unavail, name)
-		if tc.knows(name) || !tc.up[name] {
+		if tc.knows(name) || !tc.covers(name) {
 			return
 		}
+		_, cached := tc.view.Resources[name] // unsure (see typeCache.unsure)
 		switch {
+		case !tc.sc.connected[auth] && cached:
+			// Served as cached meanwhile (fail static).
 		case !tc.sc.connected[auth]:
 			if _, failed := tc.view.Errors[name]; !failed {
 				r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
@@ -293,11 +303,20 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 			}
 		case !tc.unconfirmed[auth]:
 			v := r.nextView(tc, map[string]struct{}{name: {}})
-			v.Absent = maps.Clone(v.Absent)
-			if v.Absent == nil {
-				v.Absent = make(map[string]struct{})
+			if cached {
+				// The upstream did not send it again: it is gone.
+				v.Resources = maps.Clone(v.Resources)
+				delete(v.Resources, name)
+				delete(tc.unsure, name)
+				r.unref.forget(tc.lruKey(name))
 			}
-			v.Absent[name] = struct{}{}
+			if tc.up[name] {
+				v.Absent = maps.Clone(v.Absent)
+				if v.Absent == nil {
+					v.Absent = make(map[string]struct{})
+				}
+				v.Absent[name] = struct{}{}
+			}
 			if tc.unreachable[name] {
 				v.Errors = maps.Clone(v.Errors)
 				delete(v.Errors, name) // the upstream is back: it is no longer unreachable
@@ -328,14 +347,25 @@ func (r *Relay) rearmUnknown(sc *scope, authority string) {
 	}
 }
 
-// knows reports whether the cache knows something of name: its resource,
-// that it does not exist, or an error other than its own UNAVAILABLE.
-// Called with mu held.
+// knows reports whether the cache knows something of name: its resource
+// (unless unsure), that it does not exist, or an error other than its own
+// UNAVAILABLE. Called with mu held.
 func (tc *typeCache) knows(name string) bool {
 	_, cached := tc.view.Resources[name]
 	_, absent := tc.view.Absent[name]
 	_, failed := tc.view.Errors[name]
-	return cached || absent || (failed && !tc.unreachable[name])
+	return (cached && !tc.unsure[name]) || absent || (failed && !tc.unreachable[name])
+}
+
+// covers reports whether an upstream subscription covers name: its own, or
+// the wildcard's for a cached member of the wildcard set. Called with mu
+// held.
+func (tc *typeCache) covers(name string) bool {
+	if tc.up[name] {
+		return true
+	}
+	res, ok := tc.view.Resources[name]
+	return ok && tc.up[keying.Wildcard] && res.InWildcard()
 }
 
 // setError publishes a per-resource error in the type's View. Called with mu
@@ -393,15 +423,27 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
 	r.unreferenced(tc, name)
-	if _, cached := tc.view.Resources[name]; !cached {
+	if res, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
+	} else if !(tc.up[keying.Wildcard] && res.InWildcard()) && !keying.HasParams(name) && !tc.variantMode(name) {
+		if tc.unsure == nil {
+			tc.unsure = make(map[string]bool)
+		}
+		tc.unsure[name] = true
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
-	// it does not exist, or (the wildcard) that the cache holds the whole set.
+	// it does not exist, or (the wildcard) that the cache holds the whole set
+	// — and so does the relay's own UNAVAILABLE: it would keep a name missing
+	// from the complete wildcard set from counting as gone (View.Gone).
 	_, absent := tc.view.Absent[name]
 	incomplete := name == keying.Wildcard && tc.view.Complete
-	if absent || incomplete {
-		v := r.nextView(tc, nil)
+	unreachable := tc.unreachable[name]
+	if absent || incomplete || unreachable {
+		var changed map[string]struct{}
+		if unreachable {
+			changed = map[string]struct{}{name: {}}
+		}
+		v := r.nextView(tc, changed)
 		if absent {
 			v.Absent = maps.Clone(v.Absent)
 			delete(v.Absent, name)
@@ -409,7 +451,15 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		if incomplete {
 			v.Complete = false
 		}
+		if unreachable {
+			v.Errors = maps.Clone(v.Errors)
+			delete(v.Errors, name)
+			delete(tc.unreachable, name)
+		}
 		r.publish(tc, v)
+		if unreachable {
+			r.notify(tc, v) // wildcard clients held back for it look again
+		}
 	}
 }
 
@@ -502,6 +552,7 @@ func (r *Relay) evict() {
 				complete = false // the wildcard set has lost a member: ask upstream again
 			}
 			delete(res, n)
+			delete(tc.unsure, n)
 			changed[n] = struct{}{}
 		}
 		if len(changed) == 0 {

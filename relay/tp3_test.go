@@ -88,3 +88,45 @@ func TestUnavailableWhenNoUpstream(t *testing.T) {
 		t.Fatalf("resource_errors %v, want UNAVAILABLE for e1", got)
 	}
 }
+
+// The relay's own UNAVAILABLE for a name goes with the name's last
+// subscriber: left behind, it kept the name from counting as gone when the
+// upstream came back with a wildcard set without it, and a wildcard client
+// that brought it from elsewhere held it for good.
+func TestOwnUnavailableEndsWithItsSubscription(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	up.Stop()
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.UnavailableAfter = 100 * time.Millisecond
+		c.Upstream.Linger = 20 * time.Millisecond
+	}))
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, "c10")
+	if got := errorsByName(named.RecvType(resource.ClusterType)); got["c10"] != codes.Unavailable {
+		t.Fatalf("resource_errors %v, want UNAVAILABLE for c10", got)
+	}
+	named.Close()
+	waitUpstream(t, r, resource.ClusterType, false) // the linger of c10 passed
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: map[string]string{"c10": "v-elsewhere"}})
+	up.Restart()
+	held := map[string]bool{"c10": true}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(len(held) == 1 && held["c1"]) {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want only c1: c10 does not exist upstream", held)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
+	}
+}

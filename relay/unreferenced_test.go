@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -48,4 +50,71 @@ func TestMaxUnreferenced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cached resource whose upstream subscription ended is not trusted when it
+// is subscribed again: a Delta server forgets what the relay unsubscribed,
+// so a deletion meanwhile never reached the cache. Unless the upstream sends
+// it again, it is taken for deleted after upstream.does_not_exist_after —
+// for a client that names it and for a wildcard client (it stayed in the
+// wildcard set for good).
+func TestUnsubscribedCacheEntryConfirmedAgain(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c1", "c2", "c3"))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Linger = 0
+			c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		}))
+		first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+		first.Subscribe(resource.ClusterType, "c2", "c3")
+		for {
+			resp := first.RecvType(resource.ClusterType) // (c3 may come first)
+			first.Ack(resp)
+			if len(names(t, resp)) == 2 {
+				break
+			}
+		}
+		first.Close()
+		waitUpstream(t, r, resource.ClusterType, false) // unsubscribed, still cached
+		up.SetResources(clusters("c1"))                 // c2 and c3 go meanwhile
+
+		converge := func(c *xdstest.DeltaClient, want string) {
+			t.Helper()
+			held := map[string]bool{}
+			deadline := time.Now().Add(5 * time.Second)
+			for !(len(held) == 1 && held[want]) {
+				resp, ok := c.TryRecv(time.Until(deadline))
+				if !ok {
+					t.Fatalf("the client holds %v, want only %q: the rest was deleted upstream", held, want)
+				}
+				got, removed := deltaNames(resp)
+				for _, n := range got {
+					held[n] = true
+				}
+				for _, n := range removed {
+					delete(held, n)
+				}
+				c.Ack(resp)
+			}
+		}
+		named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+		named.Subscribe(resource.ClusterType, []string{"c2"}, nil)
+		resp := named.MustRecv() // the cached c2 (or already its removal)
+		if got, removed := deltaNames(resp); !slices.Equal(removed, []string{"c2"}) {
+			if !slices.Equal(got, []string{"c2"}) {
+				t.Fatalf("named: %v -%v", got, removed)
+			}
+			named.Ack(resp)
+			if resp, ok := named.TryRecv(5 * time.Second); !ok {
+				t.Fatal("a client that named c2 again was never told it was deleted upstream")
+			} else {
+				wantDelta(t, resp, nil, []string{"c2"})
+			}
+		}
+
+		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		converge(wild, "c1")
+	})
 }

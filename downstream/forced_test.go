@@ -1,0 +1,74 @@
+package downstream
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// deferredSource records the changes it is asked to watch; the test hands
+// over their forced items when it likes (the relay's Watch runs after the
+// stream's subscription changed, and other changes may be built between).
+type deferredSource struct{ forced [][]string }
+
+func (d *deferredSource) Bind(Watcher, *corev3.Node) error { return nil }
+func (d *deferredSource) Cancel(Watcher)                   {}
+func (d *deferredSource) Watch(_ Watcher, _ string, c Change) {
+	d.forced = append(d.forced, append(c.Add, c.Remove...))
+}
+
+// A change queued before a subscription change but built after it carries
+// the newly subscribed resource already: the subscription's own forced item
+// then sends nothing — the client had got it and ACKed it (found by the
+// oracle: a SotW CDS response resent at the version the client had ACKed).
+func TestForcedItemAfterAChangeAnsweredIt(t *testing.T) {
+	src := &deferredSource{}
+	srv := NewServer(src, Options{Metrics: metrics.New()})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+
+	v1 := fuzzView(keying.ClusterType, "a", "b")
+	if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Notify(v1, src.forced[0])
+	st.flush()
+	if len(rec.sent) != 1 {
+		t.Fatalf("%d responses to the first request", len(rec.sent))
+	}
+	// a changes (queued, not sent yet); the client moves from a to b.
+	v2 := v1.Next(2, map[string]struct{}{"a": {}})
+	v2.Resources = map[string]*Resource{"b": v1.Resources["b"]}
+	any2, _ := anypb.New(wrapperspb.String("a2"))
+	b2, _ := proto.Marshal(any2)
+	v2.Resources["a"] = &Resource{Name: "a", Version: ResourceVersion(b2), Any: b2}
+	st.Notify(v2, nil)
+	first := rec.sent[0]
+	if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"},
+		VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	st.flush() // the change of a, built for the subscription [b]
+	if len(rec.sent) != 2 || len(rec.sent[1].GetResources()) != 1 {
+		t.Fatalf("after the change: %d responses", len(rec.sent))
+	}
+	second := rec.sent[1]
+	if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"},
+		VersionInfo: second.GetVersionInfo(), ResponseNonce: second.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	st.Notify(v2, src.forced[1]) // the subscription's own item, late
+	st.flush()
+	if len(rec.sent) != 2 {
+		t.Fatalf("b resent at version %s the client had ACKed", rec.sent[2].GetVersionInfo())
+	}
+}
