@@ -81,7 +81,7 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 		if w := r.watcher(id); w != nil {
 			// The update that moves it still reaches it: what else it
 			// changed (a removal in the same response) would be lost.
-			w.Notify(tc.view, nil)
+			r.tell(w, delivery{v: tc.view})
 			r.moveToOwn(w, tc.typeURL)
 		}
 	}
@@ -145,7 +145,7 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		v := r.nextView(to, seeded)
 		v.Resources = res
 		r.publish(to, v)
-		w.Notify(v, nil)
+		r.tell(w, delivery{v: v})
 	}
 
 	for _, n := range names {

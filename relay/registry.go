@@ -192,17 +192,8 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	if len(force) == 0 {
 		return
 	}
-	// Under mu, so this View is ordered with every later update: at once, or
-	// behind the deliveries to w still on their way (fanout.go).
-	tell := func(d delivery) {
-		b := r.bound[w.ID()]
-		if b == nil || b.pending.Load() == 0 {
-			d.notify(w)
-			return
-		}
-		d.to = []*binding{b}
-		r.fan.add(d)
-	}
+	// Under mu, so this View is ordered with every later update.
+	tell := func(d delivery) { r.tell(w, d) }
 	if ro := tc.ro; ro != nil && !ro.isCanary(w) && ro.watches(w) && !ro.held[w] {
 		// A new subscriber during a rollout gets the accepted versions now
 		// and the rolled-out ones if the rollout is released. (A stream that
@@ -218,6 +209,18 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		return
 	}
 	tell(delivery{v: tc.view, force: force})
+}
+
+// tell notifies w of d now, or behind the deliveries to w still on their
+// way (fanout.go), so that it never overtakes one. Called with mu held.
+func (r *Relay) tell(w downstream.Watcher, d delivery) {
+	b := r.bound[w.ID()]
+	if b == nil || b.pending.Load() == 0 {
+		d.notify(w)
+		return
+	}
+	d.to = []*binding{b}
+	r.fan.add(d)
 }
 
 // clientFor returns the upstream client that serves name in tc's scope, or
