@@ -2,9 +2,9 @@ package downstream
 
 import (
 	"context"
-	"runtime"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
