@@ -54,7 +54,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	}
 	var verdict Rollout
 	if ts.lastNonce != "" {
-		verdict = ts.verdict(nonce)
+		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
 			// Its version_info is what the client runs: the last version it
@@ -281,6 +281,7 @@ func (st *stream) buildSotW(it item) *encoded {
 	st.released(ts, v.TypeURL)
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
+		ts.canaryDoubt = ts.rejecting
 	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {

@@ -122,6 +122,8 @@ var regressions = []struct {
 		"a wildcard client moved to its own scope by a do_not_cache cluster was never told of the clusters deleted in the same response"},
 	{5001, wholeSchedule(42),
 		"a cluster evicted and subscribed again before the upstream sender ran was never sent again: the Delta server still thought the relay held it (fails now and then; upstream's TestDeltaForgetThenSubscribe always)"},
+	{16019, wholeSchedule(42),
+		"a SotW canary that NACKed every CDS response for an unrelated bad cluster halted a good version: the relay served the older, bad one for good"},
 	{1029, wholeSchedule(43),
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
