@@ -47,7 +47,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		// with the ACK/NACK of the latest response. Names it dropped meanwhile
 		// may have been dropped from its cache: if it names them again, they
 		// are sent again.
-		ts.noteStaleDrops(names, keyed)
+		ts.noteStaleDrops(typeURL, names, keyed)
 		st.mu.Unlock()
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
@@ -223,7 +223,13 @@ func canonical(name string) string {
 }
 
 // noteStaleDrops remembers the subscribed names a stale request left out.
-func (ts *typeState) noteStaleDrops(names []string, keyed bool) {
+// For LDS/CDS only the latest stale request counts: every response carries
+// the whole subscription, so one the client got after naming a name again
+// gave it that name (it was resent at the version the client had ACKed).
+func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) {
+	if keying.FullState(typeURL) {
+		ts.staleDropped = nil
+	}
 	in := make(map[string]struct{}, len(names))
 	for _, n := range names {
 		if !keyed {
