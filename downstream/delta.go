@@ -45,7 +45,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	}
 	var verdict Rollout
 	if nonce := req.GetResponseNonce(); nonce != "" {
-		verdict = ts.verdict(nonce)
+		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
 			// resent; the next change of a resource is.
@@ -330,6 +330,7 @@ func (st *stream) buildDelta(it item) *encoded {
 	ts.sentVersion = b.version
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
+		ts.canaryDoubt = ts.rejecting
 	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {

@@ -72,3 +72,31 @@ func TestForcedItemAfterAChangeAnsweredIt(t *testing.T) {
 		t.Fatalf("b resent at version %s the client had ACKed", rec.sent[2].GetVersionInfo())
 	}
 }
+
+// Stale LDS/CDS requests: only the latest counts. A client that dropped a
+// name in one and named it again in the next, before the response reached
+// it, got the name with that response (full state): ACKing it, it is not
+// sent the same again (found by the oracle).
+func TestStaleDropNamedAgainBeforeTheResponse(t *testing.T) {
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := newFuzzStream(t, false, rec)
+	send := func(nonce, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: names,
+			VersionInfo: version, ResponseNonce: nonce}); err != nil {
+			t.Fatal(err)
+		}
+		st.flush()
+	}
+	send("", "", "a")
+	if len(rec.sent) != 1 {
+		t.Fatalf("%d responses to the first request", len(rec.sent))
+	}
+	first := rec.sent[0]
+	send("", "", "b") // stale: sent before the response arrived
+	send("", "", "a") // stale too: a named again
+	send(first.GetNonce(), first.GetVersionInfo(), "a")
+	if len(rec.sent) != 1 {
+		t.Fatalf("a resent at version %s the client had ACKed", rec.sent[1].GetVersionInfo())
+	}
+}

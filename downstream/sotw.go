@@ -50,14 +50,14 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		// with the ACK/NACK of the latest response. Names it dropped meanwhile
 		// may have been dropped from its cache: if it names them again, they
 		// are sent again.
-		ts.noteStaleDrops(names, keyed)
+		ts.noteStaleDrops(typeURL, names, keyed)
 		st.mu.Unlock()
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
 	}
 	var verdict Rollout
 	if ts.lastNonce != "" {
-		verdict = ts.verdict(nonce)
+		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
 			// Its version_info is what the client runs: the last version it
@@ -226,7 +226,13 @@ func canonical(name string) string {
 }
 
 // noteStaleDrops remembers the subscribed names a stale request left out.
-func (ts *typeState) noteStaleDrops(names []string, keyed bool) {
+// For LDS/CDS only the latest stale request counts: every response carries
+// the whole subscription, so one the client got after naming a name again
+// gave it that name (it was resent at the version the client had ACKed).
+func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) {
+	if keying.FullState(typeURL) {
+		ts.staleDropped = nil
+	}
 	in := make(map[string]struct{}, len(names))
 	for _, n := range names {
 		if !keyed {
@@ -284,6 +290,7 @@ func (st *stream) buildSotW(it item) *encoded {
 	st.released(ts, v.TypeURL)
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
+		ts.canaryDoubt = ts.rejecting
 	}
 	ts.sentAt = time.Time{}
 	if len(it.names) > 0 && !v.Received.IsZero() {

@@ -149,8 +149,13 @@ type typeState struct {
 	canaryNonce string
 	// canaryWant is the View of the latest version of its rollout queued
 	// for the canary, canarySent the View of the latest sent: a verdict
-	// judges the rollout only once that version went out.
+	// judges the rollout only once that version went out. rejecting: the
+	// client's latest verdict on the type was a NACK; canaryDoubt: it was
+	// when the canary's response went out, so its NACK of that response may
+	// be about anything it carries (SotW: the full state) and does not
+	// judge the rollout.
 	canaryWant, canarySent uint64
+	rejecting, canaryDoubt bool
 
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
@@ -565,12 +570,16 @@ func (ts *typeState) revert(v *View) *View {
 	return out
 }
 
-// verdict returns the rollout to report an ACK or NACK of nonce to, and
-// clears it. Called with mu held.
-func (ts *typeState) verdict(nonce string) Rollout {
+// verdict returns the rollout to report an ACK or NACK (nack) of nonce to,
+// and clears it. Called with mu held.
+func (ts *typeState) verdict(nonce string, nack bool) Rollout {
 	r := ts.canary
 	if r == nil || nonce == "" || ts.canarySent < ts.canaryWant {
 		return nil // (a newer version of the rollout is on its way)
+	}
+	if nack && ts.canaryDoubt {
+		ts.canary, ts.canaryNonce = nil, ""
+		return nil // it was rejecting the type already
 	}
 	if n, err1 := strconv.ParseUint(nonce, 10, 64); err1 == nil {
 		if c, err2 := strconv.ParseUint(ts.canaryNonce, 10, 64); err2 == nil && n < c {
@@ -604,6 +613,7 @@ func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 	ts.lastNACK = reason
 	ts.nackedSent = nonce == ts.lastNonce
 	ts.updated = time.Now()
+	ts.rejecting = true
 	st.srv.m.NACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
 	if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
 		ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", reason))
@@ -615,6 +625,7 @@ func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 func (st *stream) acked(ts *typeState, version string) {
 	ts.ackedVersion = version
 	ts.updated = time.Now()
+	ts.rejecting = false
 	ts.counters.acks.Inc()
 	if !ts.sentAt.IsZero() {
 		st.srv.m.Propagation.Observe(time.Since(ts.sentAt).Seconds())

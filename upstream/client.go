@@ -239,13 +239,14 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 // (it dropped them from its cache). A Delta server remembers what it sent
 // on the stream — go-control-plane even across a dropped wildcard — and
 // would not send them again when they are subscribed later; an explicit
-// unsubscription makes it forget. Names the relay subscribes to are left
-// alone; SotW servers need nothing (a new subscription is answered with the
-// full set).
+// unsubscription makes it forget (before the subscription, if one came
+// meanwhile; and a type's first request on a stream leaves them out of its
+// initial versions). Names the relay subscribes to are left alone; SotW
+// servers need nothing (a new subscription is answered with the full set).
 func (c *Client) Forget(typeURL string, names ...string) {
 	c.mu.Lock()
 	st, ok := c.types[typeURL]
-	if !ok || c.mode != ModeDelta || st.sent == nil {
+	if !ok || c.mode != ModeDelta {
 		c.mu.Unlock()
 		return
 	}

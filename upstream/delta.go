@@ -102,6 +102,12 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 			}
 			iv = initialVersions(t, st, v)
 		}
+		if first {
+			for n := range st.forget {
+				delete(iv, n) // evicted since the versions were read
+			}
+			st.forget = nil
+		}
 		st.dirty = false
 
 		var sub, unsub []string
@@ -115,14 +121,27 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				unsub = append(unsub, n)
 			}
 		}
+		var refetch []string
 		for n := range st.forget {
 			_, sub := st.names[n]
 			_, told := st.sent[n]
-			if !sub && !told {
+			switch {
+			case !sub && !told:
 				unsub = append(unsub, n) // Forget
+			case sub && !told:
+				// Subscribed again since it was forgotten: the server, which
+				// may think the relay holds it, must forget it first, or it
+				// would not send it.
+				refetch = append(refetch, n)
 			}
 		}
 		st.forget = nil
+		if len(refetch) > 0 {
+			sort.Strings(refetch)
+			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
+			req.ResourceNamesUnsubscribe, req.ResourceLocatorsUnsubscribe = locators(refetch)
+			out = append(out, req)
+		}
 		sort.Strings(sub)
 		sort.Strings(unsub)
 		st.sent = make(map[string]struct{}, len(st.names))

@@ -218,3 +218,26 @@ func TestDeltaTP2Locators(t *testing.T) {
 		t.Fatalf("unsubscribe %v", req)
 	}
 }
+
+// A name the relay forgot (evicted) and subscribes again before the sender
+// ran is unsubscribed first: the server, which thinks the relay holds it,
+// would not send it otherwise (the forget was dropped, and the relay never
+// got the cluster back).
+func TestDeltaForgetThenSubscribe(t *testing.T) {
+	cp := startControlPlane(t, false)
+	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeDelta, rec, cp.addr)
+	c.Subscribe(keying.ClusterType, "*")
+	ucur := 0
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); !slices.Equal(sorted(names(u)), []string{"a", "b"}) {
+		t.Fatalf("wildcard answer %q", names(u))
+	}
+	c.Forget(keying.ClusterType, "b")
+	c.Subscribe(keying.ClusterType, "b")
+	for {
+		if u := rec.nextUpdate(t, &ucur, keying.ClusterType); slices.Contains(names(u), "b") {
+			return
+		}
+	}
+}
