@@ -71,19 +71,19 @@ type typeState struct {
 	known map[string]struct{}
 
 	// Per stream; reset when a new stream starts.
-	dirty     bool                // queued in Client.pending
-	requested bool                // SotW: a request for the type was sent on this stream
+	dirty     bool // queued in Client.pending
+	requested bool // SotW: a request for the type was sent on this stream
 	// sure holds, for SotW full-state types, the plain names of the type's
 	// first request on this stream that are still subscribed: every
 	// response on the stream answers a request that named them, so one
 	// without such a name says it does not exist (as the first request's
 	// "*" makes every response the wildcard's full set, settle.go).
-	sure map[string]struct{}
-	named     bool                // SotW: a request with explicit names was sent on this stream
-	sent      map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
-	forget    map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
-	nack      error               // SotW: NACK to send with the next request
-	acks      []deltaAck          // Delta: ACKs/NACKs to send, in order
+	sure   map[string]struct{}
+	named  bool                // SotW: a request with explicit names was sent on this stream
+	sent   map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
+	forget map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
+	nack   error               // SotW: NACK to send with the next request
+	acks   []deltaAck          // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
 	// certainly applies the wildcard on this stream; settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
@@ -94,6 +94,10 @@ type typeState struct {
 	wildSure bool
 	settleAt time.Time
 	refetch  bool
+	// dropped (LDS/CDS) holds the names unsubscribed on this stream while
+	// the wildcard is not proven: a response may still answer a request that
+	// named them, so one of them proves nothing about the wildcard.
+	dropped map[string]struct{}
 }
 
 // deltaAck is one queued Delta ACK (err nil) or NACK.
@@ -177,6 +181,7 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 	for _, n := range names {
 		if _, ok := st.names[n]; !ok {
 			st.names[n] = struct{}{}
+			delete(st.dropped, n)
 			changed = true
 			if n == keying.Wildcard && (st.requested || st.sent != nil) {
 				// Added mid-stream: no response proves it yet (settle.go).
@@ -207,6 +212,12 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.names, n)
 			delete(st.sure, n)
 			changed = true
+			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
+				if st.dropped == nil {
+					st.dropped = make(map[string]struct{})
+				}
+				st.dropped[n] = struct{}{}
+			}
 			switch {
 			case n == keying.Wildcard:
 				st.wildSure, st.settleAt = false, time.Time{}
@@ -386,7 +397,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
-		st.sure = nil
+		st.sure, st.dropped = nil, nil
 		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
 	}
 	order := make([]string, 0, len(c.types))

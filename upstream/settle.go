@@ -21,7 +21,9 @@ import (
 //
 //   - the stream's first request of the type carried "*" (and it stayed):
 //     every subscription the server ever applied on this stream had it;
-//   - or the response carries a resource outside the named subscription:
+//   - or the response carries a resource outside the named subscription,
+//     and not one dropped from it on this stream while the wildcard was
+//     unproven (the response may answer a request that still named it):
 //     the server applied "*" to it;
 //   - or, when neither proves it, the server said nothing more for the
 //     settle time after the relay's last word (its request adding "*", or
@@ -55,14 +57,14 @@ func (c *Client) answered(st *typeState, names []string) bool {
 	}
 	if !st.wildSure {
 		for _, n := range names {
-			if !st.namedLocked(n) {
+			if _, dropped := st.dropped[n]; !st.namedLocked(n) && !dropped {
 				st.wildSure = true // only the wildcard brings an unnamed resource
 				break
 			}
 		}
 	}
 	if st.wildSure {
-		st.settleAt = time.Time{}
+		st.settleAt, st.dropped = time.Time{}, nil
 		return true
 	}
 	c.armSettleLocked(st)
@@ -131,7 +133,7 @@ func (c *Client) settleDue(server string, delta bool) {
 		settled := !st.answered
 		st.answered = true
 		if st.wildcard() && !st.wildSure {
-			st.wildSure, settled = true, true
+			st.wildSure, settled, st.dropped = true, true, nil
 		}
 		if settled {
 			due = append(due, t)

@@ -126,6 +126,8 @@ var regressions = []struct {
 		"a SotW canary that NACKed every CDS response for an unrelated bad cluster halted a good version: the relay served the older, bad one for good"},
 	{17027, wholeSchedule(43),
 		"a SotW CDS response resent at the version the client had ACKed: a stale request had dropped the cluster and the next stale one named it again before the response reached the client (fails now and then; downstream's TestStaleDropNamedAgainBeforeTheResponse always)"},
+	{124, wholeSchedule(42),
+		"a Delta response carrying a cluster just unsubscribed (it answered the older, named subscription) was taken for the wildcard's full set: a client moving in was told two clusters were gone (phantom loss)"},
 	{1029, wholeSchedule(43),
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
