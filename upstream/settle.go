@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -122,6 +124,7 @@ func (c *Client) settleDue(server string, delta bool) {
 	now := time.Now()
 	var due []string
 	complete := map[string]bool{}
+	present := map[string][]string{}
 	for t, st := range c.types {
 		if st.settleAt.IsZero() || st.settleAt.After(now) {
 			continue
@@ -131,9 +134,16 @@ func (c *Client) settleDue(server string, delta bool) {
 			continue // the server answers a request with no version
 		}
 		settled := !st.answered
+		hadResponse := st.answered
 		st.answered = true
 		if st.wildcard() && !st.wildSure {
 			st.wildSure, settled, st.dropped = true, true, nil
+			if !delta && hadResponse && keying.FullState(t) {
+				present[t] = slices.Collect(maps.Keys(st.known))
+				if present[t] == nil {
+					present[t] = []string{}
+				}
+			}
 		}
 		if settled {
 			due = append(due, t)
@@ -143,6 +153,6 @@ func (c *Client) settleDue(server string, delta bool) {
 	c.mu.Unlock()
 	for _, t := range due {
 		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", complete[t]))
-		_ = c.h.OnUpdate(Update{Server: server, TypeURL: t, Complete: complete[t], Settled: true, Delta: delta})
+		_ = c.h.OnUpdate(Update{Server: server, TypeURL: t, Complete: complete[t], Settled: true, Delta: delta, Present: present[t]})
 	}
 }
