@@ -130,6 +130,8 @@ var regressions = []struct {
 		"a Delta response carrying a cluster just unsubscribed (it answered the older, named subscription) was taken for the wildcard's full set: a client moving in was told two clusters were gone (phantom loss)"},
 	{276, wholeSchedule(42),
 		"a warm-restart file's cluster deleted upstream stayed in the wildcard set: the SotW wildcard, added after a name, settled instead of being proven, and nothing compared the set with the last response (fails now and then; relay's TestWarmRestartSotWWildcardSettles always)"},
+	{61008, []int{0, 2, 4, 5},
+		"a SotW CDS full state without a cluster went out while the client still held a route to it: the route was deleted upstream, and a response of another route had made the stream forget the client held it"},
 	{1029, wholeSchedule(43),
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
