@@ -119,6 +119,12 @@ func (ts *typeState) eachHeld(f func(*Resource) bool) {
 		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
 	default: // SotW: each subscribed name as last sent (or from elsewhere)
 		for k := range ts.names {
+			if r, ok := ts.goneHeld[k]; ok {
+				if !f(r) {
+					return
+				}
+				continue
+			}
 			if _, sent := ts.lastView.resource(k); !sent && !ts.fromElsewhere {
 				continue // never sent here: the client does not hold it
 			}

@@ -78,6 +78,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
+	for _, n := range remove {
+		delete(ts.goneHeld, n)
+	}
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
 }
 
@@ -263,6 +266,7 @@ func (st *stream) buildSotW(it item) *encoded {
 		b = st.fullState(ts, it)
 	} else {
 		b = st.partial(ts, it)
+		ts.keepGone(it)
 	}
 	if b == nil {
 		// Nothing changed for the client; TTL heartbeats still go out.
@@ -423,6 +427,27 @@ func (st *stream) fullSelection(ts *typeState, v *View) *namedState {
 	}
 	sel.body = v.sotw(sel.key, sel.pick, errs, w)
 	return sel
+}
+
+// keepGone records the subscribed names of a change that its View no longer
+// has but the View last sent from did: the client keeps them (see
+// goneHeld). Called with mu held, before lastView moves on.
+func (ts *typeState) keepGone(it item) {
+	for n := range it.names {
+		if _, sub := ts.names[n]; !sub {
+			continue
+		}
+		if _, now := it.view.Resources[n]; now {
+			delete(ts.goneHeld, n)
+			continue
+		}
+		if r, was := ts.lastView.resource(n); was {
+			if ts.goneHeld == nil {
+				ts.goneHeld = make(map[string]*Resource)
+			}
+			ts.goneHeld[n] = r
+		}
+	}
 }
 
 // toAnswer records what a subscription change added: a response must carry

@@ -191,6 +191,10 @@ type typeState struct {
 	kept     map[string]*Resource
 	// lastItem is the View of the last queued change looked at.
 	lastItem *View
+	// goneHeld (SotW RDS/EDS): subscribed names sent here that a later
+	// View sent from no longer has, as the client still holds them — SotW
+	// cannot remove them; the client drops them when it unsubscribes.
+	goneHeld map[string]*Resource
 
 	// TP2: wrapped holds the subscribed keys that came as resource locators:
 	// their variants are sent in a Resource with name and constraints.

@@ -428,6 +428,18 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 				}
 			}
 		}
+		if u.Settled && u.Present != nil && authority == "" {
+			// The last response answered the wildcard: it is the whole set.
+			present := make(map[string]struct{}, len(u.Present))
+			for _, n := range u.Present {
+				present[n] = struct{}{}
+			}
+			for key, cur := range old.Resources {
+				if _, ok := present[key]; !ok && key == cur.Name && cur.InWildcard() {
+					gone = append(gone, key)
+				}
+			}
+		}
 		for _, name := range gone {
 			if _, ok := seen[name]; !ok && !transient[name] {
 				deleted(name)

@@ -3,11 +3,15 @@ package relay_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -128,6 +132,71 @@ func TestWarmRestartDeltaWildcardAfterName(t *testing.T) {
 		resp, ok := wild.TryRecv(time.Until(deadline))
 		if !ok {
 			t.Fatalf("the wildcard client holds %v, want only c2: c1 was deleted upstream", held)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
+	}
+}
+
+// A warm-restart file's cluster deleted upstream while the relay was down
+// leaves the wildcard set when the wildcard, added after a name on a SotW
+// stream, settles instead of being proven: the last response answered it,
+// so it is the whole set (the file's cluster stayed in it for good).
+func TestWarmRestartSotWWildcardSettles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	var mu sync.Mutex
+	all := []string{"a", "old"}
+	f := &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		resp := &discoverygrpc.DiscoveryResponse{}
+		for _, n := range all {
+			if len(names) > 0 && !slices.Contains(names, n) && !slices.Contains(names, "*") {
+				continue
+			}
+			a, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
+			if err != nil {
+				return nil, err
+			}
+			resp.Resources = append(resp.Resources, a)
+		}
+		return resp, nil
+	}}
+	addr := startFakeCDS(t, f)
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+	})
+	first := xdstest.StartRelay(t, addr, opt)
+	c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	wantDelta(t, c.MustRecv(), []string{"a", "old"}, nil)
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	mu.Lock()
+	all = []string{"a"} // old goes while the relay is down
+	mu.Unlock()
+
+	second := xdstest.StartRelay(t, addr, opt)
+	named := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, "a")
+	wantNames(t, named.RecvType(resource.ClusterType), "a")
+	wild := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := map[string]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(len(held) == 1 && held["a"]) {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want only a: old was deleted upstream", held)
 		}
 		got, removed := deltaNames(resp)
 		for _, n := range got {

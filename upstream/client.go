@@ -94,6 +94,10 @@ type typeState struct {
 	wildSure bool
 	settleAt time.Time
 	refetch  bool
+	// dropped (LDS/CDS) holds the names unsubscribed on this stream while
+	// the wildcard is not proven: a response may still answer a request that
+	// named them, so one of them proves nothing about the wildcard.
+	dropped map[string]struct{}
 }
 
 // deltaAck is one queued Delta ACK (err nil) or NACK.
@@ -177,6 +181,7 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 	for _, n := range names {
 		if _, ok := st.names[n]; !ok {
 			st.names[n] = struct{}{}
+			delete(st.dropped, n)
 			changed = true
 			if n == keying.Wildcard && (st.requested || st.sent != nil) {
 				// Added mid-stream: no response proves it yet (settle.go).
@@ -207,6 +212,12 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.names, n)
 			delete(st.sure, n)
 			changed = true
+			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
+				if st.dropped == nil {
+					st.dropped = make(map[string]struct{})
+				}
+				st.dropped[n] = struct{}{}
+			}
 			switch {
 			case n == keying.Wildcard:
 				st.wildSure, st.settleAt = false, time.Time{}
@@ -395,7 +406,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
-		st.sure = nil
+		st.sure, st.dropped = nil, nil
 		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
 	}
 	order := make([]string, 0, len(c.types))

@@ -86,8 +86,13 @@ type Update struct {
 	// Settled reports an update with no response behind it: the wildcard
 	// was not proven by a response, and the server said nothing more for a
 	// while after the relay's last request, so what the relay holds is the
-	// whole set (Complete is true, nothing else is set).
+	// whole set (Complete is true, nothing else is set but Present).
 	Settled bool
+	// Present, with Settled on a SotW LDS/CDS stream that had a response,
+	// lists the names of the last response: the settle proves it answered
+	// the wildcard, so it is the whole set, and what else the relay holds
+	// (a warm-restart file's, one deleted meanwhile) is gone.
+	Present []string
 	// Delta reports an incremental response.
 	Delta bool
 	// RemovedVariants are Delta's removed_resource_names: variants deleted.

@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,7 +23,9 @@ import (
 //
 //   - the stream's first request of the type carried "*" (and it stayed):
 //     every subscription the server ever applied on this stream had it;
-//   - or the response carries a resource outside the named subscription:
+//   - or the response carries a resource outside the named subscription,
+//     and not one dropped from it on this stream while the wildcard was
+//     unproven (the response may answer a request that still named it):
 //     the server applied "*" to it;
 //   - or, when neither proves it, the server said nothing more for the
 //     settle time after the relay's last word (its request adding "*", or
@@ -55,14 +59,14 @@ func (c *Client) answered(st *typeState, names []string) bool {
 	}
 	if !st.wildSure {
 		for _, n := range names {
-			if !st.namedLocked(n) {
+			if _, dropped := st.dropped[n]; !st.namedLocked(n) && !dropped {
 				st.wildSure = true // only the wildcard brings an unnamed resource
 				break
 			}
 		}
 	}
 	if st.wildSure {
-		st.settleAt = time.Time{}
+		st.settleAt, st.dropped = time.Time{}, nil
 		return true
 	}
 	c.armSettleLocked(st)
@@ -120,6 +124,7 @@ func (c *Client) settleDue(server string, delta bool) {
 	now := time.Now()
 	var due []string
 	complete := map[string]bool{}
+	present := map[string][]string{}
 	for t, st := range c.types {
 		if st.settleAt.IsZero() || st.settleAt.After(now) {
 			continue
@@ -129,9 +134,16 @@ func (c *Client) settleDue(server string, delta bool) {
 			continue // the server answers a request with no version
 		}
 		settled := !st.answered
+		hadResponse := st.answered
 		st.answered = true
 		if st.wildcard() && !st.wildSure {
-			st.wildSure, settled = true, true
+			st.wildSure, settled, st.dropped = true, true, nil
+			if !delta && hadResponse && keying.FullState(t) {
+				present[t] = slices.Collect(maps.Keys(st.known))
+				if present[t] == nil {
+					present[t] = []string{}
+				}
+			}
 		}
 		if settled {
 			due = append(due, t)
@@ -141,6 +153,6 @@ func (c *Client) settleDue(server string, delta bool) {
 	c.mu.Unlock()
 	for _, t := range due {
 		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", complete[t]))
-		_ = c.h.OnUpdate(Update{Server: server, TypeURL: t, Complete: complete[t], Settled: true, Delta: delta})
+		_ = c.h.OnUpdate(Update{Server: server, TypeURL: t, Complete: complete[t], Settled: true, Delta: delta, Present: present[t]})
 	}
 }

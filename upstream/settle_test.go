@@ -1,9 +1,15 @@
 package upstream_test
 
 import (
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
@@ -55,5 +61,50 @@ func TestWildcardAddedMidStream(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// lateADS is a Delta server that answers every request with cluster "a"
+// alone, as a server does that pushed a change of "a" before it read the
+// request adding "*".
+type lateADS struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+}
+
+func (lateADS) DeltaAggregatedResources(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	body, err := anypb.New(cluster("a"))
+	if err != nil {
+		return err
+	}
+	for nonce := 1; ; nonce++ {
+		req, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		if len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
+			continue // an ACK
+		}
+		if err := s.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: strconv.Itoa(nonce),
+			Resources: []*discoveryv3.Resource{{Name: "a", Version: strconv.Itoa(nonce), Resource: body}}}); err != nil {
+			return nil
+		}
+	}
+}
+
+// A name dropped from the subscription while the wildcard added to it is
+// unproven proves nothing when it arrives: the response may answer a
+// request that still named it (it was taken for the wildcard's full set,
+// and wildcard clients were told the rest was gone).
+func TestWildcardNotProvenByADroppedName(t *testing.T) {
+	srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, lateADS{}) })
+	rec := &recorder{}
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, Settle: time.Minute}, rec, srv.addr)
+	c.Subscribe(keying.ClusterType, "a")
+	cur := 0
+	rec.nextUpdate(t, &cur, keying.ClusterType)
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	c.Unsubscribe(keying.ClusterType, "a")
+	if u := rec.nextUpdate(t, &cur, keying.ClusterType); u.Complete {
+		t.Fatalf("a response carrying only the name just dropped claims the wildcard's full set: %+v", u)
 	}
 }

@@ -348,8 +348,9 @@ func (r *Run) publish() {
 }
 
 // quiesce ends the schedule: every server and client back to normal, a last
-// snapshot without bad versions, and then every client must hold exactly the
-// upstream's state of what it subscribes to.
+// snapshot without bad versions (with rollouts: a next version of every
+// cluster), and then every client must hold exactly the upstream's state of
+// what it subscribes to.
 func (r *Run) quiesce() error {
 	for _, u := range r.ups {
 		if !u.running() {
@@ -363,6 +364,15 @@ func (r *Run) quiesce() error {
 	}
 	for _, g := range r.model.clusters {
 		g.bad = false
+		if r.sched.Opts.Rollout {
+			// A next version of every cluster: a halted guarded rollout
+			// holds back what it halted — a good version halted with a bad
+			// one of the same rollout too — until the upstream's next one.
+			g.gen = r.model.content()
+			if g.prod != 0 {
+				g.prod = r.model.content()
+			}
+		}
 	}
 	r.model.gen++
 	for _, g := range r.model.clusters {
