@@ -78,7 +78,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, req.GetErrorDetail())
 }
 
 // subscribeSotW replaces the subscription with names and returns the change.

@@ -166,7 +166,7 @@ func (p *poll) verdict(req *discoverypb.DiscoveryRequest) {
 			zap.String("reason", req.GetErrorDetail().GetMessage()))
 	}
 	if report != nil {
-		report.Report(reportFor, nack, req.GetErrorDetail().GetMessage())
+		report.Report(reportFor, nack, req.GetErrorDetail().GetMessage(), nil)
 	}
 }
 

@@ -130,6 +130,8 @@ var regressions = []struct {
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
 		"a halted rollout dropped the other changes of its upstream response: a Delta client was never told a cluster deleted in it was gone (fails about one run in ten; relay's TestRolloutDeltaHaltKeepsRemoval always)"},
+	{100020, wholeSchedule(42),
+		"a Delta canary's NACK of a response that carried only a bad cluster halted a good version of another that had joined the rollout earlier: the relay served that one's older, bad version for good (fails about one run in three; relay's TestRolloutDeltaHaltBlamesWhatTheNACKCarried always)"},
 }
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
