@@ -45,6 +45,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	}
 	var verdict Rollout
 	var carried []string
+	sent := ts.canarySent
 	if nonce := req.GetResponseNonce(); nonce != "" {
 		carried = ts.carried()
 		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
@@ -59,7 +60,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, carried, req.GetErrorDetail())
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, carried, sent, req.GetErrorDetail())
 }
 
 // subscribeDelta applies a request's subscription changes and returns them.

@@ -56,6 +56,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		return nil
 	}
 	var verdict Rollout
+	sent := ts.canarySent
 	if ts.lastNonce != "" {
 		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
@@ -78,7 +79,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, req.GetErrorDetail())
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, sent, req.GetErrorDetail())
 }
 
 // subscribeSotW replaces the subscription with names and returns the change.

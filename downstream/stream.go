@@ -654,7 +654,7 @@ func (st *stream) acked(ts *typeState, version string) {
 // checks the stream's limit, unlocks mu (held on entry), reports a canary's
 // verdict, and hands the change to the Source. An error ends the stream;
 // its watches are dropped by close.
-func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, carried []string, nack *statuspb.Status) error {
+func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, carried []string, sent uint64, nack *statuspb.Status) error {
 	if len(c.Remove) > 0 || c.Wildcard != nil {
 		if !ts.wildcard && len(ts.names) == 0 && st.unsubscribedAll(typeURL) {
 			defer st.kick()
@@ -671,7 +671,7 @@ func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollou
 		st.kick()
 	}
 	if verdict != nil {
-		verdict.Report(st, nack != nil, nack.GetMessage(), carried)
+		verdict.Report(st, nack != nil, nack.GetMessage(), carried, sent)
 	}
 	if err != nil {
 		return err

@@ -48,6 +48,10 @@ type rollout struct {
 	acks     map[downstream.Watcher]bool
 	nacks    map[downstream.Watcher]string
 	blamed   map[downstream.Watcher][]string // what each NACK is about (nil: all names)
+	// want holds, per canary, the Seq of the View of the latest version of
+	// the rollout it is to get: its verdict on an older View is not about
+	// that version (the newer one may still be on its way in the fan-out).
+	want     map[downstream.Watcher]uint64
 	waiters  []downstream.Watcher
 	reverted map[*downstream.View]*downstream.View
 	timer    *time.Timer
@@ -173,13 +177,13 @@ func revertView(v *downstream.View, accepted map[string]*downstream.Resource, ro
 
 // Report implements downstream.Rollout. A verdict on responses that carried
 // none of the rollout's names (Delta) says nothing of it.
-func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string, carried []string) {
+func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string, carried []string, sent uint64) {
 	ro.mu.Lock()
 	if ro.state != downstream.RolloutPending {
 		ro.mu.Unlock()
 		return
 	}
-	if _, canary := ro.canaries[w]; !canary || (carried != nil && len(carried) == 0) {
+	if _, canary := ro.canaries[w]; !canary || (carried != nil && len(carried) == 0) || sent < ro.want[w] {
 		ro.mu.Unlock()
 		return
 	}
@@ -211,7 +215,7 @@ func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []str
 		canaries: make(map[downstream.Watcher]string), names: make(map[string]string),
 		accepted: make(map[string]*downstream.Resource), acks: make(map[downstream.Watcher]bool),
 		nacks: make(map[downstream.Watcher]string), blamed: make(map[downstream.Watcher][]string),
-		held: make(map[downstream.Watcher]bool)}
+		held: make(map[downstream.Watcher]bool), want: make(map[downstream.Watcher]uint64)}
 	ro.add(old, v, names)
 	// The cohort: deterministic from node ids (and the first name, so that
 	// not always the same nodes are canaries).
@@ -235,6 +239,7 @@ func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []str
 	n := max(1, int(r.cfg.Rollout.CanaryFraction*float64(len(ws))))
 	for _, w := range ws[:min(n, len(ws))] {
 		ro.canaries[w] = r.nodeID(w)
+		ro.want[w] = v.Seq
 	}
 	ro.timer = time.AfterFunc(r.cfg.Rollout.Hold, func() { r.resolve(ro, true) })
 	tc.ro = ro
@@ -252,6 +257,11 @@ func (ro *rollout) add(old, v *downstream.View, names []string) {
 			ro.accepted[n] = old.Resources[n]
 		}
 		ro.names[n] = v.Resources[n].Version
+	}
+	for w := range ro.canaries {
+		if ro.tc.wild.has(w) || slices.ContainsFunc(names, func(n string) bool { return ro.tc.watchers[n].has(w) }) {
+			ro.want[w] = v.Seq // v goes to it: its verdict waits for v
+		}
 	}
 }
 

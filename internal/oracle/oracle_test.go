@@ -132,6 +132,8 @@ var regressions = []struct {
 		"a halted rollout dropped the other changes of its upstream response: a Delta client was never told a cluster deleted in it was gone (fails about one run in ten; relay's TestRolloutDeltaHaltKeepsRemoval always)"},
 	{100020, wholeSchedule(42),
 		"a Delta canary's NACK of a response that carried only a bad cluster halted a good version of another that had joined the rollout earlier: the relay served that one's older, bad version for good (fails about one run in three; relay's TestRolloutDeltaHaltBlamesWhatTheNACKCarried always)"},
+	{100020, []int{20, 21, 24, 25, 28, 37, 38},
+		"a canary's NACK of a bad version halted the upstream's fix, which had joined the rollout and was still in the fan-out on its way to the canary: the relay served the older version for good (fails about one run in ten; relay's TestVerdictOnAnOlderViewIsNotAboutTheRollout always)"},
 }
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
