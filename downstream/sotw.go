@@ -360,6 +360,12 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		}, sel.errs, st.wrapFor(ts))
 	}
 	if ts.holds(b.version) && !forced {
+		if len(keep) > 0 {
+			// The client holds just this: what it keeps is looked at again
+			// when what refers to it changes (releaseKept).
+			ts.kept = kept
+			st.hold(ts, v.TypeURL, "referenced")
+		}
 		return nil
 	}
 	if !ts.keepsHeld(v, b) {

@@ -145,3 +145,43 @@ func (c *routeClient) applyDelta(t *testing.T, r *discoverygrpc.DeltaDiscoveryRe
 	}
 	c.check(t)
 }
+
+// A cluster whose removal is held back because the client's route names it
+// is removed once the route moves, also when holding it back changed
+// nothing the client holds (the upstream removed it alone, the route moving
+// to a cluster the client had already): the held removal was not recorded,
+// and the client kept the deleted cluster for good.
+func TestMakeBeforeBreakRemovalAloneIsReleased(t *testing.T) {
+	up := xdstest.StartUpstream(t, xdstest.Ordered())
+	state := func(to string, clusters ...string) xdstest.Resources {
+		res := xdstest.Resources{resource.RouteType: {xdstest.GRPCRoute("r", to)}}
+		for _, c := range clusters {
+			res[resource.ClusterType] = append(res[resource.ClusterType], xdstest.EDSCluster(c, "eds"))
+		}
+		return res
+	}
+	up.SetResources(state("c1", "c1", "c2"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw" // go-control-plane orders SotW ADS only: CDS first
+	}))
+	cl := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+	cl.Subscribe(resource.ClusterType, "*")
+	cl.Subscribe(resource.RouteType, "r")
+	rc := newRouteClient()
+	step := func(to string, want ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+		defer cancel()
+		for rc.routeTo != to || !slices.Equal(slices.Sorted(maps.Keys(rc.clusters)), want) {
+			resp, err := cl.Recv(ctx)
+			if err != nil {
+				t.Fatalf("waiting for route→%s and clusters %v: %v (holds %v)", to, want, err, rc)
+			}
+			rc.applySotW(t, resp)
+			cl.Ack(resp)
+		}
+	}
+	step("c1", "c1", "c2")
+	up.SetResources(state("c2", "c2")) // one snapshot: c1 goes, the route moves to c2
+	step("c2", "c2")
+}
