@@ -119,7 +119,8 @@ func (ts *typeState) eachHeld(f func(*Resource) bool) {
 		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
 	default: // SotW: each subscribed name as last sent (or from elsewhere)
 		for k := range ts.names {
-			if _, sent := ts.lastView.resource(k); !sent && !ts.fromElsewhere {
+			_, sent := ts.lastView.resource(k)
+			if _, gone := ts.goneHeld[k]; !sent && !gone && !ts.fromElsewhere {
 				continue // never sent here: the client does not hold it
 			}
 			if !visit(k) {
@@ -145,8 +146,10 @@ func (v *View) resource(key string) (*Resource, bool) {
 // Called with mu held.
 func (ts *typeState) heldResource(key string) *Resource {
 	if ts.has == nil {
-		r, _ := ts.lastView.resource(key)
-		return r
+		if r, ok := ts.lastView.resource(key); ok {
+			return r
+		}
+		return ts.goneHeld[key]
 	}
 	for _, v := range []*View{ts.lastView, ts.latest} {
 		if v == nil {
@@ -162,6 +165,28 @@ func (ts *typeState) heldResource(key string) *Resource {
 		return r
 	}
 	return nil
+}
+
+// noteGone remembers, before v becomes the last View sent to a SotW client
+// of a type that refers to others (RDS) on ADS, the resources it was sent
+// that v no longer has: nothing tells a SotW client that a resource other
+// than a Listener or Cluster is gone, so it keeps them until it stops
+// subscribing to them (the Listener that named the route goes), and what
+// they refer to must stay until then. Called with mu held.
+func (st *stream) noteGone(ts *typeState, v *View) {
+	if st.typeURL != "" || len(keying.Referenced(v.TypeURL)) == 0 || ts.lastView == nil {
+		return
+	}
+	for k := range ts.names {
+		if _, ok := v.Resources[k]; ok {
+			delete(ts.goneHeld, k)
+		} else if r, had := ts.lastView.Resources[k]; had {
+			if ts.goneHeld == nil {
+				ts.goneHeld = make(map[string]*Resource)
+			}
+			ts.goneHeld[k] = r
+		}
+	}
 }
 
 // subscribesKey reports whether the stream subscribes to key by name or by

@@ -123,12 +123,14 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string, keyed bool, s
 		_, dropped := ts.staleDropped[n]
 		if !had || dropped {
 			add = append(add, n)
+			delete(ts.goneHeld, n) // (the client dropped it)
 		}
 	}
 	ts.staleDropped = nil
 	for n := range ts.names {
 		if _, ok := want[n]; !ok {
 			remove = append(remove, n)
+			delete(ts.goneHeld, n)
 		}
 	}
 	ts.names = sets.intern(&ts.set, want)
@@ -286,6 +288,9 @@ func (st *stream) buildSotW(it item) *encoded {
 	}
 	for k := range b.keys {
 		delete(ts.unanswered, k)
+	}
+	if !keying.FullState(v.TypeURL) {
+		st.noteGone(ts, v)
 	}
 	ts.lastView = v
 	st.released(ts, v.TypeURL)

@@ -192,6 +192,10 @@ type typeState struct {
 	lastView *View
 	latest   *View
 	kept     map[string]*Resource
+	// goneHeld (SotW, RDS-like types on ADS) holds the resources the client
+	// was sent that later Views no longer have: it keeps them until it stops
+	// subscribing to them (see noteGone).
+	goneHeld map[string]*Resource
 	// lastItem is the View of the last queued change looked at.
 	lastItem *View
 
