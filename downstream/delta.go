@@ -44,7 +44,10 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		defer st.kick()
 	}
 	var verdict Rollout
+	var carried []string
+	sent := ts.canarySent
 	if nonce := req.GetResponseNonce(); nonce != "" {
+		carried = ts.carried()
 		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
@@ -57,7 +60,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, carried, sent, req.GetErrorDetail())
 }
 
 // subscribeDelta applies a request's subscription changes and returns them.
@@ -329,6 +332,16 @@ func (st *stream) buildDelta(it item) *encoded {
 	ts.lastNonce = nonce
 	ts.sentVersion = b.version
 	if it.canary != nil {
+		// Its verdict is about what its responses carried: a Delta client
+		// NACKs the resources of a response, not what it holds.
+		if ts.canary != it.canary || ts.canaryCarried == nil {
+			ts.canaryCarried = make(map[string]struct{})
+		}
+		for _, n := range it.canary.Names() {
+			if _, ok := slices.BinarySearchFunc(send, n, func(r *Resource, n string) int { return strings.Compare(r.key(), n) }); ok {
+				ts.canaryCarried[n] = struct{}{}
+			}
+		}
 		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
 		ts.canaryDoubt = ts.rejecting
 	}

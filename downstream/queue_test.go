@@ -188,12 +188,12 @@ func TestQueueBoundedBehindBarrier(t *testing.T) {
 // pendingRollout is a Rollout that never resolves.
 type pendingRollout struct{}
 
-func (pendingRollout) State() RolloutState          { return RolloutPending }
-func (pendingRollout) Wait(Watcher) bool            { return true }
-func (pendingRollout) Report(Watcher, bool, string) {}
-func (pendingRollout) Covers(*View) bool            { return false }
-func (pendingRollout) Revert(v *View) *View         { return v }
-func (pendingRollout) Names() []string              { return nil }
+func (pendingRollout) State() RolloutState                            { return RolloutPending }
+func (pendingRollout) Wait(Watcher) bool                              { return true }
+func (pendingRollout) Report(Watcher, bool, string, []string, uint64) {}
+func (pendingRollout) Covers(*View) bool                              { return false }
+func (pendingRollout) Revert(v *View) *View                           { return v }
+func (pendingRollout) Names() []string                                { return nil }
 
 // Views of one type can come from different scopes of the relay (a
 // do_not_cache type moves from the shared scope to the node's own, whose

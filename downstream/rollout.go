@@ -26,8 +26,13 @@ type Rollout interface {
 	// has.
 	Wait(w Watcher) bool
 	// Report records a canary's verdict on the response that carried the
-	// change (ACK, or NACK with its reason).
-	Report(w Watcher, nack bool, reason string)
+	// change (ACK, or NACK with its reason). carried is the rollout's names
+	// the judged responses carried (Delta: a verdict is about the resources
+	// its responses carried); nil for all of them (a SotW LDS/CDS response
+	// carries the whole state). sent is the Seq of the View the latest
+	// judged response was built from: a verdict on a View older than the
+	// latest version of the rollout meant for w is not about that version.
+	Report(w Watcher, nack bool, reason string, carried []string, sent uint64)
 	// Covers reports whether v carries the halted change (Views from the
 	// change until the relay's correction).
 	Covers(v *View) bool

@@ -56,6 +56,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		return nil
 	}
 	var verdict Rollout
+	sent := ts.canarySent
 	if ts.lastNonce != "" {
 		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
@@ -81,7 +82,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	for _, n := range remove {
 		delete(ts.goneHeld, n)
 	}
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, req.GetErrorDetail())
+	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, sent, req.GetErrorDetail())
 }
 
 // subscribeSotW replaces the subscription with names and returns the change.
@@ -363,6 +364,12 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		}, sel.errs, st.wrapFor(ts))
 	}
 	if ts.holds(b.version) && !forced {
+		if len(keep) > 0 {
+			// The client holds just this: what it keeps is looked at again
+			// when what refers to it changes (releaseKept).
+			ts.kept = kept
+			st.hold(ts, v.TypeURL, "referenced")
+		}
 		return nil
 	}
 	if !ts.keepsHeld(v, b) {

@@ -156,6 +156,9 @@ type typeState struct {
 	// judge the rollout.
 	canaryWant, canarySent uint64
 	rejecting, canaryDoubt bool
+	// canaryCarried (Delta) holds the rollout's names that the canary's
+	// responses carried since its last verdict: the verdict is about those.
+	canaryCarried map[string]struct{}
 
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
@@ -582,7 +585,7 @@ func (ts *typeState) verdict(nonce string, nack bool) Rollout {
 		return nil // (a newer version of the rollout is on its way)
 	}
 	if nack && ts.canaryDoubt {
-		ts.canary, ts.canaryNonce = nil, ""
+		ts.canary, ts.canaryNonce, ts.canaryCarried = nil, "", nil
 		return nil // it was rejecting the type already
 	}
 	if n, err1 := strconv.ParseUint(nonce, 10, 64); err1 == nil {
@@ -590,8 +593,22 @@ func (ts *typeState) verdict(nonce string, nack bool) Rollout {
 			return nil // an answer to an earlier response
 		}
 	}
-	ts.canary, ts.canaryNonce = nil, ""
+	ts.canary, ts.canaryNonce, ts.canaryCarried = nil, "", nil
 	return r
+}
+
+// carried returns the rollout's names the canary's responses carried since
+// its last verdict (Delta), nil for all of them (SotW). Called with mu held,
+// before verdict clears them.
+func (ts *typeState) carried() []string {
+	if ts.canaryCarried == nil {
+		return nil
+	}
+	out := make([]string, 0, len(ts.canaryCarried))
+	for n := range ts.canaryCarried {
+		out = append(out, n)
+	}
+	return out
 }
 
 // prelude checks what every request must satisfy before it touches the
@@ -641,7 +658,7 @@ func (st *stream) acked(ts *typeState, version string) {
 // checks the stream's limit, unlocks mu (held on entry), reports a canary's
 // verdict, and hands the change to the Source. An error ends the stream;
 // its watches are dropped by close.
-func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, nack *statuspb.Status) error {
+func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, carried []string, sent uint64, nack *statuspb.Status) error {
 	if len(c.Remove) > 0 || c.Wildcard != nil {
 		if !ts.wildcard && len(ts.names) == 0 && st.unsubscribedAll(typeURL) {
 			defer st.kick()
@@ -658,7 +675,7 @@ func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollou
 		st.kick()
 	}
 	if verdict != nil {
-		verdict.Report(st, nack != nil, nack.GetMessage())
+		verdict.Report(st, nack != nil, nack.GetMessage(), carried, sent)
 	}
 	if err != nil {
 		return err

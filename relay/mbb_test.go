@@ -11,6 +11,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -144,4 +145,109 @@ func (c *routeClient) applyDelta(t *testing.T, r *discoverygrpc.DeltaDiscoveryRe
 		}
 	}
 	c.check(t)
+}
+
+// A SotW client keeps a route the upstream deleted until it stops
+// subscribing to it (nothing tells a SotW client that a RouteConfiguration
+// is gone), so the cluster the route names stays until then, though an RDS
+// response for another route went out after the deletion (the oracle: the
+// relay took the route for gone once its last RDS response's View lacked it,
+// and sent the CDS without the cluster while the client's listener and
+// route still named it).
+func TestMakeBeforeBreakSotWRouteDeletedUpstream(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	state := func(routes []types.Resource, clusters ...string) xdstest.Resources {
+		res := xdstest.Resources{resource.RouteType: routes}
+		for _, c := range clusters {
+			res[resource.ClusterType] = append(res[resource.ClusterType], xdstest.EDSCluster(c, "eds"))
+		}
+		return res
+	}
+	up.SetResources(state([]types.Resource{xdstest.GRPCRoute("r1", "c1"), xdstest.GRPCRoute("r2", "c2")}, "c1", "c2", "c3"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta" // the upstream says r1 is gone
+	}))
+	cl := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+	cl.Subscribe(resource.ClusterType, "*")
+	cl.Subscribe(resource.RouteType, "r1", "r2")
+	drain := func(check func(*discoverygrpc.DiscoveryResponse)) {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), quiet)
+			resp, err := cl.Recv(ctx)
+			cancel()
+			if err != nil {
+				return
+			}
+			check(resp)
+			cl.Ack(resp)
+		}
+	}
+	clusters := func(resp *discoverygrpc.DiscoveryResponse) []string {
+		names := anyNames(resp)
+		slices.Sort(names)
+		return names
+	}
+	drain(func(*discoverygrpc.DiscoveryResponse) {})
+	// r1 goes and r2 moves to c3: the client is sent r2 and keeps r1, which
+	// it still subscribes to (its listener has not changed yet).
+	up.SetResources(state([]types.Resource{xdstest.GRPCRoute("r2", "c3")}, "c1", "c2", "c3"))
+	sawRoute := false
+	drain(func(resp *discoverygrpc.DiscoveryResponse) {
+		sawRoute = sawRoute || resp.GetTypeUrl() == resource.RouteType
+	})
+	if !sawRoute {
+		t.Fatal("r2's move never reached the client")
+	}
+	// c1 goes: r1, which the client holds, names it.
+	up.SetResources(state([]types.Resource{xdstest.GRPCRoute("r2", "c3")}, "c2", "c3"))
+	drain(func(resp *discoverygrpc.DiscoveryResponse) {
+		if resp.GetTypeUrl() == resource.ClusterType && !slices.Contains(clusters(resp), "c1") {
+			t.Fatalf("clusters %v while the client still holds r1, which names c1", clusters(resp))
+		}
+	})
+	cl.Subscribe(resource.RouteType, "r2") // its listener no longer names r1
+	resp := cl.RecvType(resource.ClusterType)
+	if got := clusters(resp); !slices.Equal(got, []string{"c2", "c3"}) {
+		t.Fatalf("after the client dropped r1: clusters %v, want [c2 c3]", got)
+	}
+}
+
+// A cluster whose removal is held back because the client's route names it
+// is removed once the route moves, also when holding it back changed
+// nothing the client holds (the upstream removed it alone, the route moving
+// to a cluster the client had already): the held removal was not recorded,
+// and the client kept the deleted cluster for good.
+func TestMakeBeforeBreakRemovalAloneIsReleased(t *testing.T) {
+	up := xdstest.StartUpstream(t, xdstest.Ordered())
+	state := func(to string, clusters ...string) xdstest.Resources {
+		res := xdstest.Resources{resource.RouteType: {xdstest.GRPCRoute("r", to)}}
+		for _, c := range clusters {
+			res[resource.ClusterType] = append(res[resource.ClusterType], xdstest.EDSCluster(c, "eds"))
+		}
+		return res
+	}
+	up.SetResources(state("c1", "c1", "c2"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw" // go-control-plane orders SotW ADS only: CDS first
+	}))
+	cl := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+	cl.Subscribe(resource.ClusterType, "*")
+	cl.Subscribe(resource.RouteType, "r")
+	rc := newRouteClient()
+	step := func(to string, want ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+		defer cancel()
+		for rc.routeTo != to || !slices.Equal(slices.Sorted(maps.Keys(rc.clusters)), want) {
+			resp, err := cl.Recv(ctx)
+			if err != nil {
+				t.Fatalf("waiting for route→%s and clusters %v: %v (holds %v)", to, want, err, rc)
+			}
+			rc.applySotW(t, resp)
+			cl.Ack(resp)
+		}
+	}
+	step("c1", "c1", "c2")
+	up.SetResources(state("c2", "c2")) // one snapshot: c1 goes, the route moves to c2
+	step("c2", "c2")
 }

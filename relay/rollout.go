@@ -47,6 +47,11 @@ type rollout struct {
 	lastBad  uint64 // the last View Seq carrying the halted versions
 	acks     map[downstream.Watcher]bool
 	nacks    map[downstream.Watcher]string
+	blamed   map[downstream.Watcher][]string // what each NACK is about (nil: all names)
+	// want holds, per canary, the Seq of the View of the latest version of
+	// the rollout it is to get: its verdict on an older View is not about
+	// that version (the newer one may still be on its way in the fan-out).
+	want     map[downstream.Watcher]uint64
 	waiters  []downstream.Watcher
 	reverted map[*downstream.View]*downstream.View
 	timer    *time.Timer
@@ -170,22 +175,25 @@ func revertView(v *downstream.View, accepted map[string]*downstream.Resource, ro
 	return rv
 }
 
-// Report implements downstream.Rollout.
-func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string) {
+// Report implements downstream.Rollout. A verdict on responses that carried
+// none of the rollout's names (Delta) says nothing of it.
+func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string, carried []string, sent uint64) {
 	ro.mu.Lock()
 	if ro.state != downstream.RolloutPending {
 		ro.mu.Unlock()
 		return
 	}
-	if _, canary := ro.canaries[w]; !canary {
+	if _, canary := ro.canaries[w]; !canary || (carried != nil && len(carried) == 0) || sent < ro.want[w] {
 		ro.mu.Unlock()
 		return
 	}
 	if nack {
 		ro.nacks[w] = reason
+		ro.blamed[w] = carried
 		delete(ro.acks, w)
 	} else {
 		ro.acks[w] = true
+		delete(ro.blamed, w)
 	}
 	halt := ro.nackRatio() > ro.r.cfg.Rollout.MaxNACKRatio
 	release := !halt && len(ro.acks) == len(ro.canaries)
@@ -206,7 +214,8 @@ func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []str
 	ro := &rollout{r: r, tc: tc, startSeq: v.Seq, started: time.Now(),
 		canaries: make(map[downstream.Watcher]string), names: make(map[string]string),
 		accepted: make(map[string]*downstream.Resource), acks: make(map[downstream.Watcher]bool),
-		nacks: make(map[downstream.Watcher]string), held: make(map[downstream.Watcher]bool)}
+		nacks: make(map[downstream.Watcher]string), blamed: make(map[downstream.Watcher][]string),
+		held: make(map[downstream.Watcher]bool), want: make(map[downstream.Watcher]uint64)}
 	ro.add(old, v, names)
 	// The cohort: deterministic from node ids (and the first name, so that
 	// not always the same nodes are canaries).
@@ -230,6 +239,7 @@ func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []str
 	n := max(1, int(r.cfg.Rollout.CanaryFraction*float64(len(ws))))
 	for _, w := range ws[:min(n, len(ws))] {
 		ro.canaries[w] = r.nodeID(w)
+		ro.want[w] = v.Seq
 	}
 	ro.timer = time.AfterFunc(r.cfg.Rollout.Hold, func() { r.resolve(ro, true) })
 	tc.ro = ro
@@ -247,6 +257,11 @@ func (ro *rollout) add(old, v *downstream.View, names []string) {
 			ro.accepted[n] = old.Resources[n]
 		}
 		ro.names[n] = v.Resources[n].Version
+	}
+	for w := range ro.canaries {
+		if ro.tc.wild.has(w) || slices.ContainsFunc(names, func(n string) bool { return ro.tc.watchers[n].has(w) }) {
+			ro.want[w] = v.Seq // v goes to it: its verdict waits for v
+		}
 	}
 }
 
@@ -281,6 +296,7 @@ func (r *Relay) resolve(ro *rollout, release bool) {
 	} else {
 		ro.state = downstream.RolloutHalted
 		ro.lastBad = tc.view.Seq
+		ro.releaseUnblamed()
 		if tc.halted == nil {
 			tc.halted = make(map[string]string)
 		}
@@ -322,6 +338,30 @@ func (r *Relay) resolve(ro *rollout, release bool) {
 	r.mu.Unlock()
 	for _, w := range waiters {
 		w.Wake()
+	}
+}
+
+// releaseUnblamed takes out of a halting rollout the names no NACK was
+// about: a Delta canary NACKs the resources of the responses it was sent, so
+// a name that joined the rollout in an earlier response it accepted (or
+// was not judged on) is released, not halted with the rest. Called with mu
+// held.
+func (ro *rollout) releaseUnblamed() {
+	blamed := make(map[string]bool)
+	for w := range ro.nacks {
+		carried := ro.blamed[w]
+		if carried == nil {
+			return // a NACK of the whole state: every name is suspect
+		}
+		for _, n := range carried {
+			blamed[n] = true
+		}
+	}
+	for n := range ro.names {
+		if !blamed[n] {
+			delete(ro.names, n)
+			delete(ro.accepted, n)
+		}
 	}
 }
 

@@ -262,6 +262,75 @@ func TestRolloutDeltaHaltKeepsRemoval(t *testing.T) {
 	}
 }
 
+// A Delta canary's NACK is about the resources of the responses it judges:
+// a change that joined the rollout in a response the canary had accepted
+// before is released, not halted with the one it NACKed (the oracle: a good
+// version was halted with a bad one that joined its rollout, and the relay
+// served the older version of it for good — a bad one, which picky clients
+// rejected until the end).
+func TestRolloutDeltaHaltBlamesWhatTheNACKCarried(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(c1("eds-1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Rollout = &config.Rollout{CanaryFraction: 0.5, Hold: 30 * time.Second}
+	}))
+	clients := make([]*xdstest.DeltaClient, 4)
+	for i := range clients {
+		clients[i] = xdstest.DialDelta(t, r.Addr(), &core.Node{Id: fmt.Sprintf("d-%d", i)})
+		clients[i].Subscribe(resource.ClusterType, []string{"*"}, nil)
+		clients[i].Ack(clients[i].MustRecv())
+	}
+	edsIn := func(resp *discoverygrpc.DeltaDiscoveryResponse) map[string]string {
+		out := map[string]string{}
+		for _, res := range resp.GetResources() {
+			c := &cluster.Cluster{}
+			if err := res.GetResource().UnmarshalTo(c); err != nil {
+				t.Fatal(err)
+			}
+			out[c.GetName()] = c.GetEdsClusterConfig().GetServiceName()
+		}
+		return out
+	}
+	// c1 gets a good version: the first canary accepts it, the second says
+	// nothing yet, so the rollout stays pending.
+	up.SetResources(c1("eds-2"))
+	var can, rest []*xdstest.DeltaClient
+	for _, c := range clients {
+		if resp, ok := c.TryRecv(quiet); ok {
+			if len(can) == 0 {
+				c.Ack(resp)
+			}
+			can = append(can, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	if len(can) != 2 {
+		t.Fatalf("%d canaries, want 2 of 4", len(can))
+	}
+	// c2 gets a bad version: it joins the rollout, and the first canary
+	// NACKs the response that carries it (and only it).
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "eds-2"), xdstest.EDSCluster("c2", "eds-bad")}})
+	resp, ok := can[0].TryRecv(quiet)
+	if !ok {
+		t.Fatal("the canary did not get c2's new version")
+	}
+	if got := edsIn(resp); len(got) != 1 || got["c2"] != "eds-bad" {
+		t.Fatalf("the canary got %v, want c2 only", got)
+	}
+	can[0].Nack(resp, "bad c2")
+	for _, c := range rest {
+		resp, ok := c.TryRecv(quiet)
+		if !ok {
+			t.Fatal("after the halt a client never got c1's good version, which no NACK was about")
+		}
+		if got := edsIn(resp); got["c1"] != "eds-2" || got["c2"] == "eds-bad" {
+			t.Fatalf("after the halt a client got %v, want c1 at eds-2 and not c2's halted version", got)
+		}
+		c.Ack(resp)
+	}
+}
+
 // A non-canary that changes its subscription while a rollout holds it back
 // does not regress: after the release its last response carries the new
 // version.

@@ -142,6 +142,7 @@ func (p *poll) verdict(req *discoverypb.DiscoveryRequest) {
 	mem := p.mem
 	var report downstream.Rollout
 	var reportFor downstream.Watcher
+	seq := mem.canarySeq
 	nack := req.GetErrorDetail() != nil
 	switch {
 	case nack:
@@ -166,7 +167,7 @@ func (p *poll) verdict(req *discoverypb.DiscoveryRequest) {
 			zap.String("reason", req.GetErrorDetail().GetMessage()))
 	}
 	if report != nil {
-		report.Report(reportFor, nack, req.GetErrorDetail().GetMessage())
+		report.Report(reportFor, nack, req.GetErrorDetail().GetMessage(), nil, seq)
 	}
 }
 
@@ -252,7 +253,7 @@ func (p *poll) hold(w http.ResponseWriter, r *http.Request) {
 		if v, canary := p.current(); v != nil {
 			a := p.answer(v)
 			if a.known && s.fresh(p, a.version) {
-				s.respond(w, p, a, canary)
+				s.respond(w, p, a, canary, v.Seq)
 				return
 			}
 		}
@@ -288,7 +289,7 @@ func (s *Server) fresh(p *poll, version string) bool {
 }
 
 // respond writes the 200 answer and remembers it for the node.
-func (s *Server) respond(w http.ResponseWriter, p *poll, a answer, canary downstream.Rollout) {
+func (s *Server) respond(w http.ResponseWriter, p *poll, a answer, canary downstream.Rollout, seq uint64) {
 	body, err := s.encode(p.typeURL, a)
 	if err != nil {
 		s.log.Warn("REST answer cannot be encoded", zap.String("type", p.typeURL), zap.Error(err))
@@ -298,7 +299,7 @@ func (s *Server) respond(w http.ResponseWriter, p *poll, a answer, canary downst
 	s.mu.Lock()
 	p.mem.sent = a.version
 	if canary != nil {
-		p.mem.canary, p.mem.canaryW = canary, p
+		p.mem.canary, p.mem.canaryW, p.mem.canarySeq = canary, p, seq
 	}
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")

@@ -104,6 +104,8 @@ type memory struct {
 	// canary; its verdict comes with the next poll, reported for canaryW.
 	canary  downstream.Rollout
 	canaryW downstream.Watcher
+	// canarySeq is the Seq of the View that answer was built from.
+	canarySeq uint64
 }
 
 // bodyKey names an encoded answer: a type's resources at one version.

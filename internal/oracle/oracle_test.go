@@ -136,6 +136,12 @@ var regressions = []struct {
 		"the relay's own UNAVAILABLE of a name nobody subscribed any more kept it from counting as gone: a wildcard client that brought it held it for good"},
 	{281, wholeSchedule(44),
 		"a halted rollout dropped the other changes of its upstream response: a Delta client was never told a cluster deleted in it was gone (fails about one run in ten; relay's TestRolloutDeltaHaltKeepsRemoval always)"},
+	{100020, wholeSchedule(42),
+		"a Delta canary's NACK of a response that carried only a bad cluster halted a good version of another that had joined the rollout earlier: the relay served that one's older, bad version for good (fails about one run in three; relay's TestRolloutDeltaHaltBlamesWhatTheNACKCarried always)"},
+	{100020, []int{20, 21, 24, 25, 28, 37, 38},
+		"a canary's NACK of a bad version halted the upstream's fix, which had joined the rollout and was still in the fan-out on its way to the canary: the relay served the older version for good (fails about one run in ten; relay's TestVerdictOnAnOlderViewIsNotAboutTheRollout always)"},
+	{100098, []int{3, 5, 8, 12, 13, 14, 20, 21, 23, 30, 31, 32, 33, 36},
+		"a SotW client's route the upstream deleted was taken for gone once an RDS response for another route went out: the CDS without the cluster it named reached the client before the LDS that dropped the route"},
 }
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
