@@ -482,8 +482,10 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 				continue
 			}
 			// The upstream says the name does not exist, or sent every
-			// variant of it (full state) and none matches k.
-			if tc.up[k] && (removed[name] || (fullSotW && sent[name] != nil)) {
+			// variant of it (full state) for a request with k and none
+			// matches k (issue 12, item 4, for TP2 keys).
+			_, answered := u.Keys[k]
+			if tc.up[k] && (removed[name] || (fullSotW && sent[name] != nil && answered)) {
 				ownAbsent()
 				absent[k] = struct{}{}
 				changed[k] = struct{}{}

@@ -5,10 +5,14 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // scriptedRelay starts a relay speaking SotW to a scripted upstream, with a
@@ -76,4 +80,41 @@ func TestInFlightResponseIsNotTheWildcard(t *testing.T) {
 	s.nextNames(resource.ClusterType, "*", "a")                      // its ACK: current
 	s.send(resource.ClusterType, "3", xdstest.EDSCluster("a", "a2"), xdstest.EDSCluster("b", "b"))
 	wantNames(t, c4.RecvType(resource.ClusterType), "a", "b") // the first answer is the full set
+}
+
+// The same for a TP2 key: a full-state response that crossed the request
+// adding env=test answers the older request, env=prod alone; that it holds
+// a variant of the name, one env=test does not match, says nothing of
+// env=test, and its subscriber is not told the cluster is gone (found by
+// the oracle, seed 300013).
+func TestInFlightResponseKeepsNewTP2Key(t *testing.T) {
+	variant := func(env string) proto.Message {
+		a, err := anypb.New(xdstest.EDSCluster("c", "eds-"+env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{
+			Name: "c", DynamicParameterConstraints: keying.ValueConstraint("env", env)}}
+	}
+	f, r := scriptedRelay(t)
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
+	s := f.stream(t)
+	if req := s.next(resource.ClusterType); len(req.GetResourceLocators()) != 1 {
+		t.Fatalf("first request: %v", req)
+	}
+	test := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test"})
+	test.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "test"))
+	if req := s.next(resource.ClusterType); len(req.GetResourceLocators()) != 2 {
+		t.Fatalf("second request: %v", req)
+	}
+	s.send(resource.ClusterType, "1", variant("prod")) // crossed the second request
+	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("prod: %v", resp)
+	}
+	test.ExpectNoResponse(quiet) // not told c is gone
+	s.send(resource.ClusterType, "2", variant("prod"), variant("test"))
+	if resp := test.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("test: %v", resp)
+	}
 }

@@ -78,7 +78,14 @@ type typeState struct {
 	// response on the stream answers a request that named them, so one
 	// without such a name says it does not exist (as the first request's
 	// "*" makes every response the wildcard's full set, settle.go).
-	sure   map[string]struct{}
+	sure map[string]struct{}
+	// keys holds, for SotW full-state types, the subscribed TP2 keys (name
+	// and parameters) that every later response on this stream answers:
+	// those of the first request, and those a variant of an accepted
+	// response matched (the server has seen a request with them, and
+	// answers requests in order). Never a key subscribed since, which a
+	// response in flight may not answer yet.
+	keys   map[string]struct{}
 	named  bool                // SotW: a request with explicit names was sent on this stream
 	sent   map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
 	forget map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
@@ -211,6 +218,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			}
 			delete(st.names, n)
 			delete(st.sure, n)
+			delete(st.keys, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
@@ -406,7 +414,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
-		st.sure, st.dropped = nil, nil
+		st.sure, st.keys, st.dropped = nil, nil, nil
 		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
 	}
 	order := make([]string, 0, len(c.types))

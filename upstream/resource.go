@@ -79,6 +79,11 @@ type Update struct {
 	// judged by what the client knew, never by subscriptions the response
 	// may not answer yet. Sorted for SotW, in the server's order for Delta.
 	Removed []string
+	// Keys, with a SotW LDS/CDS response, are the subscribed TP2 keys (name
+	// and parameters) the response answers: one whose name has variants in
+	// it but none that matches is not there. Other keys may be answered by a
+	// later response only.
+	Keys map[string]struct{}
 	// Complete reports that the response answers the wildcard subscription:
 	// with it the relay holds the default authority's whole set of the type
 	// (SotW: it is that set). Only when that is certain; see settle.go.

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -66,8 +67,12 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			c.armSettleLocked(st)
 			if keying.FullState(t) {
 				st.sure = make(map[string]struct{}, len(st.names))
+				st.keys = make(map[string]struct{})
 				for n := range st.names {
-					if n != keying.Wildcard && !keying.IsGlob(n) && !keying.HasParams(n) {
+					switch {
+					case keying.HasParams(n):
+						st.keys[n] = struct{}{}
+					case n != keying.Wildcard && !keying.IsGlob(n):
 						st.sure[n] = struct{}{}
 					}
 				}
@@ -173,6 +178,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 			}
 		}
 		sort.Strings(u.Removed)
+		u.Keys = maps.Clone(st.keys)
 	}
 	c.mu.Unlock()
 
@@ -194,6 +200,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 				n, _ := keying.SplitSubscriptionKey(k) // TP2 locators too
 				named[n] = struct{}{}
 			}
+			matchKeys(st, resources)
 			for _, r := range resources {
 				_, byName := named[r.Name]
 				_, byGlob := named[keying.GlobOf(r.Name)]
@@ -216,4 +223,28 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 // nackStatus is the error_detail of a NACK.
 func nackStatus(err error) *statuspb.Status {
 	return &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+}
+
+// matchKeys adds to st.keys the subscribed TP2 keys a variant of an accepted
+// full-state response matches: the server answered a request with them.
+func matchKeys(st *typeState, resources []Resource) {
+	for k := range st.names {
+		if _, ok := st.keys[k]; ok || !keying.HasParams(k) {
+			continue
+		}
+		name, ps := keying.SplitSubscriptionKey(k)
+		params, err := keying.ParseParams(ps)
+		if err != nil {
+			continue
+		}
+		for _, r := range resources {
+			if r.Name == name && keying.Match(r.Constraints, params) {
+				if st.keys == nil {
+					st.keys = make(map[string]struct{})
+				}
+				st.keys[k] = struct{}{}
+				break
+			}
+		}
+	}
 }
