@@ -482,10 +482,11 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 				continue
 			}
 			// The upstream says the name does not exist, or sent every
-			// variant of it (full state) for a request with k and none
-			// matches k (issue 12, item 4, for TP2 keys).
+			// variant of it (full state) and none matches k — a SotW
+			// full-state response only of the keys it answers (issue 12,
+			// item 4, for TP2 keys).
 			_, answered := u.Keys[k]
-			if tc.up[k] && (removed[name] || (fullSotW && sent[name] != nil && answered)) {
+			if tc.up[k] && (removed[name] || (fullSotW && sent[name] != nil)) && (!fullSotW || answered) {
 				ownAbsent()
 				absent[k] = struct{}{}
 				changed[k] = struct{}{}

@@ -118,3 +118,39 @@ func TestInFlightResponseKeepsNewTP2Key(t *testing.T) {
 		t.Fatalf("test: %v", resp)
 	}
 }
+
+// And when the crossing response holds no variant of the name at all (the
+// upstream deleted the env=prod variant its request asked for): env=prod's
+// subscriber is told it is gone, env=test's is not.
+func TestInFlightResponseWithoutTheNameKeepsNewTP2Key(t *testing.T) {
+	variant := func(env string) proto.Message {
+		a, err := anypb.New(xdstest.EDSCluster("c", "eds-"+env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{
+			Name: "c", DynamicParameterConstraints: keying.ValueConstraint("env", env)}}
+	}
+	f, r := scriptedRelay(t)
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
+	s := f.stream(t)
+	s.next(resource.ClusterType)
+	s.send(resource.ClusterType, "1", variant("prod"))
+	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("prod: %v", resp)
+	}
+	test := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test"})
+	test.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "test"))
+	for len(s.next(resource.ClusterType).GetResourceLocators()) != 2 { // the ACK first
+	}
+	s.send(resource.ClusterType, "2") // crossed the request: env=prod deleted
+	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 0 {
+		t.Fatalf("prod after its variant was deleted: %v", resp)
+	}
+	test.ExpectNoResponse(quiet) // not told c is gone
+	s.send(resource.ClusterType, "3", variant("test"))
+	if resp := test.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("test: %v", resp)
+	}
+}
