@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -152,5 +153,54 @@ func TestInFlightResponseWithoutTheNameKeepsNewTP2Key(t *testing.T) {
 	s.send(resource.ClusterType, "3", variant("test"))
 	if resp := test.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("test: %v", resp)
+	}
+}
+
+// A variant that another key matches as well, the default one, says nothing
+// of a key just added: two pushes for the older request cross it, the second
+// without the name (the upstream deleted the default variant), and the new
+// key's subscriber is not told the cluster is gone.
+func TestInFlightSharedVariantIsNoAnswerForNewTP2Key(t *testing.T) {
+	variant := func(c *discoverygrpc.DynamicParameterConstraints, eds string) proto.Message {
+		a, err := anypb.New(xdstest.EDSCluster("c", eds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{Name: "c", DynamicParameterConstraints: c}}
+	}
+	f, r := scriptedRelay(t)
+	any := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "any"})
+	any.Subscribe(resource.ClusterType, "c")
+	s := f.stream(t)
+	s.next(resource.ClusterType)
+	s.send(resource.ClusterType, "1", variant(nil, "eds"))
+	if resp := any.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("any: %v", resp)
+	}
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
+	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("prod, from the cache: %v", resp) // the default variant matches it
+	}
+	for len(s.next(resource.ClusterType).GetResourceLocators()) != 1 { // the ACK first
+	}
+	s.send(resource.ClusterType, "2", variant(nil, "eds2")) // both cross the request
+	s.send(resource.ClusterType, "3")
+	for len(any.RecvType(resource.ClusterType).GetResources()) != 0 { // the update, maybe
+	}
+	for { // prod gets the update, maybe, and is not told c is gone
+		ctx, cancel := context.WithTimeout(context.Background(), quiet)
+		resp, err := prod.Recv(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		if len(resp.GetResources()) == 0 {
+			t.Fatalf("prod told c is gone: %v", resp)
+		}
+	}
+	s.send(resource.ClusterType, "4", variant(keying.ValueConstraint("env", "prod"), "eds-prod"))
+	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
+		t.Fatalf("prod: %v", resp)
 	}
 }

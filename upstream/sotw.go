@@ -226,25 +226,46 @@ func nackStatus(err error) *statuspb.Status {
 }
 
 // matchKeys adds to st.keys the subscribed TP2 keys a variant of an accepted
-// full-state response matches: the server answered a request with them.
+// full-state response matches when it matches no other subscribed key of the
+// name: the server answered a request with them. (A variant another key
+// matches too, the default one say, may answer an older request without
+// the key.)
 func matchKeys(st *typeState, resources []Resource) {
+	type key struct {
+		k      string
+		params map[string]string
+	}
+	byName := make(map[string][]key)
 	for k := range st.names {
-		if _, ok := st.keys[k]; ok || !keying.HasParams(k) {
+		if !keying.HasParams(k) {
 			continue
 		}
 		name, ps := keying.SplitSubscriptionKey(k)
-		params, err := keying.ParseParams(ps)
-		if err != nil {
-			continue
+		if params, err := keying.ParseParams(ps); err == nil {
+			byName[name] = append(byName[name], key{k, params})
 		}
-		for _, r := range resources {
-			if r.Name == name && keying.Match(r.Constraints, params) {
-				if st.keys == nil {
-					st.keys = make(map[string]struct{})
+	}
+	for name := range byName {
+		if _, plain := st.names[name]; plain {
+			byName[name] = append(byName[name], key{name, nil}) // a plain subscriber is sent variants too
+		}
+	}
+	for _, r := range resources {
+		var only string
+		for _, k := range byName[r.Name] {
+			if keying.Match(r.Constraints, k.params) {
+				if only != "" {
+					only = ""
+					break
 				}
-				st.keys[k] = struct{}{}
-				break
+				only = k.k
 			}
+		}
+		if keying.HasParams(only) {
+			if st.keys == nil {
+				st.keys = make(map[string]struct{})
+			}
+			st.keys[only] = struct{}{}
 		}
 	}
 }
