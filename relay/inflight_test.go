@@ -13,7 +13,6 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
-	"github.com/xds-relay/xds-relay/keying"
 )
 
 // scriptedRelay starts a relay speaking SotW to a scripted upstream, with a
@@ -89,14 +88,6 @@ func TestInFlightResponseIsNotTheWildcard(t *testing.T) {
 // env=test, and its subscriber is not told the cluster is gone (found by
 // the oracle, seed 300013).
 func TestInFlightResponseKeepsNewTP2Key(t *testing.T) {
-	variant := func(env string) proto.Message {
-		a, err := anypb.New(xdstest.EDSCluster("c", "eds-"+env))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{
-			Name: "c", DynamicParameterConstraints: keying.ValueConstraint("env", env)}}
-	}
 	f, r := scriptedRelay(t)
 	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
 	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
@@ -109,12 +100,12 @@ func TestInFlightResponseKeepsNewTP2Key(t *testing.T) {
 	if req := s.next(resource.ClusterType); len(req.GetResourceLocators()) != 2 {
 		t.Fatalf("second request: %v", req)
 	}
-	s.send(resource.ClusterType, "1", variant("prod")) // crossed the second request
+	s.send(resource.ClusterType, "1", clusterVariant(t, eq("env", "prod"), "eds-prod")) // crossed the second request
 	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("prod: %v", resp)
 	}
 	test.ExpectNoResponse(quiet) // not told c is gone
-	s.send(resource.ClusterType, "2", variant("prod"), variant("test"))
+	s.send(resource.ClusterType, "2", clusterVariant(t, eq("env", "prod"), "eds-prod"), clusterVariant(t, eq("env", "test"), "eds-test"))
 	if resp := test.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("test: %v", resp)
 	}
@@ -124,20 +115,12 @@ func TestInFlightResponseKeepsNewTP2Key(t *testing.T) {
 // upstream deleted the env=prod variant its request asked for): env=prod's
 // subscriber is told it is gone, env=test's is not.
 func TestInFlightResponseWithoutTheNameKeepsNewTP2Key(t *testing.T) {
-	variant := func(env string) proto.Message {
-		a, err := anypb.New(xdstest.EDSCluster("c", "eds-"+env))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{
-			Name: "c", DynamicParameterConstraints: keying.ValueConstraint("env", env)}}
-	}
 	f, r := scriptedRelay(t)
 	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
 	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
 	s := f.stream(t)
 	s.next(resource.ClusterType)
-	s.send(resource.ClusterType, "1", variant("prod"))
+	s.send(resource.ClusterType, "1", clusterVariant(t, eq("env", "prod"), "eds-prod"))
 	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("prod: %v", resp)
 	}
@@ -150,7 +133,7 @@ func TestInFlightResponseWithoutTheNameKeepsNewTP2Key(t *testing.T) {
 		t.Fatalf("prod after its variant was deleted: %v", resp)
 	}
 	test.ExpectNoResponse(quiet) // not told c is gone
-	s.send(resource.ClusterType, "3", variant("test"))
+	s.send(resource.ClusterType, "3", clusterVariant(t, eq("env", "test"), "eds-test"))
 	if resp := test.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("test: %v", resp)
 	}
@@ -161,19 +144,12 @@ func TestInFlightResponseWithoutTheNameKeepsNewTP2Key(t *testing.T) {
 // without the name (the upstream deleted the default variant), and the new
 // key's subscriber is not told the cluster is gone.
 func TestInFlightSharedVariantIsNoAnswerForNewTP2Key(t *testing.T) {
-	variant := func(c *discoverygrpc.DynamicParameterConstraints, eds string) proto.Message {
-		a, err := anypb.New(xdstest.EDSCluster("c", eds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{Name: "c", DynamicParameterConstraints: c}}
-	}
 	f, r := scriptedRelay(t)
 	any := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "any"})
 	any.Subscribe(resource.ClusterType, "c")
 	s := f.stream(t)
 	s.next(resource.ClusterType)
-	s.send(resource.ClusterType, "1", variant(nil, "eds"))
+	s.send(resource.ClusterType, "1", clusterVariant(t, nil, "eds"))
 	if resp := any.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("any: %v", resp)
 	}
@@ -184,7 +160,7 @@ func TestInFlightSharedVariantIsNoAnswerForNewTP2Key(t *testing.T) {
 	}
 	for len(s.next(resource.ClusterType).GetResourceLocators()) != 1 { // the ACK first
 	}
-	s.send(resource.ClusterType, "2", variant(nil, "eds2")) // both cross the request
+	s.send(resource.ClusterType, "2", clusterVariant(t, nil, "eds2")) // both cross the request
 	s.send(resource.ClusterType, "3")
 	for len(any.RecvType(resource.ClusterType).GetResources()) != 0 { // the update, maybe
 	}
@@ -199,8 +175,19 @@ func TestInFlightSharedVariantIsNoAnswerForNewTP2Key(t *testing.T) {
 			t.Fatalf("prod told c is gone: %v", resp)
 		}
 	}
-	s.send(resource.ClusterType, "4", variant(keying.ValueConstraint("env", "prod"), "eds-prod"))
+	s.send(resource.ClusterType, "4", clusterVariant(t, eq("env", "prod"), "eds-prod"))
 	if resp := prod.RecvType(resource.ClusterType); len(resp.GetResources()) != 1 {
 		t.Fatalf("prod: %v", resp)
 	}
+}
+
+// clusterVariant is the TP2 variant of cluster "c" for constraints c, as an
+// upstream sends it: wrapped in a Resource with its constraints.
+func clusterVariant(t *testing.T, c *discoverygrpc.DynamicParameterConstraints, eds string) proto.Message {
+	t.Helper()
+	a, err := anypb.New(xdstest.EDSCluster("c", eds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{Name: "c", DynamicParameterConstraints: c}}
 }
