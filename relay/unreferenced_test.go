@@ -118,3 +118,52 @@ func TestUnsubscribedCacheEntryConfirmedAgain(t *testing.T) {
 		converge(wild, "c1")
 	})
 }
+
+// The same for a name the wildcard covered as well: unsubscribed together
+// with the wildcard, a Delta server forgets it and does not tell the relay
+// when it is deleted; with the wildcard subscribed again, it is taken for
+// deleted unless the upstream sends it again (found by the oracle, seed
+// 302527: it stayed in the wildcard set for good).
+func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c1", "c2"))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Linger = 0
+			c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		}))
+		first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+		first.Subscribe(resource.ClusterType, []string{"*", "c2"}, nil)
+		held := map[string]bool{}
+		for len(held) < 2 {
+			resp := first.MustRecv()
+			got, _ := deltaNames(resp)
+			for _, n := range got {
+				held[n] = true
+			}
+			first.Ack(resp)
+		}
+		first.Close()
+		waitUpstream(t, r, resource.ClusterType, false) // unsubscribed, still cached
+		up.SetResources(clusters("c1"))                 // c2 goes meanwhile
+
+		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		held = map[string]bool{}
+		deadline := time.Now().Add(5 * time.Second)
+		for !(len(held) == 1 && held["c1"]) {
+			resp, ok := wild.TryRecv(time.Until(deadline))
+			if !ok {
+				t.Fatalf("the client holds %v, want only c1: c2 was deleted upstream", held)
+			}
+			got, removed := deltaNames(resp)
+			for _, n := range got {
+				held[n] = true
+			}
+			for _, n := range removed {
+				delete(held, n)
+			}
+			wild.Ack(resp)
+		}
+	})
+}
