@@ -47,9 +47,9 @@ type typeCache struct {
 	// unreachable the names whose error is that UNAVAILABLE.
 	unavail     map[string]*time.Timer
 	unreachable map[string]bool
-	// unsure holds the cached names whose upstream subscription ended while
-	// no wildcard subscription covered them: the upstream no longer tells
-	// the relay of them (a Delta server forgets what was unsubscribed), so
+	// unsure holds the cached names whose upstream subscription ended and
+	// that the upstream has not sent since: it may no longer tell the relay
+	// of them (a Delta server forgets what was unsubscribed), so
 	// when they are subscribed again their cached value is served but not
 	// trusted — armUnknown takes them for deleted unless the upstream sends
 	// them again (a deletion meanwhile would otherwise never reach the cache).
