@@ -48,8 +48,10 @@ type typeCache struct {
 	unavail     map[string]*time.Timer
 	unreachable map[string]bool
 	// unsure holds the cached names whose upstream subscription ended and
-	// that the upstream has not sent since: it may no longer tell the relay
-	// of them (a Delta server forgets what was unsubscribed), so
+	// that the upstream has not sent since, or that came from the
+	// warm-restart file: the upstream may no longer tell the relay of them (a
+	// Delta server forgets what was unsubscribed; a SotW server's silence on
+	// a name subscribed later on the stream proves nothing at once), so
 	// when they are subscribed again their cached value is served but not
 	// trusted — armUnknown takes them for deleted unless the upstream sends
 	// them again (a deletion meanwhile would otherwise never reach the cache).
@@ -641,6 +643,9 @@ func (r *Relay) watcher(id uint64) downstream.Watcher {
 
 // upstreamVersions returns the upstream's versions of the resources of
 // typeURL the cache holds from authority: the Delta initial_resource_versions.
+// An unsure name the server is told of is sure again: the server now tells
+// the relay if it is gone (the upstream client keeps them all for a type the
+// wildcard may cover, else the subscribed ones).
 func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[string]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -649,9 +654,13 @@ func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[strin
 		return nil
 	}
 	out := make(map[string]string)
+	all := keying.WildcardCapable(typeURL) || tc.up[keying.Wildcard]
 	for name, res := range tc.view.Resources {
 		if res.Authority == authority && res.UpstreamVersion != "" && name == res.Name && res.Constraints == "" {
 			out[name] = res.UpstreamVersion
+			if all || tc.up[name] {
+				delete(tc.unsure, name)
+			}
 		}
 	}
 	return out

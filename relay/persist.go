@@ -20,7 +20,10 @@ import (
 
 // Warm restart: the cache is written to cache.persist_path and loaded at
 // start, so a restarted relay serves clients at once even when no upstream is
-// reachable. Loaded resources are replaced as soon as the upstream answers.
+// reachable. Loaded resources are replaced as soon as the upstream answers;
+// one it says nothing of once subscribed is taken for deleted after
+// upstream.does_not_exist_after (unsure, see typeCache.unsure), unless a
+// Delta server was told the relay holds it.
 //
 // File format: the magic line, then one protobuf-wire record per type
 // (field 1: type URL, 2: wildcard set complete, 3: resources, each with 1:
@@ -251,6 +254,15 @@ func (r *Relay) loadPersisted(path string) {
 						tc.unconfirmed = make(map[string]bool)
 					}
 					tc.unconfirmed[res.Authority] = true // until its upstream answers
+					if name == res.Name && !tc.variantMode(name) {
+						// Not from this process's upstream: served, but taken for
+						// deleted unless the upstream sends it again or, on Delta,
+						// is told the relay holds it (upstreamVersions).
+						if tc.unsure == nil {
+							tc.unsure = make(map[string]bool)
+						}
+						tc.unsure[name] = true
+					}
 				}
 				v.Seq, v.Stale = r.nextSeq(), len(tc.unconfirmed) > 0
 				r.publish(tc, v)

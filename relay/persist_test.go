@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,5 +207,92 @@ func TestWarmRestartSotWWildcardSettles(t *testing.T) {
 			delete(held, n)
 		}
 		wild.Ack(resp)
+	}
+}
+
+// A warm-restart file's resource deleted upstream while the relay was down
+// is taken for gone once a SotW upstream says nothing of it: subscribed
+// after the type's first request on the stream, its absence from a
+// full-state response is no proof (the response may answer the older
+// request), so, as for a name the cache knows nothing of, the upstream's
+// silence for does_not_exist_after decides. It was served for good.
+func TestWarmRestartSotWNamedAfterFirstRequest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
+	})
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, "*")
+	wantNames(t, c.RecvType(resource.ClusterType), "c1", "c2")
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	up.SetResources(clusters("c2")) // c1 goes while the relay is down
+
+	second := xdstest.StartRelay(t, up.Addr(), opt)
+	from := len(up.Requests())
+	other := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "other"})
+	other.Subscribe(resource.ClusterType, "c2")
+	up.WaitRequest(t, from, "the first CDS request", func(r xdstest.Request) bool {
+		return !r.IsDelta() && r.TypeURL() == resource.ClusterType && len(r.Names()) > 0
+	})
+	other.Ack(other.RecvType(resource.ClusterType))
+	named := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, "c1")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		resp, err := named.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("the client was never told that c1 is gone: %v", err)
+		}
+		named.Ack(resp)
+		if len(names(t, resp)) == 0 {
+			return
+		}
+	}
+}
+
+// A warm-restart file's resource that still exists upstream is not taken
+// for gone when a Delta server, told the relay holds it, does not send it
+// again.
+func TestWarmRestartDeltaToldIsSure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	})
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	wantDelta(t, c.MustRecv(), []string{"c1", "c2"}, nil)
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+
+	second := xdstest.StartRelay(t, up.Addr(), opt)
+	named := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	deadline := time.Now().Add(4 * quiet)
+	for {
+		resp, ok := named.TryRecv(time.Until(deadline))
+		if !ok {
+			return
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("told %v is gone, but the upstream has it", removed)
+		}
+		named.Ack(resp)
 	}
 }
