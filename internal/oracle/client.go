@@ -98,6 +98,12 @@ type ctype struct {
 	// response were rejected: sending the held version again is its
 	// correction, not a duplicate.
 	kept map[string]bool
+	// resub (Delta): keys subscribed again after the client unsubscribed
+	// them. The server must answer the new subscription with the resource,
+	// and cannot know whether a response it sent before it read the request
+	// (carrying the same version) reached the client after it: one
+	// response repeating the held version is then that answer, no duplicate.
+	resub map[string]bool
 }
 
 // Client is a simulated xDS client of the relay.

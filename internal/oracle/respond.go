@@ -173,8 +173,11 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 		}
 		k := c.key(t, it.name)
 		if cur := ct.held[k]; cur != nil && cur.version == it.version && !ct.asked && !ct.kept[k] {
-			c.fail("%s %s resent at version %s the client holds, unasked", t, k, it.version)
-			return
+			if !ct.resub[k] {
+				c.fail("%s %s resent at version %s the client holds, unasked", t, k, it.version)
+				return
+			}
+			delete(ct.resub, k) // the answer to the subscription, after a response in flight
 		}
 		if rejected[k] {
 			if ct.kept == nil {
@@ -305,7 +308,12 @@ func (c *Client) followLocked() {
 		for n := range ct.names {
 			if !want[n] {
 				unsub = append(unsub, n)
-				delete(ct.held, c.key(t, n))
+				k := c.key(t, n)
+				delete(ct.held, k)
+				if ct.resub == nil {
+					ct.resub = map[string]bool{}
+				}
+				ct.resub[k] = true // if it is subscribed again
 			}
 		}
 		if len(sub) == 0 && len(unsub) == 0 {
