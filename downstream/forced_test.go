@@ -100,3 +100,44 @@ func TestStaleDropNamedAgainBeforeTheResponse(t *testing.T) {
 		t.Fatalf("a resent at version %s the client had ACKed", rec.sent[1].GetVersionInfo())
 	}
 }
+
+// Stale RDS/EDS requests: a name dropped in one and named again in the next
+// is not dropped when the latest response carries it — the client got it
+// after naming it again, and ACKing that response it is not sent the same
+// again (found by the oracle, seed 308030). Dropped after the response that
+// carried it, it is sent again.
+func TestStaleDropNamedAgainBeforeTheResponseEDS(t *testing.T) {
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := newFuzzStream(t, false, rec)
+	send := func(nonce, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.EndpointType, ResourceNames: names,
+			VersionInfo: version, ResponseNonce: nonce}); err != nil {
+			t.Fatal(err)
+		}
+		st.flush()
+	}
+	send("", "", "a")
+	if len(rec.sent) != 1 {
+		t.Fatalf("%d responses to the first request", len(rec.sent))
+	}
+	first := rec.sent[0]
+	send("", "")      // stale: sent before the response arrived
+	send("", "", "a") // stale too: a named again
+	send(first.GetNonce(), first.GetVersionInfo(), "a")
+	if len(rec.sent) != 1 {
+		t.Fatalf("a resent at version %s the client had ACKed", rec.sent[1].GetVersionInfo())
+	}
+
+	send(first.GetNonce(), first.GetVersionInfo(), "a", "b") // b: a response with b alone
+	if len(rec.sent) != 2 {
+		t.Fatalf("%d responses, want the one for b", len(rec.sent))
+	}
+	second := rec.sent[1]
+	send(first.GetNonce(), first.GetVersionInfo(), "b")      // stale: a dropped after the response that carried it
+	send(first.GetNonce(), first.GetVersionInfo(), "a", "b") // stale: a named again
+	send(second.GetNonce(), second.GetVersionInfo(), "a", "b")
+	if len(rec.sent) != 3 || len(rec.sent[2].GetResources()) != 1 {
+		t.Fatalf("a, dropped by the client, not sent again: %d responses", len(rec.sent))
+	}
+}

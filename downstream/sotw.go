@@ -233,6 +233,10 @@ func canonical(name string) string {
 // For LDS/CDS only the latest stale request counts: every response carries
 // the whole subscription, so one the client got after naming a name again
 // gave it that name (it was resent at the version the client had ACKed).
+// For RDS/EDS a name dropped and named again in a later stale request is
+// no longer dropped when the latest response carries it: the client gets it
+// after naming it again (the request's nonce is older), and would be sent
+// the same again.
 func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) {
 	if keying.FullState(typeURL) {
 		ts.staleDropped = nil
@@ -243,6 +247,9 @@ func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) 
 			n = canonical(n)
 		}
 		in[n] = struct{}{}
+		if _, carried := ts.lastKeys[n]; carried {
+			delete(ts.staleDropped, n)
+		}
 	}
 	for n := range ts.names {
 		if _, ok := in[n]; !ok {
@@ -275,11 +282,11 @@ func (st *stream) buildSotW(it item) *encoded {
 			return nil
 		}
 		nonce := st.nextNonce()
-		ts.lastNonce = nonce
+		ts.lastNonce, ts.lastKeys = nonce, nil
 		return newEncoded(b.bytes, sotwNonce, nonce)
 	}
 	nonce := st.nextNonce()
-	ts.lastNonce = nonce
+	ts.lastNonce, ts.lastKeys = nonce, b.keys
 	ts.sentVersion, ts.nackedSent = b.version, false
 	ts.sentOnce = true
 	if keying.FullState(v.TypeURL) {

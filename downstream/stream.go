@@ -163,6 +163,8 @@ type typeState struct {
 	// SotW: names that stale requests dropped; if the next current request
 	// names them again, they are sent again (the client dropped them).
 	staleDropped map[string]struct{}
+	// lastKeys (SotW): the keys of the latest response sent with resources.
+	lastKeys map[string]struct{}
 	// unanswered (SotW): names newly subscribed (keying.Wildcard for the
 	// wildcard) that no response carried since; only these make a forced
 	// item send what the client has (a change queued before the
