@@ -277,7 +277,9 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	var moveNames []string                   // do_not_cache names whose watchers move to their own scopes
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
-		delete(tc.unsure, e.Name) // the upstream confirms it
+		if e.Constraints == "" {
+			delete(tc.unsure, e.Name) // the upstream confirms it (a TP2 name's default variant)
+		}
 		if noCache[e.Name] {
 			if tc.noCache == nil {
 				tc.noCache = make(map[string]bool)

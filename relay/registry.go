@@ -307,9 +307,16 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 		case !tc.unconfirmed[auth]:
 			v := r.nextView(tc, map[string]struct{}{name: {}})
 			if cached {
-				// The upstream did not send it again: it is gone.
+				// The upstream did not send it again: it is gone (in TP2
+				// variant mode, the variant the name selects).
 				v.Resources = maps.Clone(v.Resources)
-				delete(v.Resources, name)
+				if tc.variantMode(name) {
+					tc.dropVariant(name, v.Resources[name].Constraints)
+					v.Changed = map[string]struct{}{name: {}}
+					r.resolveVariants(tc, name, v.Resources, v.Changed)
+				} else {
+					delete(v.Resources, name)
+				}
 				delete(tc.unsure, name)
 				r.unref.forget(tc.lruKey(name))
 			}
@@ -428,16 +435,20 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	r.unreferenced(tc, name)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
-	} else if !keying.HasParams(name) && !tc.variantMode(name) {
-		// Unsure also when the wildcard still covers it: a Delta server
-		// forgets a name unsubscribed and sends it again under the wildcard,
-		// which confirms it — unless the wildcard ended as well before it
-		// did, and the name was deleted upstream meanwhile (found by the
-		// oracle, seed 302527).
+	}
+	// Unsure also when the wildcard still covers it: a Delta server forgets
+	// a name unsubscribed and sends it again under the wildcard, which
+	// confirms it — unless the wildcard ended as well before it did, and the
+	// name was deleted upstream meanwhile (found by the oracle, seed 302527).
+	// For a TP2 key, its name's plain selection (what the wildcard gets):
+	// the variants the key's subscription kept current are no longer
+	// confirmed (seed 308908).
+	base, _ := keying.SplitSubscriptionKey(name)
+	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
 		if tc.unsure == nil {
 			tc.unsure = make(map[string]bool)
 		}
-		tc.unsure[name] = true
+		tc.unsure[base] = true
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
 	// it does not exist, or (the wildcard) that the cache holds the whole set

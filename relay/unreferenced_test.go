@@ -167,3 +167,40 @@ func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
 		}
 	})
 }
+
+// A TP2 name's variants cached for a subscription with parameters that ended
+// are not confirmed any more either: the default variant deleted upstream
+// meanwhile is taken for deleted when the plain name is subscribed again and
+// the upstream does not send it (found by the oracle, seed 308908: a
+// wildcard client held it for good).
+func TestUnsubscribedTP2VariantConfirmedAgain(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.ClusterType, "c", nil, xdstest.EDSCluster("c", "eds"))
+	up.Set(resource.ClusterType, "c", eq("env", "prod"), xdstest.EDSCluster("c", "eds-prod"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "test"))
+	first.Ack(first.RecvType(resource.ClusterType)) // the default variant
+	first.Close()
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.ClusterType)) == 0 },
+		"upstream subscriptions", func() any { return up.Subscriptions(resource.ClusterType) })
+	up.Delete(resource.ClusterType, "c", nil) // the default variant goes meanwhile
+
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, []string{"c"}, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, ok := named.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatal("a client that named c was never told its default variant was deleted upstream")
+		}
+		named.Ack(resp)
+		if _, removed := deltaNames(resp); slices.Equal(removed, []string{"c"}) {
+			return
+		}
+	}
+}

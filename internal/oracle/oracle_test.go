@@ -152,6 +152,8 @@ var regressions = []struct {
 		"an unsure listener (its name's subscription had ended under the wildcard) was taken for deleted though the relay's new Delta stream had told the server it held it, so the server rightly said nothing (fails about one run in three without the fix of seed 100168; relay's TestWarmRestartDeltaToldIsSure the same for a warm-restart file)"},
 	{308030, []int{0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34},
 		"a SotW EDS response resent at the version the client had ACKed: a stale request had dropped the endpoints and the next stale one named them again before the response that carried them reached the client (fails about one run in three; downstream's TestStaleDropNamedAgainBeforeTheResponseEDS always)"},
+	{308908, wholeSchedule(40),
+		"a TP2 cluster's default variant, cached for subscriptions with parameters that had ended and deleted upstream meanwhile, stayed in the wildcard set for good: a Delta server forgets what was unsubscribed (relay's TestUnsubscribedTP2VariantConfirmedAgain always)"},
 }
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
