@@ -67,3 +67,33 @@ func TestEvictRefusesWatched(t *testing.T) {
 		t.Fatalf("refused evictions counted %v, want 1", n)
 	}
 }
+
+// Evicting a TP2 key's selection takes nothing from the wildcard set (the
+// wildcard covers plain names): the set stays complete. Taken for
+// incomplete, a Delta wildcard client that came later waited for good when
+// the upstream had nothing new to send (found by the oracle, seed 311154).
+func TestEvictTP2KeyKeepsTheWildcardComplete(t *testing.T) {
+	cfg := config.Default()
+	cfg.Upstream.XDSServers = []config.Server{{ServerURI: "127.0.0.1:1"}}
+	r, err := New(cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tc := r.shared.typeCache(keying.ClusterType)
+	c := &downstream.Resource{Name: "c", Version: "1", Any: []byte{1}}
+	key := keying.SubscriptionKey("c", "env=prod")
+	tc.view = &downstream.View{TypeURL: keying.ClusterType, Complete: true,
+		Resources: map[string]*downstream.Resource{"c": c, key: c.Selected(key)}}
+	tc.wild.add(7) // a wildcard client holds c
+	r.unref.evicted = append(r.unref.evicted, tc.lruKey(key))
+	r.evict()
+	if _, kept := tc.view.Resources[key]; kept {
+		t.Fatal("the key's selection was not evicted")
+	}
+	if !tc.view.Complete {
+		t.Fatal("the wildcard set was taken for incomplete")
+	}
+}

@@ -567,8 +567,13 @@ func (r *Relay) evict() {
 					zap.String("type", typeURL), zap.String("name", keying.DisplayKey(n)))
 				continue
 			}
-			if cur.InWildcard() {
-				complete = false // the wildcard set has lost a member: ask upstream again
+			if cur.InWildcard() && n == cur.Name {
+				// The wildcard set has lost a member: ask upstream again. (A
+				// TP2 key's selection is no member: the wildcard covers plain
+				// names; taking the set for incomplete left Delta wildcard
+				// clients unanswered for good — found by the oracle, seed
+				// 311154.)
+				complete = false
 			}
 			delete(res, n)
 			delete(tc.unsure, n)
