@@ -79,25 +79,6 @@ func TestUnsubscribedCacheEntryConfirmedAgain(t *testing.T) {
 		waitUpstream(t, r, resource.ClusterType, false) // unsubscribed, still cached
 		up.SetResources(clusters("c1"))                 // c2 and c3 go meanwhile
 
-		converge := func(c *xdstest.DeltaClient, want string) {
-			t.Helper()
-			held := map[string]bool{}
-			deadline := time.Now().Add(5 * time.Second)
-			for !(len(held) == 1 && held[want]) {
-				resp, ok := c.TryRecv(time.Until(deadline))
-				if !ok {
-					t.Fatalf("the client holds %v, want only %q: the rest was deleted upstream", held, want)
-				}
-				got, removed := deltaNames(resp)
-				for _, n := range got {
-					held[n] = true
-				}
-				for _, n := range removed {
-					delete(held, n)
-				}
-				c.Ack(resp)
-			}
-		}
 		named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
 		named.Subscribe(resource.ClusterType, []string{"c2"}, nil)
 		resp := named.MustRecv() // the cached c2 (or already its removal)
@@ -115,7 +96,7 @@ func TestUnsubscribedCacheEntryConfirmedAgain(t *testing.T) {
 
 		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
 		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
-		converge(wild, "c1")
+		convergeTo(t, wild, "c1")
 	})
 }
 
@@ -149,23 +130,30 @@ func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
 
 		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
 		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
-		held = map[string]bool{}
-		deadline := time.Now().Add(5 * time.Second)
-		for !(len(held) == 1 && held["c1"]) {
-			resp, ok := wild.TryRecv(time.Until(deadline))
-			if !ok {
-				t.Fatalf("the client holds %v, want only c1: c2 was deleted upstream", held)
-			}
-			got, removed := deltaNames(resp)
-			for _, n := range got {
-				held[n] = true
-			}
-			for _, n := range removed {
-				delete(held, n)
-			}
-			wild.Ack(resp)
-		}
+		convergeTo(t, wild, "c1")
 	})
+}
+
+// convergeTo reads c's responses, ACKing each, until the client holds only
+// want; it fails after 5 s: the rest was deleted upstream.
+func convergeTo(t *testing.T, c *xdstest.DeltaClient, want string) {
+	t.Helper()
+	held := map[string]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(len(held) == 1 && held[want]) {
+		resp, ok := c.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the client holds %v, want only %q: the rest was deleted upstream", held, want)
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		c.Ack(resp)
+	}
 }
 
 // A TP2 name's variants cached for a subscription with parameters that ended
