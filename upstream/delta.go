@@ -224,7 +224,21 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	c.mu.Lock()
 	st := c.typeLocked(typeURL)
 	if len(st.names) == 0 {
-		// Not subscribed: ACK and ignore.
+		// Not subscribed: ACK and ignore. The server now thinks the relay
+		// holds what it sent — an answer in flight when the wildcard was
+		// dropped too, and go-control-plane keeps that across a dropped
+		// wildcard — so it is forgotten explicitly: "*" subscribed again
+		// would never bring it (found by the oracle, seed 405703). A TP2
+		// variant needs nothing: its key was unsubscribed by name, which the
+		// server handles after the answer it had in flight.
+		for _, r := range resp.GetResources() {
+			if n := r.GetName(); n != "" {
+				if st.forget == nil {
+					st.forget = make(map[string]struct{})
+				}
+				st.forget[n] = struct{}{}
+			}
+		}
 		st.nonce = resp.GetNonce()
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce()})
 		c.markDirtyLocked(typeURL, st)

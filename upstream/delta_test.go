@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -238,6 +240,71 @@ func TestDeltaForgetThenSubscribe(t *testing.T) {
 	for {
 		if u := rec.nextUpdate(t, &ucur, keying.ClusterType); slices.Contains(names(u), "b") {
 			return
+		}
+	}
+}
+
+// scriptedDelta is a Delta ADS server that sends what the test pushes.
+type scriptedDelta struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	resp chan *discoveryv3.DeltaDiscoveryResponse
+}
+
+func (f *scriptedDelta) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := st.Recv(); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case r := <-f.resp:
+			if err := st.Send(r); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		}
+	}
+}
+
+// An answer that arrives after the relay dropped the type's last
+// subscription is ignored, but the server now thinks the relay holds it
+// (go-control-plane keeps that across a dropped wildcard): the relay
+// unsubscribes its names explicitly, or "*" subscribed again would never
+// bring them (found by the oracle, seed 405703: a Cluster added while the
+// wildcard was dropped was missing from the wildcard set for good).
+func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
+	f := &scriptedDelta{resp: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+	s := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, f) })
+	c := newClient(t, upstream.ModeDelta, &recorder{}, s.addr)
+	answer := func(nonce string, names ...string) {
+		r := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: nonce}
+		for _, n := range names {
+			r.Resources = append(r.Resources, &discoveryv3.Resource{Name: n, Version: "1", Resource: mustAny(t, cluster(n))})
+		}
+		f.resp <- r
+	}
+	cur := 0
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	s.nextDelta(t, &cur, keying.ClusterType)
+	answer("1", "a")
+	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
+	for req := s.nextDelta(t, &cur, keying.ClusterType); !slices.Contains(req.GetResourceNamesUnsubscribe(), keying.Wildcard); {
+		req = s.nextDelta(t, &cur, keying.ClusterType)
+	}
+	answer("2", "b") // in flight when "*" was dropped
+	for {
+		req := s.nextDelta(t, &cur, keying.ClusterType)
+		if len(req.GetResourceNamesSubscribe()) > 0 {
+			t.Fatalf("subscribed %q before forgetting b", req.GetResourceNamesSubscribe())
+		}
+		if slices.Contains(req.GetResourceNamesUnsubscribe(), "b") {
+			break
 		}
 	}
 }
