@@ -243,6 +243,18 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce()})
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
+		// What it removes, though, the relay may still hold (lingering,
+		// unreferenced), and the server will not say so again: it holds
+		// nothing of them now, so "*" subscribed again would keep them in
+		// the wildcard set for good.
+		if rm, rv := resp.GetRemovedResources(), removedVariants(resp.GetRemovedResourceNames()); len(rm) > 0 || len(rv) > 0 {
+			c.hmu.Lock()
+			err := c.h.OnUpdate(Update{Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
+			c.hmu.Unlock()
+			if err != nil {
+				log.Warn("handler rejected the removals of a delta response for a type not subscribed", zap.Error(err))
+			}
+		}
 		c.notify()
 		log.Debug("ignoring delta response for a type not subscribed")
 		return

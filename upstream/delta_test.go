@@ -277,13 +277,19 @@ func (f *scriptedDelta) DeltaAggregatedResources(st discoveryv3.AggregatedDiscov
 // (go-control-plane keeps that across a dropped wildcard): the relay
 // unsubscribes its names explicitly, or "*" subscribed again would never
 // bring them (found by the oracle, seed 405703: a Cluster added while the
-// wildcard was dropped was missing from the wildcard set for good).
+// wildcard was dropped was missing from the wildcard set for good). What it
+// removes reaches the cache all the same: the relay may still hold it, and
+// the server will not say so again.
 func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 	f := &scriptedDelta{resp: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
 	s := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, f) })
-	c := newClient(t, upstream.ModeDelta, &recorder{}, s.addr)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeDelta, rec, s.addr)
 	answer := func(nonce string, names ...string) {
 		r := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: nonce}
+		if nonce == "2" {
+			r.RemovedResources = []string{"a"}
+		}
 		for _, n := range names {
 			r.Resources = append(r.Resources, &discoveryv3.Resource{Name: n, Version: "1", Resource: mustAny(t, cluster(n))})
 		}
@@ -293,6 +299,8 @@ func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
 	s.nextDelta(t, &cur, keying.ClusterType)
 	answer("1", "a")
+	ucur := 0
+	rec.nextUpdate(t, &ucur, keying.ClusterType)
 	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
 	for req := s.nextDelta(t, &cur, keying.ClusterType); !slices.Contains(req.GetResourceNamesUnsubscribe(), keying.Wildcard); {
 		req = s.nextDelta(t, &cur, keying.ClusterType)
@@ -306,5 +314,8 @@ func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 		if slices.Contains(req.GetResourceNamesUnsubscribe(), "b") {
 			break
 		}
+	}
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); len(u.Resources) > 0 || !slices.Equal(u.Removed, []string{"a"}) {
+		t.Fatalf("the ignored answer reached the handler as %q -%q, want only the removal of a", names(u), u.Removed)
 	}
 }
