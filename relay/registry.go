@@ -432,6 +432,9 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		auth, _ := keying.Authority(name)
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
+	if name == keying.Wildcard {
+		r.unsureWildcardMembers(tc)
+	}
 	r.unreferenced(tc, name)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
@@ -479,6 +482,33 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 		if unreachable {
 			r.notify(tc, v) // wildcard clients held back for it look again
 		}
+	}
+}
+
+// unsureWildcardMembers: the wildcard's upstream subscription ended, and
+// what only it covered stays cached (unreferenced) but unsure, and the
+// upstream is told the relay no longer holds it. What a Delta server keeps
+// of it is no help: go-control-plane forgets it silently once it answers a
+// name still subscribed — it would neither send it nor say it is gone when
+// "*" comes back, and a deletion meanwhile never reached the cache (it stayed
+// in the wildcard set for good) — while another server keeps it and never
+// sends it again. Told, every server sends the members again when "*" is
+// subscribed again; what it does not send is gone after
+// upstream.does_not_exist_after (armUnknown). Called with mu held.
+func (r *Relay) unsureWildcardMembers(tc *typeCache) {
+	var forget []string
+	for n, res := range tc.view.Resources {
+		if n != res.Name || res.Authority != "" || tc.up[n] {
+			continue // a TP2 selection, another authority's, or subscribed by name
+		}
+		if tc.unsure == nil {
+			tc.unsure = make(map[string]bool)
+		}
+		tc.unsure[n] = true
+		forget = append(forget, n)
+	}
+	if c := tc.clientFor(keying.Wildcard); c != nil && len(forget) > 0 {
+		c.Forget(tc.typeURL, forget...)
 	}
 }
 

@@ -192,3 +192,42 @@ func TestUnsubscribedTP2VariantConfirmedAgain(t *testing.T) {
 		}
 	}
 }
+
+// A member of the wildcard set only (never named) deleted upstream while the
+// wildcard was dropped: go-control-plane forgets what the relay held under
+// the wildcard once it answers a name still subscribed, so when "*" is
+// subscribed again it neither sends the member nor says it is gone. The
+// relay must not keep it in the wildcard set for good.
+func TestWildcardOnlyMemberDeletedWhileDropped(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c1", "c2"))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Linger = 0
+			c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		}))
+		keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+		keeper.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+		keeper.Ack(keeper.MustRecv())
+		first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+		first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		held := map[string]bool{}
+		for len(held) < 2 {
+			resp := first.MustRecv()
+			got, _ := deltaNames(resp)
+			for _, n := range got {
+				held[n] = true
+			}
+			first.Ack(resp)
+		}
+		first.Close()
+		waitUpstream(t, r, resource.ClusterType, false, "c1") // "*" dropped, c2 still cached
+		// c1 changes (the keeper is answered) and c2 goes meanwhile.
+		up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "eds-c1-next")}})
+		keeper.Ack(keeper.MustRecv())
+
+		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		convergeTo(t, wild, "c1")
+	})
+}
