@@ -41,14 +41,19 @@ type Options struct {
 	MaxUnreferenced int
 	// Rollout turns guarded rollouts on; picky clients NACK bad versions.
 	Rollout bool
+	// Forgetful: the Delta upstream forgets what it sent a stream under the
+	// wildcard, once the wildcard is dropped, as soon as it answers the names
+	// still subscribed (go-control-plane); else it remembers it until told
+	// otherwise. (Drawn apart from the schedule: seeds keep their schedules.)
+	Forgetful bool
 	// World shapes the resources.
 	World WorldOptions
 }
 
 func (o Options) String() string {
-	return fmt.Sprintf("protocol=%s ordered=%v replicas=%d fallback=%v persist=%v group_by=%v max_unreferenced=%d rollout=%v tp2=%v do_not_cache=%v bad=%v",
+	return fmt.Sprintf("protocol=%s ordered=%v replicas=%d fallback=%v persist=%v group_by=%v max_unreferenced=%d rollout=%v tp2=%v do_not_cache=%v bad=%v forgetful=%v",
 		o.Protocol, o.Ordered, o.Replicas, o.Fallback, o.Persist, o.GroupBy, o.MaxUnreferenced, o.Rollout,
-		o.World.TP2, o.World.DoNotCache, o.World.Bad)
+		o.World.TP2, o.World.DoNotCache, o.World.Bad, o.Forgetful)
 }
 
 // Op is what a step does.
@@ -145,6 +150,7 @@ func Generate(seed uint64, steps int) *Schedule {
 		o.MaxUnreferenced = 1 // config: persist_path needs max_unreferenced > 0
 	}
 	o.World = WorldOptions{TP2: rng.IntN(3) == 0, DoNotCache: rng.IntN(5) == 0, Bad: o.Rollout}
+	o.Forgetful = o.Protocol == "delta" && rand.New(rand.NewPCG(seed, 2)).IntN(2) == 0
 	s := &Schedule{Seed: seed, Opts: o}
 	var clients []string
 	down := map[int]bool{}
@@ -249,7 +255,7 @@ func Execute(sched *Schedule, dir string, log *zap.Logger) error {
 		servers = 2
 	}
 	for i := range servers {
-		u := newUpstream(r.world, sched.Opts.Ordered, sched.Seed+uint64(i))
+		u := newUpstream(r.world, sched.Opts.Ordered, sched.Opts.Forgetful, sched.Seed+uint64(i))
 		if err := u.start("127.0.0.1:0"); err != nil {
 			return err
 		}

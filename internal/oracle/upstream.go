@@ -30,8 +30,9 @@ import (
 // random order), and records, per relay instance, the latest snapshot index
 // it sent for each type: what that relay can know at most.
 type Upstream struct {
-	world   *World
-	ordered bool
+	world     *World
+	ordered   bool
+	forgetful bool // see Options.Forgetful
 
 	mu      sync.Mutex
 	addr    string
@@ -68,8 +69,8 @@ type usub struct {
 	heldEnv   map[string]string // Delta: key → env of the variant held (TP2 removals)
 }
 
-func newUpstream(w *World, ordered bool, seed uint64) *Upstream {
-	return &Upstream{world: w, ordered: ordered, rng: rand.New(rand.NewPCG(seed, 3)),
+func newUpstream(w *World, ordered, forgetful bool, seed uint64) *Upstream {
+	return &Upstream{world: w, ordered: ordered, forgetful: forgetful, rng: rand.New(rand.NewPCG(seed, 3)),
 		streams: map[*ustream]struct{}{}, sent: map[string]map[string]int{}}
 }
 
@@ -476,6 +477,16 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && len(resp.RemovedResourceNames) == 0 &&
 		!(always && st.wildcard) {
 		return
+	}
+	if s.u.forgetful && !st.wildcard {
+		// go-control-plane: what it remembers sending is, after each
+		// response, what the response's subscription selects.
+		for k := range st.held {
+			if _, named := st.keys[k]; !named {
+				delete(st.held, k)
+				delete(st.heldEnv, k)
+			}
+		}
 	}
 	s.nonce++
 	resp.Nonce = strconv.Itoa(s.nonce)
