@@ -5,7 +5,9 @@
 // downstream packages, one or two replicas, warm-restart files, node groups,
 // guarded rollouts, a tiny max_unreferenced) in front of an in-process
 // control plane (Upstream: SotW and Delta ADS, in xDS order or not, TP2
-// variants, do_not_cache) — and a list of steps: upstream changes with
+// variants, do_not_cache; a Delta server that remembers what it sent under a
+// dropped wildcard, or one that forgets it as go-control-plane does) — and a
+// list of steps: upstream changes with
 // cross-type references, clients of every shape joining, leaving, moving
 // between replicas with what they hold, reading slowly, upstream servers
 // going down and coming back, relays restarting. Execute runs it. After
