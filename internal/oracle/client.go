@@ -93,6 +93,11 @@ type ctype struct {
 	asked bool
 	// sent: a request of the type went out on the current stream.
 	sent bool
+	// nacked (SotW): the last response was NACKed. The next may bring back
+	// the version the client still runs: a correction the server may have
+	// sent before it read the NACK (a guarded rollout halted by another
+	// canary's NACK reverts every canary), not a duplicate.
+	nacked bool
 	// kept (Delta): keys whose newer version the client rejected, keeping
 	// the one it holds. The server cannot tell which resources of a NACKed
 	// response were rejected: sending the held version again is its

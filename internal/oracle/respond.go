@@ -67,12 +67,12 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 		}
 	}
 	c.note("<- %s v=%s n=%s %v", shortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
-	if resp.GetVersionInfo() == ct.acked && !ct.asked && sameHeld(next, ct.held) {
+	if resp.GetVersionInfo() == ct.acked && !ct.asked && !ct.nacked && sameHeld(next, ct.held) {
 		c.fail("%s version %s resent though the client ACKed it and asked for nothing new", t, ct.acked)
 		return
 	}
 	if c.spec.Picky && bad {
-		ct.asked = false
+		ct.asked, ct.nacked = false, true
 		c.requestLocked(t, nil, nil, "bad version")
 		return // NACK: the client keeps what it had
 	}
@@ -87,7 +87,7 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 			}
 		}
 	}
-	ct.held, ct.acked, ct.asked = next, resp.GetVersionInfo(), false
+	ct.held, ct.acked, ct.asked, ct.nacked = next, resp.GetVersionInfo(), false, false
 	if !c.checkRefs(t, lost) {
 		return
 	}
