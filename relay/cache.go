@@ -644,10 +644,8 @@ func (r *Relay) watcher(id uint64) downstream.Watcher {
 }
 
 // upstreamVersions returns the upstream's versions of the resources of
-// typeURL the cache holds from authority: the Delta initial_resource_versions.
-// An unsure name the server is told of is sure again: the server now tells
-// the relay if it is gone (the upstream client keeps them all for a type the
-// wildcard may cover, else the subscribed ones).
+// typeURL the cache holds from authority: the Delta initial_resource_versions
+// (the upstream client keeps those its first request subscribes to).
 func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[string]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -656,16 +654,25 @@ func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[strin
 		return nil
 	}
 	out := make(map[string]string)
-	all := keying.WildcardCapable(typeURL) || tc.up[keying.Wildcard]
 	for name, res := range tc.view.Resources {
 		if res.Authority == authority && res.UpstreamVersion != "" && name == res.Name && res.Constraints == "" {
 			out[name] = res.UpstreamVersion
-			if all || tc.up[name] {
-				delete(tc.unsure, name)
-			}
 		}
 	}
 	return out
+}
+
+// declared: a Delta stream's first request of typeURL told the server the
+// relay holds names, which the request subscribes to. An unsure one is sure
+// again: the server now tells the relay if it is gone.
+func (r *Relay) declared(sc *scope, typeURL string, names []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tc := sc.types[typeURL]; tc != nil {
+		for _, n := range names {
+			delete(tc.unsure, n)
+		}
+	}
 }
 
 // publish makes v the type's current View and updates the cache gauges.

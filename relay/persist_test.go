@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -97,14 +98,19 @@ func TestWarmRestartVariants(t *testing.T) {
 
 // A warm-restart file's resource deleted upstream while the relay was down
 // leaves the wildcard set even when the wildcard is subscribed after a name
-// on the Delta upstream stream: the relay declares every version it holds in
-// the type's first request, so the server, which removes only what it knows
-// the relay holds, removes it. It stayed in the wildcard set for good.
+// on the Delta upstream stream. It stayed in the wildcard set for good:
+// first because the server, which removes only what it knows the relay
+// holds, was not told of it; then, told of it in the type's first request,
+// because go-control-plane forgets what that request did not subscribe to as
+// soon as it answers. The relay declares only what the request subscribes
+// to and keeps the rest unsure: what the wildcard does not bring is taken
+// for deleted after upstream.does_not_exist_after.
 func TestWarmRestartDeltaWildcardAfterName(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cache")
 	opt := xdstest.WithConfig(func(c *config.Config) {
 		c.Cache.PersistPath = path
 		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
 	})
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters("c1", "c2"))
@@ -143,6 +149,48 @@ func TestWarmRestartDeltaWildcardAfterName(t *testing.T) {
 		}
 		wild.Ack(resp)
 	}
+}
+
+// The same when the upstream answers the name before the wildcard comes:
+// go-control-plane then forgets every version the first request declared but
+// did not subscribe to, and never says the deleted one is gone.
+func TestWarmRestartDeltaWildcardAfterAnsweredName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	})
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	wantDelta(t, c.MustRecv(), []string{"c1", "c2"}, nil)
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	// While the relay is down c1 goes and c2 changes.
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c2", "eds-c2-next")}})
+
+	second := xdstest.StartRelay(t, up.Addr(), opt)
+	named := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, []string{"c2"}, nil)
+	for answered := false; !answered; { // the cached c2 first, perhaps
+		resp := named.MustRecv()
+		named.Ack(resp)
+		for _, r := range resp.GetResources() {
+			var got cluster.Cluster
+			if err := r.GetResource().UnmarshalTo(&got); err != nil {
+				t.Fatal(err)
+			}
+			answered = got.GetEdsClusterConfig().GetServiceName() == "eds-c2-next"
+		}
+	}
+	wild := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	convergeTo(t, wild, "c2")
 }
 
 // A warm-restart file's cluster deleted upstream while the relay was down

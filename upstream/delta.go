@@ -46,6 +46,13 @@ func (s *deltaStream) flush() error {
 					zap.Int("initial_versions", len(req.GetInitialResourceVersions())),
 					zap.String("nonce", req.GetResponseNonce()), zap.Bool("nack", req.GetErrorDetail() != nil))
 			}
+			if iv := req.GetInitialResourceVersions(); len(iv) > 0 && s.c.cfg.Declared != nil {
+				names := make([]string, 0, len(iv))
+				for n := range iv {
+					names = append(names, n)
+				}
+				s.c.cfg.Declared(req.GetTypeUrl(), names)
+			}
 			if err := s.stream.Send(req); err != nil {
 				return fmt.Errorf("upstream: send to %s: %w", s.server, err)
 			}
@@ -100,7 +107,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				keep = append(keep, t)
 				continue
 			}
-			iv = initialVersions(t, st, v)
+			iv = initialVersions(st, v)
 		}
 		if first {
 			for n := range st.forget {
@@ -175,17 +182,16 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 	return out, len(keep) > 0
 }
 
-// initialVersions keeps the versions of the names the first request
-// subscribes to — all of them for a type the wildcard may cover: a Delta
-// server removes only what it knows the relay holds, so a cached resource
-// it was not told of (a warm-restart file's, one kept after the wildcard's
-// linger) would stay in the wildcard set for good once "*" is subscribed
-// later on the stream.
-func initialVersions(typeURL string, st *typeState, v map[string]string) map[string]string {
+// initialVersions keeps the versions of what the first request subscribes
+// to: the names, or all of them with the wildcard. Only those: a Delta server
+// may forget the others as soon as it answers — go-control-plane does — so
+// telling it of them would not make it say when they are gone (the relay
+// keeps them unsure instead, and confirms them when the wildcard comes).
+func initialVersions(st *typeState, v map[string]string) map[string]string {
 	if len(v) == 0 {
 		return nil
 	}
-	if st.wildcard() || keying.WildcardCapable(typeURL) {
+	if st.wildcard() {
 		return v
 	}
 	out := make(map[string]string, len(v))
