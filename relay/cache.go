@@ -275,10 +275,25 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	sent := make(map[string]map[string]bool) // name → constraints of the variants received
 	removed := make(map[string]bool)         // Delta: names the upstream removed
 	var moveNames []string                   // do_not_cache names whose watchers move to their own scopes
+	var uncovered []string                   // Delta: answers to subscriptions since ended
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
-		if e.Constraints == "" {
+		switch {
+		case e.Constraints != "":
+		case !u.Delta || tc.subscribedUpstream(e.Name) || len(tc.params[e.Name]) > 0 || !ofAuthority(e.Name, authority):
 			delete(tc.unsure, e.Name) // the upstream confirms it (a TP2 name's default variant)
+		default:
+			// An answer in flight when its subscription ended (the wildcard's,
+			// say): the server counts it as held, but may forget it before
+			// anything subscribes it again (go-control-plane does once it
+			// answers what is still subscribed) and never tell the relay it
+			// is gone. Unsure and forgotten, like the members of an ended
+			// wildcard (unsureWildcardMembers).
+			if tc.unsure == nil {
+				tc.unsure = make(map[string]bool)
+			}
+			tc.unsure[e.Name] = true
+			uncovered = append(uncovered, e.Name)
 		}
 		if noCache[e.Name] {
 			if tc.noCache == nil {
@@ -336,6 +351,9 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 		res[e.Name] = e
 		changed[e.Name] = struct{}{}
+	}
+	if c := sc.upstreams[authority]; c != nil && len(uncovered) > 0 {
+		c.Forget(u.TypeURL, uncovered...)
 	}
 	remove := func(name string) {
 		if tc.variantMode(name) {
@@ -664,15 +682,39 @@ func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[strin
 
 // declared: a Delta stream's first request of typeURL told the server the
 // relay holds names, which the request subscribes to. An unsure one is sure
-// again: the server now tells the relay if it is gone.
+// again — the server now tells the relay if it is gone — if it is still
+// subscribed (its subscription may have ended since the request was built).
 func (r *Relay) declared(sc *scope, typeURL string, names []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if tc := sc.types[typeURL]; tc != nil {
 		for _, n := range names {
-			delete(tc.unsure, n)
+			if tc.subscribedUpstream(n) {
+				delete(tc.unsure, n)
+			}
 		}
 	}
+}
+
+// ofAuthority reports whether name belongs to authority ("" the default
+// servers').
+func ofAuthority(name, authority string) bool {
+	a, _ := keying.Authority(name)
+	return a == authority
+}
+
+// subscribedUpstream reports whether an upstream subscription covers the
+// plain name n: its own, the wildcard's (the default authority's names) or
+// its glob collection's. Called with mu held.
+func (tc *typeCache) subscribedUpstream(n string) bool {
+	if tc.up[n] {
+		return true
+	}
+	if a, _ := keying.Authority(n); a == "" && tc.up[keying.Wildcard] {
+		return true
+	}
+	g := keying.GlobOf(n)
+	return g != "" && tc.up[g]
 }
 
 // publish makes v the type's current View and updates the cache gauges.

@@ -485,17 +485,22 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 }
 
-// unsureWildcardMembers: the wildcard's upstream subscription ended, and
-// what only it covered stays cached (unreferenced) but unsure, and the
-// upstream is told the relay no longer holds it. What a Delta server keeps
-// of it is no help: go-control-plane forgets it silently once it answers a
-// name still subscribed — it would neither send it nor say it is gone when
-// "*" comes back, and a deletion meanwhile never reached the cache (it stayed
-// in the wildcard set for good) — while another server keeps it and never
-// sends it again. Told, every server sends the members again when "*" is
-// subscribed again; what it does not send is gone after
-// upstream.does_not_exist_after (armUnknown). Called with mu held.
+// unsureWildcardMembers: the wildcard's Delta upstream subscription ended,
+// and what only it covered stays cached (unreferenced) but unsure, and
+// forgotten (upstream.Client.Forget). What a Delta server keeps of it is no
+// help: go-control-plane forgets it silently once it answers a name still
+// subscribed — it would neither send it nor say it is gone when "*" comes
+// back, and a deletion meanwhile never reached the cache (it stayed in the
+// wildcard set for good) — while another server keeps it and never sends it
+// again. When "*" is subscribed again the upstream client makes the server
+// send each again or say it is gone; what it does not send is gone after
+// upstream.does_not_exist_after (armUnknown). (A SotW server answers "*"
+// with the whole set.) Called with mu held.
 func (r *Relay) unsureWildcardMembers(tc *typeCache) {
+	c := tc.clientFor(keying.Wildcard)
+	if c == nil || !c.Delta() {
+		return
+	}
 	var forget []string
 	for n, res := range tc.view.Resources {
 		if n != res.Name || res.Authority != "" || tc.up[n] {
@@ -507,7 +512,7 @@ func (r *Relay) unsureWildcardMembers(tc *typeCache) {
 		tc.unsure[n] = true
 		forget = append(forget, n)
 	}
-	if c := tc.clientFor(keying.Wildcard); c != nil && len(forget) > 0 {
+	if len(forget) > 0 {
 		c.Forget(tc.typeURL, forget...)
 	}
 }

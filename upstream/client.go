@@ -254,14 +254,24 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 	}
 }
 
-// Forget tells the server that the relay no longer holds names of typeURL
-// (it dropped them from its cache). A Delta server remembers what it sent
-// on the stream — go-control-plane even across a dropped wildcard — and
-// would not send them again when they are subscribed later; an explicit
-// unsubscription makes it forget (before the subscription, if one came
-// meanwhile; and a type's first request on a stream leaves them out of its
-// initial versions). Names the relay subscribes to are left alone; SotW
-// servers need nothing (a new subscription is answered with the full set).
+// Delta reports whether the client speaks Delta to its server (on the
+// current stream, or the last one).
+func (c *Client) Delta() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mode == ModeDelta
+}
+
+// Forget says that the relay no longer holds names of typeURL, or no longer
+// trusts what it holds of them (it dropped them from its cache, or keeps
+// them unconfirmed), while a Delta server may think it holds them: a server
+// remembers what it sent on the stream — go-control-plane even across a
+// dropped wildcard, until it answers something else — and would not send
+// them again. When something subscribes them again on the stream (by name,
+// or the wildcard), the server is made to send them or say they are gone
+// (takeDelta); a new stream's first request leaves them out of its initial
+// versions. Names the relay subscribes to are left alone; SotW servers need
+// nothing (a new subscription is answered with the full set).
 func (c *Client) Forget(typeURL string, names ...string) {
 	c.mu.Lock()
 	st, ok := c.types[typeURL]

@@ -128,27 +128,41 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				unsub = append(unsub, n)
 			}
 		}
-		var refetch []string
+		// Forgotten names (Forget): the server may think the relay holds
+		// them and would not send them again. They wait until something
+		// subscribes them again; then the server is made to send them, or
+		// say they are gone, whatever it kept: a name is subscribed, then
+		// unsubscribed (a server forgets what the client unsubscribes), then
+		// subscribed again; a name the wildcard covers is subscribed with it
+		// and then unsubscribed, which a server must answer with the
+		// resource or its removal (xDS, "Unsubscribing from Resources").
+		var refetch, confirm []string
+		wild := st.wildcard()
 		for n := range st.forget {
 			_, sub := st.names[n]
 			_, told := st.sent[n]
 			switch {
-			case !sub && !told:
-				unsub = append(unsub, n) // Forget
 			case sub && !told:
-				// Subscribed again since it was forgotten: the server, which
-				// may think the relay holds it, must forget it first, or it
-				// would not send it.
 				refetch = append(refetch, n)
+			case sub || told:
+				// Subscribed all along (Forget leaves those alone), or
+				// unsubscribed now: the server forgets it (or, under the
+				// wildcard, sends it again).
+			case wild:
+				confirm = append(confirm, n)
+			default:
+				continue // kept until it is subscribed again
 			}
+			delete(st.forget, n)
 		}
-		st.forget = nil
 		if len(refetch) > 0 {
 			sort.Strings(refetch)
-			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
-			req.ResourceNamesUnsubscribe, req.ResourceLocatorsUnsubscribe = locators(refetch)
-			out = append(out, req)
+			names, locs := locators(refetch)
+			out = append(out,
+				&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: names, ResourceLocatorsSubscribe: locs},
+				&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesUnsubscribe: names, ResourceLocatorsUnsubscribe: locs})
 		}
+		sub = append(sub, confirm...)
 		sort.Strings(sub)
 		sort.Strings(unsub)
 		st.sent = make(map[string]struct{}, len(st.names))
@@ -175,6 +189,12 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 			out = append(out, req)
 		}
 		if len(acks) == 0 {
+			out = append(out, req)
+		}
+		if len(confirm) > 0 {
+			sort.Strings(confirm)
+			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
+			req.ResourceNamesUnsubscribe, req.ResourceLocatorsUnsubscribe = locators(confirm)
 			out = append(out, req)
 		}
 	}

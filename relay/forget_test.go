@@ -1,0 +1,309 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// What a Delta server thinks the relay holds, across subscriptions that end
+// and come back: the relay never trusts what it cannot make the server
+// confirm (see upstream.Client.Forget).
+
+// A wildcard answer in flight when the wildcard's linger expires (the type
+// still subscribed by name): go-control-plane sent it before it read the
+// unsubscription, so it counts what it carried as held, and forgets it once
+// it answers c1. The relay applies it (the type is subscribed): what it
+// carries that nothing subscribes any more is unsure and forgotten, or c2
+// and c3, deleted meanwhile, stay in the wildcard set for good (found by a
+// review: it made c2 sure again and added c3 as sure).
+func TestInFlightWildcardAnswerAfterItsExpiry(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", "c2"))
+	p := startGateProxy(t, up.Addr())
+	r := xdstest.StartRelay(t, p.addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	keeper.Ack(keeper.MustRecv())
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := map[string]bool{}
+	for len(held) < 2 {
+		resp := first.MustRecv()
+		got, _ := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		first.Ack(resp)
+	}
+
+	// The upstream answers the wildcard (c2 changed, c3 new); the answer is
+	// held on the wire.
+	p.pause(true)
+	n := len(up.Responses())
+	up.SetResources(xdstest.Resources{resource.ClusterType: {
+		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster("c2", "eds-c2-next"), xdstest.EDSCluster("c3", "eds-c3")}})
+	up.MustWait(t, "the wildcard answer", func(s xdstest.Stats) bool { return len(s.Responses) > n })
+	nreq := len(up.Requests())
+	first.Close() // the wildcard's linger expires at once
+	up.WaitRequest(t, nreq, "the wildcard's unsubscription", func(r xdstest.Request) bool {
+		return r.Delta != nil && slices.Contains(r.Delta.GetResourceNamesUnsubscribe(), "*")
+	})
+	nreq = len(up.Requests())
+	p.pause(false)
+	up.WaitRequest(t, nreq, "the ACK of the held answer", func(r xdstest.Request) bool {
+		return r.Delta != nil && r.Delta.GetResponseNonce() != ""
+	})
+
+	// c1 changes (the keeper is answered: the server forgets the rest);
+	// c2 and c3 go.
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "eds-c1-next")}})
+	keeper.Ack(keeper.MustRecv())
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	convergeTo(t, wild, "c1")
+}
+
+// The wildcard's linger expires and comes back while nothing changes
+// upstream. A server that keeps what it sent and ignores the unsubscription
+// of a name the client never subscribed (xDS allows it) would not send c2
+// again by itself: the relay, which keeps c2 unsure meanwhile, subscribes it
+// with "*" and then unsubscribes it, which the server must answer with c2 or
+// its removal; else it would take c2 for deleted after does_not_exist_after
+// and tell the wildcard client c2 is gone while the upstream has it (found by
+// a review).
+func TestWildcardBackFromAKeepingServer(t *testing.T) {
+	k := &keepingDelta{res: map[string]string{"c1": "e1", "c2": "e2"}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, k)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	r := xdstest.StartRelay(t, lis.Addr().String(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	keeper.Ack(keeper.MustRecv())
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := map[string]bool{}
+	for len(held) < 2 {
+		resp := first.MustRecv()
+		got, _ := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		first.Ack(resp)
+	}
+	first.Close()
+	waitUpstream(t, r, resource.ClusterType, false, "c1")
+	time.Sleep(100 * time.Millisecond)
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held = map[string]bool{}
+	deadline := time.Now().Add(time.Second)
+	for {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+		wild.Ack(resp)
+	}
+	if !held["c1"] || !held["c2"] {
+		t.Fatalf("the wildcard client holds %v; the upstream has c1 and c2", held)
+	}
+}
+
+// gateProxy forwards Delta ADS streams to target; server→relay messages
+// wait while the gate is closed (in order).
+type gateProxy struct {
+	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
+	target string
+	mu     sync.Mutex
+	cond   *sync.Cond
+	paused bool
+	addr   string
+}
+
+func startGateProxy(t *testing.T, target string) *gateProxy {
+	p := &gateProxy{target: target}
+	p.cond = sync.NewCond(&p.mu)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, p)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	p.addr = lis.Addr().String()
+	return p
+}
+
+func (p *gateProxy) pause(on bool) {
+	p.mu.Lock()
+	p.paused = on
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+func (p *gateProxy) DeltaAggregatedResources(down discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	conn, err := grpc.NewClient(p.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(down.Context())
+	defer cancel()
+	up, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() {
+		for {
+			req, err := down.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			if err := up.Send(req); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			resp, err := up.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			p.mu.Lock()
+			for p.paused {
+				p.cond.Wait()
+			}
+			p.mu.Unlock()
+			if err := down.Send(resp); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	return <-errc
+}
+
+func (p *gateProxy) StreamAggregatedResources(discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	select {} // unused
+}
+
+// keepingDelta is a minimal Delta ADS server for CDS that follows the xDS
+// text literally: it remembers what it sent (held) until the client
+// unsubscribes a name it subscribed to, and "can simply ignore" phantom
+// unsubscriptions (names the client was not subscribed to, e.g. ones only
+// the wildcard covered).
+type keepingDelta struct {
+	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
+	mu  sync.Mutex
+	res map[string]string // name → eds service name
+}
+
+func (k *keepingDelta) DeltaAggregatedResources(st discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	wild := false
+	named := map[string]bool{}
+	held := map[string]string{}
+	nonce := 0
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if req.GetTypeUrl() != resource.ClusterType {
+			continue
+		}
+		for n, v := range req.GetInitialResourceVersions() {
+			held[n] = v
+		}
+		for _, n := range req.GetResourceNamesSubscribe() {
+			if n == "*" {
+				wild = true
+			} else {
+				named[n] = true
+			}
+		}
+		for _, n := range req.GetResourceNamesUnsubscribe() {
+			switch {
+			case n == "*":
+				wild = false
+			case named[n]:
+				delete(named, n)
+				delete(held, n)
+			default: // phantom unsubscription: ignored
+			}
+		}
+		k.mu.Lock()
+		resp := &discoverygrpc.DeltaDiscoveryResponse{TypeUrl: resource.ClusterType, SystemVersionInfo: "v"}
+		for n, eds := range k.res {
+			if !wild && !named[n] {
+				continue
+			}
+			if held[n] == eds {
+				continue
+			}
+			held[n] = eds
+			resp.Resources = append(resp.Resources, &discoverygrpc.Resource{Name: n, Version: eds, Resource: mustAnyT(xdstest.EDSCluster(n, eds))})
+		}
+		k.mu.Unlock()
+		if len(resp.Resources) == 0 {
+			continue
+		}
+		nonce++
+		resp.Nonce = fmt.Sprint(nonce)
+		if err := st.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func mustAnyT(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
