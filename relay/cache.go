@@ -680,18 +680,40 @@ func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[strin
 	return out
 }
 
-// declared: a Delta stream's first request of typeURL told the server the
-// relay holds names, which the request subscribes to. An unsure one is sure
-// again — the server now tells the relay if it is gone — if it is still
-// subscribed (its subscription may have ended since the request was built).
-func (r *Relay) declared(sc *scope, typeURL string, names []string) {
+// declared: a Delta stream's first request of typeURL to authority's
+// servers told the server the relay holds names, which the request
+// subscribes to. An unsure one is sure again — the server now tells the
+// relay if it is gone — if it is still subscribed (its subscription may
+// have ended since the request was built). Of the authority's other cached
+// names the new stream's server knows nothing, and may never speak (a
+// deletion while the relay was on another stream, or another server, never
+// reaches the cache): they are unsure, confirmed when the server sends them
+// once they are subscribed (a subscription made since the request was built
+// arms the wait for them).
+func (r *Relay) declared(sc *scope, authority, typeURL string, names []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if tc := sc.types[typeURL]; tc != nil {
-		for _, n := range names {
-			if tc.subscribedUpstream(n) {
-				delete(tc.unsure, n)
-			}
+	tc := sc.types[typeURL]
+	if tc == nil {
+		return
+	}
+	told := make(map[string]bool, len(names))
+	for _, n := range names {
+		told[n] = true
+		if tc.subscribedUpstream(n) {
+			delete(tc.unsure, n)
+		}
+	}
+	for n, res := range tc.view.Resources {
+		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || len(tc.params[n]) > 0 || tc.unsure[n] {
+			continue
+		}
+		if tc.unsure == nil {
+			tc.unsure = make(map[string]bool)
+		}
+		tc.unsure[n] = true
+		if tc.subscribedUpstream(n) {
+			r.armUnknown(tc, n)
 		}
 	}
 }

@@ -307,3 +307,53 @@ func mustAnyT(m proto.Message) *anypb.Any {
 	}
 	return a
 }
+
+// The wildcard's linger expires while the stream to the primary is SotW;
+// the relay then fails over to a Delta server, whose first request names c1
+// only: that server knows nothing of what else the relay holds, so c2,
+// deleted meanwhile, must not stay in the wildcard set (found by a review:
+// the members were left sure, as a SotW server answers "*" with the whole
+// set).
+func TestWildcardMembersAfterSotWToDeltaFailover(t *testing.T) {
+	up0 := xdstest.StartUpstream(t)
+	up1 := xdstest.StartUpstream(t)
+	up0.SetResources(clusters("c1", "c2"))
+	up1.SetResources(clusters("c1", "c2"))
+	r := xdstest.StartRelay(t, up0.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers = []config.Server{
+			{ServerURI: up0.Addr(), Protocol: "sotw"},
+			{ServerURI: up1.Addr(), Protocol: "delta"},
+		}
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	keeper.Ack(keeper.MustRecv())
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := map[string]bool{}
+	for len(held) < 2 {
+		resp := first.MustRecv()
+		got, _ := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		first.Ack(resp)
+	}
+	first.Close()
+	waitUpstream(t, r, resource.ClusterType, false, "c1")
+	up1.SetResources(clusters("c1")) // c2 goes
+	up0.Stop()
+	xdstest.Eventually(t, func() bool {
+		for _, u := range r.DebugUpstreams() {
+			if u.Server == up1.Addr() && u.State == "connected" {
+				return true
+			}
+		}
+		return false
+	}, "failover to the Delta server", func() any { return r.DebugUpstreams() })
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	convergeTo(t, wild, "c1")
+}

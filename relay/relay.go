@@ -224,7 +224,7 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		// Delta: tell the server which versions the cache already holds, so
 		// that a reconnect does not resend them.
 		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(sc, auth, typeURL) },
-		Declared:        func(typeURL string, names []string) { r.declared(sc, typeURL, names) },
+		Declared:        func(typeURL string, names []string) { r.declared(sc, auth, typeURL, names) },
 	}, syncHook{&upstreamHandler{r: r, sc: sc, authority: auth}})
 }
 

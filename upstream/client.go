@@ -85,12 +85,15 @@ type typeState struct {
 	// response matched (the server has seen a request with them, and
 	// answers requests in order). Never a key subscribed since, which a
 	// response in flight may not answer yet.
-	keys   map[string]struct{}
-	named  bool                // SotW: a request with explicit names was sent on this stream
-	sent   map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
-	forget map[string]struct{} // Delta: names to unsubscribe explicitly (Forget)
-	nack   error               // SotW: NACK to send with the next request
-	acks   []deltaAck          // Delta: ACKs/NACKs to send, in order
+	keys  map[string]struct{}
+	named bool                // SotW: a request with explicit names was sent on this stream
+	sent  map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
+	// forget (Delta): names the server may think the relay holds, to be
+	// confirmed when they are subscribed again (Forget); forgetNew: those
+	// forgotten since the last request was built.
+	forget, forgetNew map[string]struct{}
+	nack              error      // SotW: NACK to send with the next request
+	acks              []deltaAck // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
 	// certainly applies the wildcard on this stream; settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
@@ -283,9 +286,9 @@ func (c *Client) Forget(typeURL string, names ...string) {
 	for _, n := range names {
 		if _, sub := st.names[n]; !sub {
 			if st.forget == nil {
-				st.forget = make(map[string]struct{})
+				st.forget, st.forgetNew = make(map[string]struct{}), make(map[string]struct{})
 			}
-			st.forget[n] = struct{}{}
+			st.forget[n], st.forgetNew[n] = struct{}{}, struct{}{}
 			changed = true
 		}
 	}
@@ -423,7 +426,7 @@ func (c *Client) resetForStreamLocked() {
 	c.pending = c.pending[:0]
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
-		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget = false, false, false, nil, nil, nil, nil
+		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
 		st.sure, st.keys, st.dropped = nil, nil, nil
 		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
 	}

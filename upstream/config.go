@@ -133,10 +133,11 @@ type Config struct {
 	// runs on the run goroutine: it must be safe for concurrent use.
 	InitialVersions func(typeURL string) map[string]string
 	// Declared, when set, is told the names a Delta stream's first request
-	// of typeURL declares in initial_resource_versions, before it is sent:
-	// those the request subscribes to, by name or the wildcard. The server
-	// now knows the relay holds them and says when they are gone. Called
-	// like InitialVersions.
+	// of typeURL declares in initial_resource_versions (perhaps none),
+	// before it is sent: those the request subscribes to, by name or the
+	// wildcard. The server now knows the relay holds them and says when they
+	// are gone; of anything else it knows nothing. Called like
+	// InitialVersions.
 	Declared func(typeURL string, names []string)
 	// Settle is how long the server may say nothing after the relay's last
 	// request before an unproven wildcard, or a type's first request on a

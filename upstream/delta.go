@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -33,7 +35,12 @@ func (s *deltaStream) flush() error {
 				initial[t] = s.c.cfg.InitialVersions(t)
 			}
 		}
-		reqs, again := s.c.takeDelta(initial)
+		reqs, firsts, again := s.c.takeDelta(initial)
+		if s.c.cfg.Declared != nil {
+			for t, names := range firsts {
+				s.c.cfg.Declared(t, names)
+			}
+		}
 		for _, req := range reqs {
 			if !s.nodeSent {
 				req.Node = s.c.cfg.Node
@@ -45,13 +52,6 @@ func (s *deltaStream) flush() error {
 					zap.Strings("unsubscribe", req.GetResourceNamesUnsubscribe()),
 					zap.Int("initial_versions", len(req.GetInitialResourceVersions())),
 					zap.String("nonce", req.GetResponseNonce()), zap.Bool("nack", req.GetErrorDetail() != nil))
-			}
-			if iv := req.GetInitialResourceVersions(); len(iv) > 0 && s.c.cfg.Declared != nil {
-				names := make([]string, 0, len(iv))
-				for n := range iv {
-					names = append(names, n)
-				}
-				s.c.cfg.Declared(req.GetTypeUrl(), names)
 			}
 			if err := s.stream.Send(req); err != nil {
 				return fmt.Errorf("upstream: send to %s: %w", s.server, err)
@@ -80,9 +80,11 @@ func (c *Client) deltaFirstTypes() []string {
 // takeDelta builds the requests for every pending type: the difference
 // between the desired subscription and what the server has been told, and
 // one request per queued ACK/NACK (the first one combined with the
-// subscription change). A type whose first request needs initial versions
-// that are not in initial stays pending, and again is true.
-func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discoveryv3.DeltaDiscoveryRequest, again bool) {
+// subscription change). firsts holds, per type whose first request on the
+// stream is among them, the names it declares in initial_resource_versions.
+// A type whose first request needs initial versions that are not in initial
+// stays pending, and again is true.
+func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discoveryv3.DeltaDiscoveryRequest, firsts map[string][]string, again bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var keep []string
@@ -113,7 +115,11 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 			for n := range st.forget {
 				delete(iv, n) // evicted since the versions were read
 			}
-			st.forget = nil
+			st.forget, st.forgetNew = nil, nil
+			if firsts == nil {
+				firsts = make(map[string][]string)
+			}
+			firsts[t] = slices.Collect(maps.Keys(iv))
 		}
 		st.dirty = false
 
@@ -128,41 +134,17 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				unsub = append(unsub, n)
 			}
 		}
-		// Forgotten names (Forget): the server may think the relay holds
-		// them and would not send them again. They wait until something
-		// subscribes them again; then the server is made to send them, or
-		// say they are gone, whatever it kept: a name is subscribed, then
-		// unsubscribed (a server forgets what the client unsubscribes), then
-		// subscribed again; a name the wildcard covers is subscribed with it
-		// and then unsubscribed, which a server must answer with the
-		// resource or its removal (xDS, "Unsubscribing from Resources").
-		var refetch, confirm []string
-		wild := st.wildcard()
-		for n := range st.forget {
-			_, sub := st.names[n]
-			_, told := st.sent[n]
-			switch {
-			case sub && !told:
-				refetch = append(refetch, n)
-			case sub || told:
-				// Subscribed all along (Forget leaves those alone), or
-				// unsubscribed now: the server forgets it (or, under the
-				// wildcard, sends it again).
-			case wild:
-				confirm = append(confirm, n)
-			default:
-				continue // kept until it is subscribed again
-			}
-			delete(st.forget, n)
-		}
+		refetch, again, confirm, told := st.confirmForgotten(sub, unsub)
+		unsub = append(unsub, told...)
 		if len(refetch) > 0 {
-			sort.Strings(refetch)
 			names, locs := locators(refetch)
-			out = append(out,
-				&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: names, ResourceLocatorsSubscribe: locs},
-				&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesUnsubscribe: names, ResourceLocatorsUnsubscribe: locs})
+			out = append(out, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesSubscribe: names, ResourceLocatorsSubscribe: locs})
 		}
-		sub = append(sub, confirm...)
+		if len(refetch)+len(again) > 0 {
+			names, locs := locators(slices.Concat(refetch, again))
+			out = append(out, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, ResourceNamesUnsubscribe: names, ResourceLocatorsUnsubscribe: locs})
+		}
+		sub = append(append(sub, again...), confirm...) // (refetch is in sub already)
 		sort.Strings(sub)
 		sort.Strings(unsub)
 		st.sent = make(map[string]struct{}, len(st.names))
@@ -199,7 +181,86 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		}
 	}
 	c.pending = append(c.pending[:0], keep...)
-	return out, len(keep) > 0
+	return out, firsts, len(keep) > 0
+}
+
+// maxForgotten bounds the forgotten names kept per type: beyond it, some
+// are no longer confirmed when subscribed again (see confirmForgotten).
+const maxForgotten = 10000
+
+// confirmForgotten decides what becomes of the forgotten names (Forget) as
+// a request subscribes sub and unsubscribes unsub. The server may think the
+// relay holds them and would not send them again. A name newly forgotten is
+// unsubscribed at once (told), which makes most servers forget it; but xDS
+// lets a server ignore the unsubscription of a name the client does not
+// subscribe to, so whatever it kept, it is made to send them, or say they
+// are gone, once they are subscribed again:
+//   - refetch: subscribed again by name: subscribed, unsubscribed (a server
+//     forgets what the client unsubscribes), then subscribed again;
+//   - again: unsubscribed and subscribed again since the last request (the
+//     server never heard of it): unsubscribed, then subscribed again;
+//   - confirm: plain names the wildcard covers: subscribed with it, then
+//     unsubscribed, which a server must answer with the resource or its
+//     removal (xDS, "Unsubscribing from Resources").
+//
+// Unsubscribed now, a name is forgotten by the server. The others wait,
+// each distinct name once, up to maxForgotten (beyond, the ones dropped
+// rely on the server having heeded the unsubscription).
+func (st *typeState) confirmForgotten(sub, unsub []string) (refetch, again, confirm, told []string) {
+	if len(st.forget) == 0 {
+		return nil, nil, nil, nil
+	}
+	for _, n := range unsub {
+		delete(st.forget, n)
+	}
+	newWild := false
+	for _, n := range sub {
+		if _, f := st.forget[n]; f {
+			refetch = append(refetch, n)
+			delete(st.forget, n)
+		}
+		newWild = newWild || n == keying.Wildcard
+	}
+	for n := range st.forgetNew {
+		if _, f := st.forget[n]; !f {
+			continue
+		}
+		if _, named := st.names[n]; named {
+			again = append(again, n) // (it is in sent: else it would be in sub)
+			delete(st.forget, n)
+		}
+	}
+	wild := st.wildcard()
+	if wild {
+		pick := st.forgetNew
+		if newWild {
+			pick = st.forget
+		}
+		for n := range pick {
+			if _, f := st.forget[n]; f && !keying.HasParams(n) {
+				confirm = append(confirm, n)
+			}
+		}
+		for _, n := range confirm {
+			delete(st.forget, n)
+		}
+	}
+	for n := range st.forgetNew {
+		if _, f := st.forget[n]; f {
+			told = append(told, n)
+		}
+	}
+	clear(st.forgetNew)
+	for n := range st.forget {
+		if len(st.forget) <= maxForgotten {
+			break
+		}
+		delete(st.forget, n)
+	}
+	sort.Strings(refetch)
+	sort.Strings(again)
+	sort.Strings(confirm)
+	return refetch, again, confirm, told
 }
 
 // initialVersions keeps the versions of what the first request subscribes
