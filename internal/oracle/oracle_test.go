@@ -162,6 +162,8 @@ var regressions = []struct {
 		"the oracle's mistake: a SotW canary that NACKed a bad version got the version it still ran, which the relay had sent to revert every canary when another canary's NACK halted the rollout, before it read this one's (fails about two runs in three without the fix)"},
 	{800326, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41},
 		"a warm-restart file's cluster deleted upstream stayed in the wildcard set for good: the relay declared it in the first request of a Delta stream that subscribed names only, and a forgetful server (go-control-plane) forgot it as soon as it answered them (fails about one run in four; relay's TestWarmRestartDeltaWildcardAfterAnsweredName always)"},
+	{1101792, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41},
+		"the oracle's mistake: a bad cluster still on its way to a picky canary when the schedule ended rode in one response with the last good versions, whose rollout its NACK halted; the last versions stayed held back (fails about three runs in four without the fix)"},
 }
 
 // foundForgetful: the regressions found against the forgetful Delta server

@@ -355,8 +355,8 @@ func (r *Run) publish() {
 
 // quiesce ends the schedule: every server and client back to normal, a last
 // snapshot without bad versions (with rollouts: a next version of every
-// cluster), and then every client must hold exactly the upstream's state of
-// what it subscribes to.
+// cluster, twice if the first is not everywhere within 2 s), and then every
+// client must hold exactly the upstream's state of what it subscribes to.
 func (r *Run) quiesce() error {
 	for _, u := range r.ups {
 		if !u.running() {
@@ -368,24 +368,30 @@ func (r *Run) quiesce() error {
 	for _, c := range r.clientList() {
 		c.setPause(0)
 	}
-	for _, g := range r.model.clusters {
-		g.bad = false
-		if r.sched.Opts.Rollout {
-			// A next version of every cluster: a halted guarded rollout
-			// holds back what it halted — a good version halted with a bad
-			// one of the same rollout too — until the upstream's next one.
-			g.gen = r.model.content()
-			if g.prod != 0 {
-				g.prod = r.model.content()
+	next := func() {
+		for _, g := range r.model.clusters {
+			g.bad = false
+			if r.sched.Opts.Rollout {
+				// A next version of every cluster: a halted guarded rollout
+				// holds back what it halted — a good version halted with a
+				// bad one of the same rollout too — until the upstream's
+				// next one.
+				g.gen = r.model.content()
+				if g.prod != 0 {
+					g.prod = r.model.content()
+				}
 			}
 		}
+		r.model.gen++
+		for _, g := range r.model.clusters {
+			g.eds = r.model.content() // a change everyone sees, after the rest settled
+		}
+		r.publish()
 	}
-	r.model.gen++
-	for _, g := range r.model.clusters {
-		g.eds = r.model.content() // a change everyone sees, after the rest settled
-	}
-	r.publish()
-	deadline := time.Now().Add(20 * time.Second)
+	next()
+	start := time.Now()
+	again := r.sched.Opts.Rollout
+	deadline := start.Add(20 * time.Second)
 	for {
 		if err := r.failed(); err != nil {
 			return err
@@ -399,6 +405,15 @@ func (r *Run) quiesce() error {
 		}
 		if len(diffs) == 0 {
 			return nil
+		}
+		if again && time.Since(start) > 2*time.Second {
+			// A bad version still on its way to a picky canary may halt the
+			// rollout of the versions just published (a NACK says nothing
+			// of which resource it rejects): once more, now that the bad
+			// ones are out of the way.
+			again = false
+			r.trace("quiesce: a second round of next versions")
+			next()
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(diffs)
