@@ -183,6 +183,10 @@ func (r *Relay) dropNow(tc *typeCache, name string) {
 	delete(tc.noCache, name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
+		// Dropped: should it be subscribed again before the unsubscription
+		// goes out, the server, which never hears of either, must still
+		// send it again (found by the oracle, seed 1200765).
+		c.Forget(tc.typeURL, name)
 		auth, _ := keying.Authority(name)
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}

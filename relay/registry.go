@@ -429,6 +429,13 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	delete(tc.noCache, name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
+		// Unsure from now on (below): should it be subscribed again before
+		// the unsubscription goes out, the server, which never hears of
+		// either, must still send it again to confirm it. (The wildcard's
+		// members: unsureWildcardMembers.)
+		if name != keying.Wildcard {
+			c.Forget(tc.typeURL, name)
+		}
 		auth, _ := keying.Authority(name)
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}

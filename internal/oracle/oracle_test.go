@@ -164,6 +164,8 @@ var regressions = []struct {
 		"a warm-restart file's cluster deleted upstream stayed in the wildcard set for good: the relay declared it in the first request of a Delta stream that subscribed names only, and a forgetful server (go-control-plane) forgot it as soon as it answered them (fails about one run in four; relay's TestWarmRestartDeltaWildcardAfterAnsweredName always)"},
 	{1101792, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41},
 		"the oracle's mistake: a bad cluster still on its way to a picky canary when the schedule ended rode in one response with the last good versions, whose rollout its NACK halted; the last versions stayed held back (fails about three runs in four without the fix)"},
+	{1200765, wholeSchedule(40),
+		"a do_not_cache cluster a client dropped and named again before the relay's unsubscription went out: the server never heard of either and did not send it again, and the client was told it was gone (fails about one run in three; pre-existing)"},
 }
 
 // foundForgetful: the regressions found against the forgetful Delta server
