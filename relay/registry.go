@@ -637,10 +637,27 @@ func (r *Relay) evict() {
 		v.Resources, v.Complete = res, complete
 		r.publish(tc, v)
 		for n := range changed {
-			if keying.HasParams(n) {
+			switch {
+			case keying.HasParams(n):
 				tc.dropParamKey(n)
-			} else if len(tc.params[n]) == 0 {
+			case len(tc.params[n]) == 0:
 				delete(tc.variants, n) // nothing selects its variants any more
+			case tc.variantMode(n):
+				// The plain selection of a name whose keys with parameters
+				// stay: the variant it was goes too, unless one of them
+				// selects it. Else the next change of another variant would
+				// select it again — evicted, forgotten upstream, never
+				// confirmed — and a deletion upstream never reached it (found
+				// by the oracle, seed 1300250).
+				root, shared := old.Resources[n].Root(), false
+				for k := range tc.params[n] {
+					if sel, ok := res[k]; ok && sel.Root() == root {
+						shared = true
+					}
+				}
+				if !shared {
+					tc.dropVariant(n, old.Resources[n].Constraints)
+				}
 			}
 		}
 		r.m.CacheEvictions.Add(float64(len(changed)))

@@ -166,11 +166,13 @@ var regressions = []struct {
 		"the oracle's mistake: a bad cluster still on its way to a picky canary when the schedule ended rode in one response with the last good versions, whose rollout its NACK halted; the last versions stayed held back (fails about three runs in four without the fix)"},
 	{1200765, wholeSchedule(40),
 		"a do_not_cache cluster a client dropped and named again before the relay's unsubscription went out: the server never heard of either and did not send it again, and the client was told it was gone (fails about one run in three; pre-existing)"},
+	{1300250, wholeSchedule(20),
+		"a TP2 name's plain selection evicted (its keys with parameters stayed) kept its variant stored: the next change of another variant selected it again, evicted and forgotten upstream, and its deletion upstream never reached it — a wildcard client kept it for good (fails about one run in two, pre-existing; found against the forgetful server)"},
 }
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
-var foundForgetful = map[uint64]bool{800326: true}
+var foundForgetful = map[uint64]bool{800326: true, 1300250: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
