@@ -289,10 +289,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			// answers what is still subscribed) and never tell the relay it
 			// is gone. Unsure and forgotten, like the members of an ended
 			// wildcard (unsureWildcardMembers).
-			if tc.unsure == nil {
-				tc.unsure = make(map[string]bool)
-			}
-			tc.unsure[e.Name] = true
+			tc.markUnsure(e.Name)
 			uncovered = append(uncovered, e.Name)
 		}
 		if noCache[e.Name] {
@@ -708,14 +705,20 @@ func (r *Relay) declared(sc *scope, authority, typeURL string, names []string) {
 		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || len(tc.params[n]) > 0 || tc.unsure[n] {
 			continue
 		}
-		if tc.unsure == nil {
-			tc.unsure = make(map[string]bool)
-		}
-		tc.unsure[n] = true
+		tc.markUnsure(n)
 		if tc.subscribedUpstream(n) {
 			r.armUnknown(tc, n)
 		}
 	}
+}
+
+// markUnsure marks the cached name unsure (see typeCache.unsure). Called
+// with mu held.
+func (tc *typeCache) markUnsure(name string) {
+	if tc.unsure == nil {
+		tc.unsure = make(map[string]bool)
+	}
+	tc.unsure[name] = true
 }
 
 // ofAuthority reports whether name belongs to authority ("" the default

@@ -258,10 +258,7 @@ func (r *Relay) loadPersisted(path string) {
 						// Not from this process's upstream: served, but taken for
 						// deleted unless the upstream sends it again or, on Delta,
 						// is told the relay holds it (upstreamVersions).
-						if tc.unsure == nil {
-							tc.unsure = make(map[string]bool)
-						}
-						tc.unsure[name] = true
+						tc.markUnsure(name)
 					}
 				}
 				v.Seq, v.Stale = r.nextSeq(), len(tc.unconfirmed) > 0

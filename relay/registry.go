@@ -455,10 +455,7 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	// confirmed (seed 308908).
 	base, _ := keying.SplitSubscriptionKey(name)
 	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
-		if tc.unsure == nil {
-			tc.unsure = make(map[string]bool)
-		}
-		tc.unsure[base] = true
+		tc.markUnsure(base)
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
 	// it does not exist, or (the wildcard) that the cache holds the whole set
@@ -513,10 +510,7 @@ func (r *Relay) unsureWildcardMembers(tc *typeCache) {
 		if n != res.Name || res.Authority != "" || tc.up[n] {
 			continue // a TP2 selection, another authority's, or subscribed by name
 		}
-		if tc.unsure == nil {
-			tc.unsure = make(map[string]bool)
-		}
-		tc.unsure[n] = true
+		tc.markUnsure(n)
 		forget = append(forget, n)
 	}
 	if len(forget) > 0 {

@@ -115,15 +115,7 @@ func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
 		}))
 		first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
 		first.Subscribe(resource.ClusterType, []string{"*", "c2"}, nil)
-		held := map[string]bool{}
-		for len(held) < 2 {
-			resp := first.MustRecv()
-			got, _ := deltaNames(resp)
-			for _, n := range got {
-				held[n] = true
-			}
-			first.Ack(resp)
-		}
+		receiveAll(t, first, 2)
 		first.Close()
 		waitUpstream(t, r, resource.ClusterType, false) // unsubscribed, still cached
 		up.SetResources(clusters("c1"))                 // c2 goes meanwhile
@@ -132,6 +124,21 @@ func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
 		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
 		convergeTo(t, wild, "c1")
 	})
+}
+
+// receiveAll reads c's responses, ACKing each, until it has received n
+// resources.
+func receiveAll(t *testing.T, c *xdstest.DeltaClient, n int) {
+	t.Helper()
+	held := map[string]bool{}
+	for len(held) < n {
+		resp := c.MustRecv()
+		got, _ := deltaNames(resp)
+		for _, name := range got {
+			held[name] = true
+		}
+		c.Ack(resp)
+	}
 }
 
 // convergeTo reads c's responses, ACKing each, until the client holds only
@@ -211,15 +218,7 @@ func TestWildcardOnlyMemberDeletedWhileDropped(t *testing.T) {
 		keeper.Ack(keeper.MustRecv())
 		first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
 		first.Subscribe(resource.ClusterType, []string{"*"}, nil)
-		held := map[string]bool{}
-		for len(held) < 2 {
-			resp := first.MustRecv()
-			got, _ := deltaNames(resp)
-			for _, n := range got {
-				held[n] = true
-			}
-			first.Ack(resp)
-		}
+		receiveAll(t, first, 2)
 		first.Close()
 		waitUpstream(t, r, resource.ClusterType, false, "c1") // "*" dropped, c2 still cached
 		// c1 changes (the keeper is answered) and c2 goes meanwhile.
