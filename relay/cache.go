@@ -281,7 +281,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		switch {
 		case e.Constraints != "":
 		case !u.Delta || tc.subscribedUpstream(e.Name) || len(tc.params[e.Name]) > 0 || !ofAuthority(e.Name, authority):
-			delete(tc.unsure, e.Name) // the upstream confirms it (a TP2 name's default variant)
+			tc.confirmed(e.Name) // the upstream sent it (a TP2 name's default variant)
 		default:
 			// An answer in flight when its subscription ended (the wildcard's,
 			// say): the server counts it as held, but may forget it before
@@ -698,7 +698,7 @@ func (r *Relay) declared(sc *scope, authority, typeURL string, names []string) {
 	for _, n := range names {
 		told[n] = true
 		if tc.subscribedUpstream(n) {
-			delete(tc.unsure, n)
+			tc.confirmed(n)
 		}
 	}
 	for n, res := range tc.view.Resources {
@@ -719,6 +719,21 @@ func (tc *typeCache) markUnsure(name string) {
 		tc.unsure = make(map[string]bool)
 	}
 	tc.unsure[name] = true
+}
+
+// confirmed: the upstream confirmed the cached name (it sent it, or the
+// server was told the relay holds it). It is sure, and the wait for it
+// (armUnknown) is over: a wait left running would take it for deleted
+// should it become unsure again before its timer fires — for a question
+// the upstream has already answered (found by the oracle, seed 1401575: a
+// warm-restart file's cluster, confirmed, then unsure when a subscription
+// with parameters of it ended). Called with mu held.
+func (tc *typeCache) confirmed(name string) {
+	delete(tc.unsure, name)
+	if t := tc.unavail[name]; t != nil {
+		t.Stop()
+		delete(tc.unavail, name)
+	}
 }
 
 // ofAuthority reports whether name belongs to authority ("" the default

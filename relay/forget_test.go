@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -86,15 +87,7 @@ func TestInFlightWildcardAnswerAfterItsExpiry(t *testing.T) {
 // a review).
 func TestWildcardBackFromAKeepingServer(t *testing.T) {
 	k := &keepingDelta{res: map[string]string{"c1": "e1", "c2": "e2"}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, k)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	r := xdstest.StartRelay(t, lis.Addr().String(), xdstest.WithConfig(func(c *config.Config) {
+	r := xdstest.StartRelay(t, startKeepingDelta(t, k), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.XDSServers[0].Protocol = "delta"
 		c.Upstream.Linger = 0
 		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
@@ -129,6 +122,73 @@ func TestWildcardBackFromAKeepingServer(t *testing.T) {
 	}
 	if !held["c1"] || !held["c2"] {
 		t.Fatalf("the wildcard client holds %v; the upstream has c1 and c2", held)
+	}
+}
+
+// A warm-restart file's clusters, confirmed when the wildcard is subscribed
+// (the first request told the server the relay holds them), while a wait
+// for them armed before (armUnknown) still runs; then a TP2 subscription
+// of c1 with parameters ends, which makes c1's plain selection unsure
+// again. The old wait must not take it for deleted — the upstream answered
+// it already — and the server, which keeps what it sent, is asked to
+// confirm c1 again (subscribed with the wildcard, then unsubscribed); one
+// that ignores the question leaves c1 unsure, not gone. Found by the
+// oracle, seed 1401575: a wildcard client was told c1 was gone.
+func TestTP2KeyEndsAfterWarmRestartUnderTheWildcard(t *testing.T) {
+	for _, deaf := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deaf=%v", deaf), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cache")
+			k := &keepingDelta{res: map[string]string{"c1": "e1", "c2": "e2"}, deaf: deaf}
+			opt := xdstest.WithConfig(func(c *config.Config) {
+				c.Cache.PersistPath = path
+				c.Upstream.XDSServers[0].Protocol = "delta"
+				c.Upstream.Linger = 0
+				c.Upstream.DoesNotExistAfter = time.Second
+			})
+			addr := startKeepingDelta(t, k)
+			first := xdstest.StartRelay(t, addr, opt)
+			c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+			c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+			receiveAll(t, c, 2)
+			c.Close()
+			if err := first.Close(); err != nil { // writes the file
+				t.Fatal(err)
+			}
+			k.mu.Lock()
+			k.res["c2"] = "e2-next" // the server has something to send after the restart
+			k.mu.Unlock()
+
+			second := xdstest.StartRelay(t, addr, opt)
+			wild := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "wild"})
+			wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+			receiveAll(t, wild, 2)
+			tp2 := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "tp2"})
+			tp2.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+			tp2.Ack(tp2.RecvType(resource.ClusterType))
+			from := len(k.requests())
+			tp2.Close()
+			waitUpstream(t, second, resource.ClusterType, true) // the key's linger ended
+
+			deadline := time.Now().Add(1500 * time.Millisecond) // past the old wait
+			for {
+				resp, ok := wild.TryRecv(time.Until(deadline))
+				if !ok {
+					break
+				}
+				if _, removed := deltaNames(resp); len(removed) > 0 {
+					t.Fatalf("the wildcard client was told %v are gone; the upstream has c1 and c2", removed)
+				}
+				wild.Ack(resp)
+			}
+			subscribed, unsubscribed := false, false
+			for _, req := range k.requests()[from:] {
+				subscribed = subscribed || slices.Contains(req.GetResourceNamesSubscribe(), "c1")
+				unsubscribed = unsubscribed || (subscribed && slices.Contains(req.GetResourceNamesUnsubscribe(), "c1"))
+			}
+			if !unsubscribed {
+				t.Errorf("c1 was not subscribed and unsubscribed again (to be confirmed) after its key ended; requests: %v", k.requests()[from:])
+			}
+		})
 	}
 }
 
@@ -220,11 +280,33 @@ func (p *gateProxy) StreamAggregatedResources(discoverygrpc.AggregatedDiscoveryS
 // text literally: it remembers what it sent (held) until the client
 // unsubscribes a name it subscribed to, and "can simply ignore" phantom
 // unsubscriptions (names the client was not subscribed to, e.g. ones only
-// the wildcard covered).
+// the wildcard covered). A deaf one ignores every unsubscription of a name.
 type keepingDelta struct {
 	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
-	mu  sync.Mutex
-	res map[string]string // name → eds service name
+	mu   sync.Mutex
+	res  map[string]string // name → eds service name
+	deaf bool
+	reqs []*discoverygrpc.DeltaDiscoveryRequest
+}
+
+// startKeepingDelta serves k on 127.0.0.1:0 until the test ends.
+func startKeepingDelta(t *testing.T, k *keepingDelta) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, k)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// requests returns the CDS requests k received.
+func (k *keepingDelta) requests() []*discoverygrpc.DeltaDiscoveryRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.reqs)
 }
 
 func (k *keepingDelta) DeltaAggregatedResources(st discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
@@ -240,6 +322,9 @@ func (k *keepingDelta) DeltaAggregatedResources(st discoverygrpc.AggregatedDisco
 		if req.GetTypeUrl() != resource.ClusterType {
 			continue
 		}
+		k.mu.Lock()
+		k.reqs = append(k.reqs, req)
+		k.mu.Unlock()
 		for n, v := range req.GetInitialResourceVersions() {
 			held[n] = v
 		}
@@ -254,6 +339,8 @@ func (k *keepingDelta) DeltaAggregatedResources(st discoverygrpc.AggregatedDisco
 			switch {
 			case n == "*":
 				wild = false
+			case named[n] && k.deaf:
+				delete(named, n) // but it keeps what it sent
 			case named[n]:
 				delete(named, n)
 				delete(held, n)

@@ -452,10 +452,14 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	// name was deleted upstream meanwhile (found by the oracle, seed 302527).
 	// For a TP2 key, its name's plain selection (what the wildcard gets):
 	// the variants the key's subscription kept current are no longer
-	// confirmed (seed 308908).
+	// confirmed (seed 308908); forgotten too, so that a server that keeps
+	// what it sent confirms it as well (the key is forgotten above).
 	base, _ := keying.SplitSubscriptionKey(name)
 	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
 		tc.markUnsure(base)
+		if c := tc.clientFor(base); c != nil && base != name {
+			c.Forget(tc.typeURL, base)
+		}
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
 	// it does not exist, or (the wildcard) that the cache holds the whole set
