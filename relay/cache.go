@@ -730,6 +730,12 @@ func (tc *typeCache) markUnsure(name string) {
 // with parameters of it ended). Called with mu held.
 func (tc *typeCache) confirmed(name string) {
 	delete(tc.unsure, name)
+	tc.stopWait(name)
+}
+
+// stopWait stops the wait for name (armUnknown), if one runs. Called with
+// mu held.
+func (tc *typeCache) stopWait(name string) {
 	if t := tc.unavail[name]; t != nil {
 		t.Stop()
 		delete(tc.unavail, name)

@@ -131,9 +131,10 @@ func TestWildcardBackFromAKeepingServer(t *testing.T) {
 // of c1 with parameters ends, which makes c1's plain selection unsure
 // again. The old wait must not take it for deleted — the upstream answered
 // it already — and the server, which keeps what it sent, is asked to
-// confirm c1 again (subscribed with the wildcard, then unsubscribed); one
-// that ignores the question leaves c1 unsure, not gone. Found by the
-// oracle, seed 1401575: a wildcard client was told c1 was gone.
+// confirm c1 again (subscribed with the wildcard, then unsubscribed). A
+// deaf one, which ignores the question (it breaks xDS), leaves c1 unsure
+// meanwhile, not gone. Found by the oracle, seed 1401575: a wildcard client
+// was told c1 was gone.
 func TestTP2KeyEndsAfterWarmRestartUnderTheWildcard(t *testing.T) {
 	for _, deaf := range []bool{false, true} {
 		t.Run(fmt.Sprintf("deaf=%v", deaf), func(t *testing.T) {
@@ -189,6 +190,55 @@ func TestTP2KeyEndsAfterWarmRestartUnderTheWildcard(t *testing.T) {
 				t.Errorf("c1 was not subscribed and unsubscribed again (to be confirmed) after its key ended; requests: %v", k.requests()[from:])
 			}
 		})
+	}
+}
+
+// A name subscribed, dropped before the server's answer arrived, and
+// subscribed again: the second subscription gets the whole
+// does_not_exist_after. The wait of the first one, still running, took the
+// name for deleted before the server could answer the second (found by a
+// review).
+func TestSubscribedAgainWaitsAgain(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c0", "c1"))
+	p := startGateProxy(t, up.Addr())
+	r := xdstest.StartRelay(t, p.addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = time.Second
+	}))
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c0"}, nil)
+	keeper.Ack(keeper.MustRecv()) // connected, answered
+
+	p.pause(true) // the server's answers are held on the wire
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	t0 := time.Now()
+	first.Subscribe(resource.ClusterType, []string{"c1"}, nil) // c1's wait ends at t0+1s
+	waitUpstream(t, r, resource.ClusterType, false, "c0", "c1")
+	first.Close()
+	waitUpstream(t, r, resource.ClusterType, false, "c0")
+	time.Sleep(time.Until(t0.Add(700 * time.Millisecond)))
+	again := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "again"})
+	again.Subscribe(resource.ClusterType, []string{"c1"}, nil) // its wait ends at t0+1.7s
+	time.Sleep(time.Until(t0.Add(1300 * time.Millisecond)))
+	p.pause(false) // the server's answers arrive
+
+	deadline := time.Now().Add(time.Second)
+	for held := false; ; {
+		resp, ok := again.TryRecv(time.Until(deadline))
+		if !ok {
+			if !held {
+				t.Fatal("c1 never reached the client")
+			}
+			return
+		}
+		got, removed := deltaNames(resp)
+		if len(removed) > 0 {
+			t.Fatalf("the client was told %v do not exist %v after the first subscription; the upstream has c1", removed, time.Since(t0).Round(time.Millisecond))
+		}
+		held = held || slices.Contains(got, "c1")
+		again.Ack(resp)
 	}
 }
 

@@ -252,10 +252,15 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	}
 	tc.up[name] = true
 	c.Subscribe(tc.typeURL, name)
+	// A new subscription gets the whole wait: one still running from an
+	// earlier subscription would take it for deleted before the server could
+	// answer this one (found by a review).
+	tc.stopWait(name)
 	r.armUnknown(tc, name)
 	if name == keying.Wildcard {
 		for n := range tc.unsure {
 			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
+				tc.stopWait(n)
 				r.armUnknown(tc, n) // the wildcard brings it again if it exists
 			}
 		}
