@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"maps"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -70,6 +71,71 @@ func TestForcedItemAfterAChangeAnsweredIt(t *testing.T) {
 	st.flush()
 	if len(rec.sent) != 2 {
 		t.Fatalf("b resent at version %s the client had ACKed", rec.sent[2].GetVersionInfo())
+	}
+}
+
+// A change queued before a subscription's forced item, from an older View,
+// answers the newly subscribed route with its version then; the route
+// changed again before the subscription (the stream did not watch it, so
+// nothing queued that change): the forced item, from the newer View, sends
+// it, or the client keeps the older version for good (found by the oracle,
+// seed 1701006: the older change was a rollout barrier released late).
+func TestForcedItemAfterAnOlderAnswer(t *testing.T) {
+	src := &deferredSource{}
+	srv := NewServer(src, Options{Metrics: metrics.New()})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	next := func(v *View, seq uint64, content map[string]string) *View {
+		changed := make(map[string]struct{})
+		res := maps.Clone(v.Resources)
+		for n, c := range content {
+			a, _ := anypb.New(wrapperspb.String(c))
+			b, _ := proto.Marshal(a)
+			res[n] = &Resource{Name: n, Version: ResourceVersion(b), Any: b}
+			changed[n] = struct{}{}
+		}
+		nv := v.Next(seq, changed)
+		nv.Resources = res
+		return nv
+	}
+	request := func(names ...string) {
+		t.Helper()
+		req := &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: names}
+		if n := len(rec.sent); n > 0 {
+			req.VersionInfo, req.ResponseNonce = rec.sent[n-1].GetVersionInfo(), rec.sent[n-1].GetNonce()
+		}
+		if err := st.handleSotW(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	v1 := fuzzView(keying.RouteType, "x", "n")
+	request("x")
+	st.Notify(v1, src.forced[0])
+	st.flush()
+	v2 := next(v1, 2, map[string]string{"x": "x2", "n": "n2"}) // queued: the stream watches x
+	st.Notify(v2, nil)
+	v3 := next(v2, 3, map[string]string{"n": "n3"}) // not queued: nobody here watches n
+	request("x", "n")
+	st.flush() // v2, built for [x n]: n at n2
+	st.Notify(v3, src.forced[1])
+	st.flush()
+	var got string
+	for _, resp := range rec.sent {
+		for _, r := range resp.GetResources() {
+			var w wrapperspb.StringValue
+			if err := r.UnmarshalTo(&w); err != nil {
+				t.Fatal(err)
+			}
+			if w.GetValue() == "n2" || w.GetValue() == "n3" || w.GetValue() == "n" {
+				got = w.GetValue()
+			}
+		}
+	}
+	if got != "n3" {
+		t.Fatalf("the client holds route n at %q; the View it subscribed in has n3", got)
 	}
 }
 

@@ -296,6 +296,16 @@ func (st *stream) buildSotW(it item) *encoded {
 		}
 	}
 	for k := range b.keys {
+		if _, was := ts.unanswered[k]; was && !keying.FullState(v.TypeURL) {
+			if _, forced := it.force[k]; !forced {
+				if r, ok := v.Resources[k]; ok {
+					if ts.answeredWith == nil {
+						ts.answeredWith = make(map[string]string)
+					}
+					ts.answeredWith[k] = r.Version
+				}
+			}
+		}
 		delete(ts.unanswered, k)
 	}
 	ts.lastView = v
@@ -476,6 +486,7 @@ func (ts *typeState) toAnswer(add []string, wildcard *bool) {
 	}
 	for _, n := range add {
 		ts.unanswered[n] = struct{}{}
+		delete(ts.answeredWith, n)
 	}
 	if wildcard != nil && *wildcard {
 		ts.unanswered[keying.Wildcard] = struct{}{}
@@ -528,7 +539,15 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	changed := len(sel) + len(errs)
 	for n := range it.force {
 		_, dup := it.names[n]
-		if _, asked := ts.unanswered[n]; asked && !dup {
+		_, asked := ts.unanswered[n]
+		if ver, answered := ts.answeredWith[n]; answered {
+			// Answered by a change queued before this, from an older View
+			// perhaps: sent again if this View has another version.
+			delete(ts.answeredWith, n)
+			r, ok := v.Resources[n]
+			asked = asked || (ok && r.Version != ver)
+		}
+		if asked && !dup {
 			pick(n)
 		}
 	}

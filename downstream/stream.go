@@ -170,6 +170,12 @@ type typeState struct {
 	// item send what the client has (a change queued before the
 	// subscription's own item may have answered them already).
 	unanswered map[string]struct{}
+	// answeredWith (SotW RDS/EDS): the version a change queued before a
+	// subscription's own forced item answered a newly subscribed name with.
+	// That change's View may be older than the forced item's: the name
+	// changed between them while the stream did not watch it yet, so
+	// nothing else brings the newer version; the forced item sends it then.
+	answeredWith map[string]string
 
 	// Transitions — never tell a client its config is gone when it isn't
 	// (transitions.go). fromElsewhere (SotW): the client's first request of
