@@ -81,6 +81,8 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	ts.toAnswer(add, wildcard)
 	for _, n := range remove {
 		delete(ts.goneHeld, n)
+		delete(ts.unanswered, n)
+		delete(ts.answeredWith, n)
 	}
 	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, sent, req.GetErrorDetail())
 }
@@ -296,7 +298,10 @@ func (st *stream) buildSotW(it item) *encoded {
 		}
 	}
 	for k := range b.keys {
-		if _, was := ts.unanswered[k]; was && !keying.FullState(v.TypeURL) {
+		_, was := ts.unanswered[k]
+		_, rec := ts.answeredWith[k]
+		if (was || rec) && !keying.FullState(v.TypeURL) {
+			// (rec: a later change sent it again before the forced item came)
 			if _, forced := it.force[k]; !forced {
 				if r, ok := v.Resources[k]; ok {
 					if ts.answeredWith == nil {
@@ -542,10 +547,11 @@ func (st *stream) partial(ts *typeState, it item) *body {
 		_, asked := ts.unanswered[n]
 		if ver, answered := ts.answeredWith[n]; answered {
 			// Answered by a change queued before this, from an older View
-			// perhaps: sent again if this View has another version.
+			// perhaps: sent again if this View has another version (or an
+			// error for it).
 			delete(ts.answeredWith, n)
 			r, ok := v.Resources[n]
-			asked = asked || (ok && r.Version != ver)
+			asked = asked || !ok || r.Version != ver
 		}
 		if asked && !dup {
 			pick(n)
