@@ -242,6 +242,52 @@ func TestSubscribedAgainWaitsAgain(t *testing.T) {
 	}
 }
 
+// An unsure cached name that a client keeps subscribed by name, deleted
+// upstream: its wait ends does_not_exist_after after the subscription,
+// however often wildcard clients come and go meanwhile (found by a review:
+// each first wildcard client restarted it, and the client was never told).
+func TestWildcardChurnDoesNotPutOffANamedWait(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c0", "c1"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = time.Second
+	}))
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c0"}, nil)
+	keeper.Ack(keeper.MustRecv())
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	first.Ack(first.MustRecv())
+	first.Close()
+	waitUpstream(t, r, resource.ClusterType, false, "c0") // c1 cached, unsure
+	up.SetResources(clusters("c0"))                       // and deleted upstream
+
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	t0 := time.Now()
+	named.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	for time.Since(t0) < 3*time.Second {
+		// A wildcard client comes and goes (its linger ends at once).
+		w := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+		w.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		time.Sleep(50 * time.Millisecond)
+		w.Close()
+		until := time.Now().Add(300 * time.Millisecond)
+		for {
+			resp, ok := named.TryRecv(time.Until(until))
+			if !ok {
+				break
+			}
+			named.Ack(resp)
+			if _, removed := deltaNames(resp); slices.Contains(removed, "c1") {
+				return
+			}
+		}
+	}
+	t.Fatalf("c1, deleted upstream, not reported gone %v after its subscription (does_not_exist_after 1s)", time.Since(t0).Round(time.Millisecond))
+}
+
 // gateProxy forwards Delta ADS streams to target; server→relay messages
 // wait while the gate is closed (in order).
 type gateProxy struct {

@@ -260,7 +260,11 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	if name == keying.Wildcard {
 		for n := range tc.unsure {
 			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
-				tc.stopWait(n)
+				if !tc.up[n] {
+					// (A wait of its own subscription runs on: wildcard
+					// clients coming and going must not put it off.)
+					tc.stopWait(n)
+				}
 				r.armUnknown(tc, n) // the wildcard brings it again if it exists
 			}
 		}
