@@ -502,20 +502,25 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 }
 
-// unsureWildcardMembers: the wildcard's Delta upstream subscription ended,
-// and what only it covered stays cached (unreferenced) but unsure, and
-// forgotten (upstream.Client.Forget). What a Delta server keeps of it is no
-// help: go-control-plane forgets it silently once it answers a name still
+// unsureWildcardMembers: the wildcard's upstream subscription ended, and
+// what only it covered stays cached (unreferenced) but unsure: nothing tells
+// the relay of its deletion any more. Named later, it is served as cached
+// but taken for deleted unless the upstream sends it within
+// upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
+// without it proves nothing, as the name was not in the type's first request
+// (found by the oracle, seed 2200583). On Delta it is forgotten too
+// (upstream.Client.Forget). What a Delta server keeps of it is no help:
+// go-control-plane forgets it silently once it answers a name still
 // subscribed — it would neither send it nor say it is gone when "*" comes
 // back, and a deletion meanwhile never reached the cache (it stayed in the
 // wildcard set for good) — while another server keeps it and never sends it
 // again. When "*" is subscribed again the upstream client makes the server
-// send each again or say it is gone; what it does not send is gone after
-// upstream.does_not_exist_after (armUnknown). (A SotW server answers "*"
-// with the whole set.) Called with mu held.
+// send each again or say it is gone (a SotW server answers "*" with the
+// whole set); what it does not send is gone after does_not_exist_after.
+// Called with mu held.
 func (r *Relay) unsureWildcardMembers(tc *typeCache) {
 	c := tc.clientFor(keying.Wildcard)
-	if c == nil || !c.Delta() {
+	if c == nil {
 		return
 	}
 	var forget []string
@@ -527,7 +532,7 @@ func (r *Relay) unsureWildcardMembers(tc *typeCache) {
 		forget = append(forget, n)
 	}
 	if len(forget) > 0 {
-		c.Forget(tc.typeURL, forget...)
+		c.Forget(tc.typeURL, forget...) // (nothing on SotW)
 	}
 }
 

@@ -230,3 +230,43 @@ func TestWildcardOnlyMemberDeletedWhileDropped(t *testing.T) {
 		convergeTo(t, wild, "c1")
 	})
 }
+
+// A member of the wildcard set only, deleted upstream after the wildcard was
+// dropped, then named by a client: the cached value the client gets at once
+// is not trusted. On a SotW upstream a response without it proves nothing
+// (the name was not in the stream's first request), and it stayed served
+// for good (found by the oracle, seed 2200583: a gRPC client kept a
+// listener the upstream had deleted).
+func TestWildcardMemberNamedAfterTheWildcard(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c0", "c1"))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Linger = 0
+			c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		}))
+		keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+		keeper.Subscribe(resource.ClusterType, []string{"c0"}, nil)
+		keeper.Ack(keeper.MustRecv())
+		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		receiveAll(t, wild, 2)
+		wild.Close()
+		waitUpstream(t, r, resource.ClusterType, false, "c0") // "*" dropped, c1 still cached
+		up.SetResources(clusters("c0"))                       // c1 goes
+
+		named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+		named.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			resp, ok := named.TryRecv(time.Until(deadline))
+			if !ok {
+				t.Fatal("a client that named c1 was never told it was deleted upstream")
+			}
+			named.Ack(resp)
+			if _, removed := deltaNames(resp); slices.Contains(removed, "c1") {
+				return
+			}
+		}
+	})
+}
