@@ -254,15 +254,21 @@ func Execute(sched *Schedule, dir string, log *zap.Logger) error {
 	if sched.Opts.Fallback {
 		servers = 2
 	}
+	// The run's servers listen on a loopback address of its own: an
+	// upstream that goes down, or a relay that restarts, takes its port
+	// again, and meanwhile a listener of another process (or of an earlier
+	// run) on 127.0.0.1 could have taken it — the relays would have talked
+	// to another run's upstream (found when two soaks and CI ran at once).
+	host := fmt.Sprintf("127.%d.%d.%d:0", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
 	for i := range servers {
 		u := newUpstream(r.world, sched.Opts.Ordered, sched.Opts.Forgetful, sched.Seed+uint64(i))
-		if err := u.start("127.0.0.1:0"); err != nil {
+		if err := u.start(host); err != nil {
 			return err
 		}
 		r.ups = append(r.ups, u)
 	}
 	for i := range sched.Opts.Replicas {
-		slot := &relaySlot{index: i, addr: "127.0.0.1:0"}
+		slot := &relaySlot{index: i, addr: host}
 		r.relays = append(r.relays, slot)
 		if err := r.startRelay(slot); err != nil {
 			return err

@@ -74,8 +74,8 @@ func newUpstream(w *World, ordered, forgetful bool, seed uint64) *Upstream {
 		streams: map[*ustream]struct{}{}, sent: map[string]map[string]int{}}
 }
 
-// start serves on addr ("127.0.0.1:0" the first time, the same address on
-// a restart).
+// start serves on addr (port 0 the first time, the same address on a
+// restart).
 func (u *Upstream) start(addr string) error {
 	var lis net.Listener
 	var err error
