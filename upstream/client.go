@@ -286,7 +286,10 @@ func (c *Client) Forget(typeURL string, names ...string) {
 	for _, n := range names {
 		if _, sub := st.names[n]; !sub {
 			if st.forget == nil {
-				st.forget, st.forgetNew = make(map[string]struct{}), make(map[string]struct{})
+				st.forget = make(map[string]struct{})
+			}
+			if st.forgetNew == nil {
+				st.forgetNew = make(map[string]struct{}) // (an ignored answer's names fill forget alone)
 			}
 			st.forget[n], st.forgetNew[n] = struct{}{}, struct{}{}
 			changed = true

@@ -54,6 +54,22 @@ func TestForgetBetweenUnsubscribeAndSubscribe(t *testing.T) {
 	}
 }
 
+// Names forgotten while an ignored answer's names wait for confirmation
+// (they fill only forget: see onDeltaResponse): the relay crashed (found by
+// the oracle's soak: a panic, assignment to entry in nil map).
+func TestForgetAfterAnIgnoredAnswer(t *testing.T) {
+	c := bareDelta()
+	c.Subscribe(keying.ClusterType, "*")
+	c.takeDelta(nil)
+	c.types[keying.ClusterType].forget = map[string]struct{}{"ignored": {}} // as an ignored answer leaves it
+	c.Unsubscribe(keying.ClusterType, "*")
+	c.Forget(keying.ClusterType, "member")
+	reqs, _, _ := c.takeDelta(nil)
+	if index(reqs, "member", false) < 0 {
+		t.Fatalf("requests %v: want member unsubscribed (told)", reqs)
+	}
+}
+
 // Forgotten names are unsubscribed at once and kept for their confirmation,
 // up to maxForgotten.
 func TestForgottenNamesBounded(t *testing.T) {
