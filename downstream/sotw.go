@@ -297,21 +297,8 @@ func (st *stream) buildSotW(it item) *encoded {
 			delete(ts.unanswered, keying.Wildcard)
 		}
 	}
-	for k := range b.keys {
-		_, was := ts.unanswered[k]
-		_, rec := ts.answeredWith[k]
-		if (was || rec) && !keying.FullState(v.TypeURL) {
-			// (rec: a later change sent it again before the forced item came)
-			if _, forced := it.force[k]; !forced {
-				if r, ok := v.Resources[k]; ok {
-					if ts.answeredWith == nil {
-						ts.answeredWith = make(map[string]string)
-					}
-					ts.answeredWith[k] = r.Version
-				}
-			}
-		}
-		delete(ts.unanswered, k)
+	if len(ts.unanswered) > 0 || len(ts.answeredWith) > 0 {
+		ts.noteAnswered(it, b.keys)
 	}
 	ts.lastView = v
 	st.released(ts, v.TypeURL)
@@ -476,6 +463,27 @@ func (ts *typeState) keepGone(it item) {
 			}
 			ts.goneHeld[n] = r
 		}
+	}
+}
+
+// noteAnswered records that a response to it carried keys: they are
+// answered, and (RDS/EDS) the version a change that is not the names' own
+// forced item answered them with is remembered (see answeredWith; also when
+// a later change sent it again before the forced item came). Called with mu
+// held.
+func (ts *typeState) noteAnswered(it item, keys map[string]struct{}) {
+	partial := !keying.FullState(it.view.TypeURL)
+	for k := range keys {
+		_, was := ts.unanswered[k]
+		_, rec := ts.answeredWith[k]
+		_, forced := it.force[k]
+		if r, ok := it.view.Resources[k]; ok && (was || rec) && partial && !forced {
+			if ts.answeredWith == nil {
+				ts.answeredWith = make(map[string]string)
+			}
+			ts.answeredWith[k] = r.Version
+		}
+		delete(ts.unanswered, k)
 	}
 }
 

@@ -87,7 +87,7 @@ func TestInFlightWildcardAnswerAfterItsExpiry(t *testing.T) {
 // a review).
 func TestWildcardBackFromAKeepingServer(t *testing.T) {
 	k := &keepingDelta{res: map[string]string{"c1": "e1", "c2": "e2"}}
-	r := xdstest.StartRelay(t, startKeepingDelta(t, k), xdstest.WithConfig(func(c *config.Config) {
+	r := xdstest.StartRelay(t, serveADS(t, k), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.XDSServers[0].Protocol = "delta"
 		c.Upstream.Linger = 0
 		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
@@ -146,7 +146,7 @@ func TestTP2KeyEndsAfterWarmRestartUnderTheWildcard(t *testing.T) {
 				c.Upstream.Linger = 0
 				c.Upstream.DoesNotExistAfter = time.Second
 			})
-			addr := startKeepingDelta(t, k)
+			addr := serveADS(t, k)
 			first := xdstest.StartRelay(t, addr, opt)
 			c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
 			c.Subscribe(resource.ClusterType, []string{"*"}, nil)
@@ -170,17 +170,7 @@ func TestTP2KeyEndsAfterWarmRestartUnderTheWildcard(t *testing.T) {
 			tp2.Close()
 			waitUpstream(t, second, resource.ClusterType, true) // the key's linger ended
 
-			deadline := time.Now().Add(1500 * time.Millisecond) // past the old wait
-			for {
-				resp, ok := wild.TryRecv(time.Until(deadline))
-				if !ok {
-					break
-				}
-				if _, removed := deltaNames(resp); len(removed) > 0 {
-					t.Fatalf("the wildcard client was told %v are gone; the upstream has c1 and c2", removed)
-				}
-				wild.Ack(resp)
-			}
+			refuseRemovals(t, wild, time.Now().Add(1500*time.Millisecond)) // past the old wait
 			subscribed, unsubscribed := false, false
 			for _, req := range k.requests()[from:] {
 				subscribed = subscribed || slices.Contains(req.GetResourceNamesSubscribe(), "c1")
@@ -302,16 +292,38 @@ type gateProxy struct {
 func startGateProxy(t *testing.T, target string) *gateProxy {
 	p := &gateProxy{target: target}
 	p.cond = sync.NewCond(&p.mu)
+	p.addr = serveADS(t, p)
+	return p
+}
+
+// serveADS serves srv on 127.0.0.1:0 until the test ends and returns its
+// address.
+func serveADS(t *testing.T, srv discoverygrpc.AggregatedDiscoveryServiceServer) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, p)
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
-	p.addr = lis.Addr().String()
-	return p
+	return lis.Addr().String()
+}
+
+// refuseRemovals reads c's responses until the deadline, ACKing them, and
+// fails on any removal: the upstream has everything c holds.
+func refuseRemovals(t *testing.T, c *xdstest.DeltaClient, deadline time.Time) {
+	t.Helper()
+	for {
+		resp, ok := c.TryRecv(time.Until(deadline))
+		if !ok {
+			return
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("told %v are gone, but the upstream has them", removed)
+		}
+		c.Ack(resp)
+	}
 }
 
 func (p *gateProxy) pause(on bool) {
@@ -383,19 +395,6 @@ type keepingDelta struct {
 	res  map[string]string // name → eds service name
 	deaf bool
 	reqs []*discoverygrpc.DeltaDiscoveryRequest
-}
-
-// startKeepingDelta serves k on 127.0.0.1:0 until the test ends.
-func startKeepingDelta(t *testing.T, k *keepingDelta) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, k)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	return lis.Addr().String()
 }
 
 // requests returns the CDS requests k received.

@@ -332,15 +332,5 @@ func TestWarmRestartDeltaToldIsSure(t *testing.T) {
 	second := xdstest.StartRelay(t, up.Addr(), opt)
 	named := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "named"})
 	named.Subscribe(resource.ClusterType, []string{"c1"}, nil)
-	deadline := time.Now().Add(4 * quiet)
-	for {
-		resp, ok := named.TryRecv(time.Until(deadline))
-		if !ok {
-			return
-		}
-		if _, removed := deltaNames(resp); len(removed) > 0 {
-			t.Fatalf("told %v is gone, but the upstream has it", removed)
-		}
-		named.Ack(resp)
-	}
+	refuseRemovals(t, named, time.Now().Add(4*quiet))
 }
