@@ -104,8 +104,9 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		lis = tls.NewListener(lis, cfg)
 	}
 	r.dx.mu.Lock()
-	if r.isClosed() {
+	if r.isClosed() { // drained before it began: the listener closes all the same
 		r.dx.mu.Unlock()
+		_ = lis.Close()
 		return nil
 	}
 	r.dx.restHTTP = hs

@@ -1,6 +1,7 @@
 package rest_test
 
 import (
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
@@ -183,4 +185,26 @@ func TestPollEndsOnDrain(t *testing.T) {
 		}
 		return err != nil // connection refused: the listener is closed
 	}, "the REST listener closed by the drain", nil)
+}
+
+// A drain that comes before ServeREST has begun (POST /drain right after
+// the relay says it serves) closes the REST listener all the same: it used
+// to be left open, unserved, and clients' connections hung in its backlog.
+func TestDrainBeforeServeREST(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.REST = &config.REST{Listen: "127.0.0.1:0", PollTimeout: time.Second}
+	}))
+	r.Relay.Drain()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ServeREST(lis); err != nil {
+		t.Fatalf("ServeREST after the drain: %v", err)
+	}
+	if c, err := net.Dial("tcp", lis.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("the REST listener is still open after the drain")
+	}
 }
