@@ -280,7 +280,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		seen[e.Name] = struct{}{}
 		switch {
 		case e.Constraints != "":
-		case !u.Delta || tc.subscribedUpstream(e.Name) || len(tc.params[e.Name]) > 0 || !ofAuthority(e.Name, authority):
+		case !u.Delta || tc.subscribedUpstream(e.Name) || !ofAuthority(e.Name, authority):
 			tc.confirmed(e.Name) // the upstream sent it (a TP2 name's default variant)
 		default:
 			// An answer in flight when its subscription ended (the wildcard's,
@@ -702,7 +702,7 @@ func (r *Relay) declared(sc *scope, authority, typeURL string, names []string) {
 		}
 	}
 	for n, res := range tc.view.Resources {
-		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || len(tc.params[n]) > 0 || tc.unsure[n] {
+		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.unsure[n] {
 			continue
 		}
 		tc.markUnsure(n)
@@ -750,11 +750,20 @@ func ofAuthority(name, authority string) bool {
 }
 
 // subscribedUpstream reports whether an upstream subscription covers the
-// plain name n: its own, the wildcard's (the default authority's names) or
-// its glob collection's. Called with mu held.
+// plain name n: its own, one of its keys with parameters (TP2: the server
+// sends the variant it selects), the wildcard's (the default authority's
+// names) or its glob collection's. Keys whose subscription ended do not
+// count: an answer to one in flight confirms nothing, as the server, which
+// forgot it, would not tell the relay of a deletion (found by the oracle,
+// seed 3006725). Called with mu held.
 func (tc *typeCache) subscribedUpstream(n string) bool {
 	if tc.up[n] {
 		return true
+	}
+	for k := range tc.params[n] {
+		if tc.up[k] {
+			return true
+		}
 	}
 	if a, _ := keying.Authority(n); a == "" && tc.up[keying.Wildcard] {
 		return true

@@ -286,6 +286,7 @@ type gateProxy struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	paused bool
+	held   int // server→relay messages that waited at the gate
 	addr   string
 }
 
@@ -323,6 +324,15 @@ func refuseRemovals(t *testing.T, c *xdstest.DeltaClient, deadline time.Time) {
 			t.Fatalf("told %v are gone, but the upstream has them", removed)
 		}
 		c.Ack(resp)
+	}
+}
+
+// waitHeld waits until n server→relay messages have waited at the gate.
+func (p *gateProxy) waitHeld(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.held < n {
+		p.cond.Wait()
 	}
 }
 
@@ -367,6 +377,10 @@ func (p *gateProxy) DeltaAggregatedResources(down discoverygrpc.AggregatedDiscov
 				return
 			}
 			p.mu.Lock()
+			if p.paused {
+				p.held++
+				p.cond.Broadcast()
+			}
 			for p.paused {
 				p.cond.Wait()
 			}

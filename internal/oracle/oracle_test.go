@@ -174,6 +174,8 @@ var regressions = []struct {
 		"a SotW client subscribed a route during a guarded rollout that held it: its released barrier, from an older View, answered the route with the version the rollout started with, and the subscription's own answer, from the newer View, took it for answered — the client kept the older route for good (fails about one run in three, pre-existing; found against the forgetful server; downstream's TestForcedItemAfterAnOlderAnswer always)"},
 	{2200583, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43},
 		"a listener cached while the SotW upstream stream had the wildcard, deleted upstream after the wildcard was dropped, then named by a gRPC client: served from the cache and trusted — a response without it proves nothing for a name the stream's first request did not have — and the client kept it for good (fails rarely, pre-existing; relay's TestWildcardMemberNamedAfterTheWildcard always)"},
+	{3006725, wholeSchedule(40),
+		"a TP2 cluster's answer in flight when its last subscription with parameters ended confirmed its plain selection, which no subscription covered any more: deleted upstream meanwhile, it was served to a wildcard Envoy from the cache and trusted — the client kept it for good (fails about one run in three, pre-existing; relay's TestInFlightTP2AnswerAfterItsKeyEnded always)"},
 }
 
 // foundForgetful: the regressions found against the forgetful Delta server
