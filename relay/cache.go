@@ -275,13 +275,17 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	sent := make(map[string]map[string]bool) // name → constraints of the variants received
 	removed := make(map[string]bool)         // Delta: names the upstream removed
 	var moveNames []string                   // do_not_cache names whose watchers move to their own scopes
-	var uncovered []string                   // Delta: answers to subscriptions since ended
+	var uncovered []string                   // answers to subscriptions since ended
+	byKey := make(map[string]bool)           // names sent for their keys with parameters alone
 	for _, e := range fresh {
 		seen[e.Name] = struct{}{}
 		switch {
 		case e.Constraints != "":
-		case !u.Delta || tc.subscribedUpstream(e.Name) || !ofAuthority(e.Name, authority):
-			tc.confirmed(e.Name) // the upstream sent it (a TP2 name's default variant)
+			// A TP2 variant: what it confirms is known once the selections are (below).
+		case tc.plainCovered(e.Name) || !ofAuthority(e.Name, authority):
+			tc.confirmed(e.Name) // the upstream sent it
+		case tc.keySubscribed(e.Name):
+			byKey[e.Name] = true // the default variant: it confirms the name if a key selects it (below)
 		default:
 			// An answer in flight when its subscription ended (the wildcard's,
 			// say): the server counts it as held, but may forget it before
@@ -348,9 +352,6 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		}
 		res[e.Name] = e
 		changed[e.Name] = struct{}{}
-	}
-	if c := sc.upstreams[authority]; c != nil && len(uncovered) > 0 {
-		c.Forget(u.TypeURL, uncovered...)
 	}
 	remove := func(name string) {
 		if tc.variantMode(name) {
@@ -485,6 +486,19 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return !sent[name][v.res.Constraints] })
 		}
 		r.resolveVariants(tc, name, res, changed)
+		// The name's plain selection, if the upstream sent it, is confirmed
+		// when a subscription covers it: the name's own, the wildcard's, its
+		// glob's, or a key with parameters that selects the same variant. A
+		// key that selects another variant is never sent the plain one, nor
+		// its deletion (found by a review). Else it is an answer to a
+		// subscription since ended, like the default branch above.
+		if sel, ok := res[name]; ok && sent[name][sel.Constraints] && tc.selectionCovered(name, res, authority) {
+			tc.confirmed(name)
+		} else if byKey[name] {
+			tc.markUnsure(name)
+			uncovered = append(uncovered, name)
+		}
+		delete(byKey, name)
 		for k := range tc.params[name] {
 			if sel, ok := res[k]; ok && errs[k] != nil && sent[name][sel.Constraints] {
 				ownErrs() // the variant it selects arrived: its error is over
@@ -511,6 +525,12 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 				changed[k] = struct{}{}
 			}
 		}
+	}
+	for name := range byKey {
+		tc.confirmed(name) // not in variant mode: its keys select the one variant there is
+	}
+	if c := sc.upstreams[authority]; c != nil && len(uncovered) > 0 {
+		c.Forget(u.TypeURL, uncovered...) // (nothing on SotW)
 	}
 	// Guarded rollout: changes of cached resources go to canaries first.
 	var rolled []string
@@ -750,26 +770,56 @@ func ofAuthority(name, authority string) bool {
 }
 
 // subscribedUpstream reports whether an upstream subscription covers the
-// plain name n: its own, one of its keys with parameters (TP2: the server
-// sends the variant it selects), the wildcard's (the default authority's
-// names) or its glob collection's. Keys whose subscription ended do not
+// plain name n: its own, the wildcard's (the default authority's names),
+// its glob collection's, or one of its keys with parameters (TP2: the server
+// sends the variant the key selects). Keys whose subscription ended do not
 // count: an answer to one in flight confirms nothing, as the server, which
 // forgot it, would not tell the relay of a deletion (found by the oracle,
 // seed 3006725). Called with mu held.
 func (tc *typeCache) subscribedUpstream(n string) bool {
+	return tc.plainCovered(n) || tc.keySubscribed(n)
+}
+
+// plainCovered reports whether the name's own subscription, the wildcard's
+// (the default authority's names) or its glob collection's covers n.
+// Called with mu held.
+func (tc *typeCache) plainCovered(n string) bool {
 	if tc.up[n] {
 		return true
-	}
-	for k := range tc.params[n] {
-		if tc.up[k] {
-			return true
-		}
 	}
 	if a, _ := keying.Authority(n); a == "" && tc.up[keying.Wildcard] {
 		return true
 	}
 	g := keying.GlobOf(n)
 	return g != "" && tc.up[g]
+}
+
+// keySubscribed reports whether one of n's keys with parameters is
+// subscribed upstream. Called with mu held.
+func (tc *typeCache) keySubscribed(n string) bool {
+	for k := range tc.params[n] {
+		if tc.up[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// selectionCovered reports whether a subscription covers the variant that
+// is n's plain selection in res: n's own, the wildcard's, its glob's (or n
+// is another authority's), or a subscribed key of n that selects the same
+// variant. Called with mu held.
+func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resource, authority string) bool {
+	if tc.plainCovered(n) || !ofAuthority(n, authority) {
+		return true
+	}
+	sel := res[n]
+	for k := range tc.params[n] {
+		if ks, ok := res[k]; ok && tc.up[k] && ks.Root() == sel.Root() {
+			return true
+		}
+	}
+	return false
 }
 
 // publish makes v the type's current View and updates the cache gauges.

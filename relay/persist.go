@@ -254,7 +254,7 @@ func (r *Relay) loadPersisted(path string) {
 						tc.unconfirmed = make(map[string]bool)
 					}
 					tc.unconfirmed[res.Authority] = true // until its upstream answers
-					if name == res.Name && !tc.variantMode(name) {
+					if name == res.Name && res.Constraints == "" {
 						// Not from this process's upstream: served, but taken for
 						// deleted unless the upstream sends it again or, on Delta,
 						// is told the relay holds it (upstreamVersions).
