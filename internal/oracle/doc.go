@@ -16,7 +16,8 @@
 //   - no phantom loss: it is told a resource is gone (a Delta removal, an
 //     omission from a SotW LDS/CDS response) only if the upstream removed it
 //     after publishing the content the client holds, or the relay it talks
-//     to has nothing newer from the upstream than a state without it;
+//     to may have nothing newer from the upstream than a state without it
+//     (a state it acknowledged, or one sent since: a replica behind);
 //   - no invented state: every (name, variant, content) it holds is one the
 //     upstream published, for a variant its parameters select;
 //   - make before break on ADS: nothing it holds refers to a resource it was

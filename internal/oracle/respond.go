@@ -238,17 +238,19 @@ func (c *Client) accept(t string, it item) (*held, bool) {
 
 // justified reports (and otherwise fails the run) whether the client may be
 // told that h is gone: the upstream removed it after publishing the content
-// the client holds, or the relay it talks to has nothing newer from the
-// upstream than a state without it (a replica behind its sibling). Called
-// with mu held.
+// the client holds, or the relay it talks to may have nothing newer from
+// the upstream than a state without it (a replica behind its sibling: see
+// window). Called with mu held.
 func (c *Client) justified(t string, h *held) bool {
 	env := c.env(t)
 	if c.run.world.GoneSince(t, h.name, env, h.hash, 0) {
 		return true
 	}
-	for _, inst := range []string{c.run.instance(c.target), c.spec.ID} {
-		if i := c.run.sent(inst, t); i >= 0 && c.run.world.AbsentAt(t, h.name, env, i) {
-			return true
+	for _, w := range c.run.windows(c.run.instance(c.target), t) {
+		for i := w.low; i <= w.high; i++ {
+			if c.run.world.AbsentAt(t, h.name, env, i) {
+				return true
+			}
 		}
 	}
 	c.fail("told %s %s (content %s) is gone, but the upstream has it (phantom loss)", t, h.name, h.hash)

@@ -530,14 +530,14 @@ func (r *Run) instance(i int) string {
 	return s.id
 }
 
-// sent is the latest snapshot index any upstream server sent instance of
-// typeURL.
-func (r *Run) sent(instance, typeURL string) int {
-	best := -1
+// windows returns the windows of instance's scopes for typeURL on every
+// upstream server (see window).
+func (r *Run) windows(instance, typeURL string) []window {
+	var out []window
 	for _, u := range r.ups {
-		best = max(best, u.Sent(instance, typeURL))
+		out = append(out, u.Windows(instance, typeURL)...)
 	}
-	return best
+	return out
 }
 
 func (r *Run) relayAddr(i int) string {

@@ -27,8 +27,8 @@ import (
 // LDS/CDS, Delta removals of what a stream holds, TP2 locators answered with
 // the selected variant wrapped with its constraints, do_not_cache marked —
 // pushes each snapshot type by type (in xDS order when ordered, else in a
-// random order), and records, per relay instance, the latest snapshot index
-// it sent for each type: what that relay can know at most.
+// random order), and records, per relay scope (a stream's node id), the
+// window of snapshot indexes the relay's state of each type is in (window).
 type Upstream struct {
 	world     *World
 	ordered   bool
@@ -40,7 +40,20 @@ type Upstream struct {
 	done    chan struct{}
 	rng     *rand.Rand
 	streams map[*ustream]struct{}
-	sent    map[string]map[string]int // relay instance → type → latest index sent
+	sent    map[string]map[string]*window // node id (a relay scope) → type → what it was told
+}
+
+// window is what a relay scope's streams told it of one type: low is the
+// snapshot index of the latest response it acknowledged (it applied it:
+// it knows at least that much), high the latest queued (it may know that
+// much at most; a response still on its way is not applied yet — the
+// replica is behind, found with seed 3401325).
+type window struct{ low, high int }
+
+// pendingIndex is a queued response's nonce and snapshot index.
+type pendingIndex struct {
+	nonce string
+	index int
 }
 
 // ustream is one ADS stream to the Upstream.
@@ -67,11 +80,12 @@ type usub struct {
 	lastSel   string            // SotW: the selection hash last sent
 	held      map[string]string // Delta: key → version the stream holds
 	heldEnv   map[string]string // Delta: key → env of the variant held (TP2 removals)
+	pending   []pendingIndex    // responses not acknowledged yet
 }
 
 func newUpstream(w *World, ordered, forgetful bool, seed uint64) *Upstream {
 	return &Upstream{world: w, ordered: ordered, forgetful: forgetful, rng: rand.New(rand.NewPCG(seed, 3)),
-		streams: map[*ustream]struct{}{}, sent: map[string]map[string]int{}}
+		streams: map[*ustream]struct{}{}, sent: map[string]map[string]*window{}}
 }
 
 // start serves on addr (port 0 the first time, the same address on a
@@ -119,15 +133,18 @@ func (u *Upstream) running() bool {
 	return u.srv != nil
 }
 
-// Sent returns the latest snapshot index the Upstream sent relay instance
-// for typeURL, -1 for none.
-func (u *Upstream) Sent(instance, typeURL string) int {
+// Windows returns the windows of the scopes of relay instance for typeURL
+// (see window).
+func (u *Upstream) Windows(instance, typeURL string) []window {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if i, ok := u.sent[instance][typeURL]; ok {
-		return i
+	var out []window
+	for node, types := range u.sent {
+		if w := types[typeURL]; w != nil && instanceOf(node) == instance {
+			out = append(out, *w)
+		}
 	}
-	return -1
+	return out
 }
 
 // publish pushes the World's latest snapshot to every stream.
@@ -215,21 +232,45 @@ func (s *ustream) sender(ctx context.Context) {
 
 // queueLocked queues a response and records what it tells the relay.
 // Called with s.mu held.
-func (s *ustream) queueLocked(m proto.Message, typeURL string, index int) {
+func (s *ustream) queueLocked(m proto.Message, typeURL, nonce string, index int) {
 	s.out = append(s.out, m)
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	if inst := instanceOf(s.node); inst != "" {
-		s.u.mu.Lock()
-		if s.u.sent[inst] == nil {
-			s.u.sent[inst] = map[string]int{}
+	if instanceOf(s.node) == "" {
+		return
+	}
+	st := s.sub(typeURL)
+	st.pending = append(st.pending, pendingIndex{nonce, index})
+	s.u.mu.Lock()
+	defer s.u.mu.Unlock()
+	if s.u.sent[s.node] == nil {
+		s.u.sent[s.node] = map[string]*window{}
+	}
+	if w := s.u.sent[s.node][typeURL]; w == nil {
+		s.u.sent[s.node][typeURL] = &window{low: index, high: index}
+	} else {
+		w.high = max(w.high, index)
+	}
+}
+
+// ackedLocked records that the relay acknowledged (ACK or NACK) the
+// response of typeURL with nonce: it applied it and the ones before.
+// Called with s.mu held.
+func (s *ustream) ackedLocked(typeURL, nonce string) {
+	st := s.sub(typeURL)
+	for i, p := range st.pending {
+		if p.nonce != nonce {
+			continue
 		}
-		if index > s.u.sent[inst][typeURL] || s.u.sent[inst][typeURL] == 0 {
-			s.u.sent[inst][typeURL] = index
+		st.pending = st.pending[i+1:]
+		s.u.mu.Lock()
+		if w := s.u.sent[s.node][typeURL]; w != nil {
+			w.low = max(w.low, p.index)
 		}
 		s.u.mu.Unlock()
+		return
 	}
 }
 
@@ -299,6 +340,7 @@ func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
 	}
 	t := req.GetTypeUrl()
 	st := s.sub(t)
+	s.ackedLocked(t, req.GetResponseNonce())
 	if st.lastNonce != "" && req.GetResponseNonce() != st.lastNonce {
 		return // xDS: stale
 	}
@@ -382,7 +424,7 @@ func (s *ustream) respondSotW(snap *Snapshot, typeURL string, st *usub, force bo
 		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: r.Body})
 	}
 	st.lastNonce = resp.Nonce
-	s.queueLocked(resp, typeURL, snap.Index)
+	s.queueLocked(resp, typeURL, resp.Nonce, snap.Index)
 }
 
 // onDelta handles a Delta request: subscription changes whatever the nonce;
@@ -395,6 +437,7 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	}
 	t := req.GetTypeUrl()
 	st := s.sub(t)
+	s.ackedLocked(t, req.GetResponseNonce())
 	first := !st.requested
 	st.requested = true
 	if first {
@@ -490,7 +533,7 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 	}
 	s.nonce++
 	resp.Nonce = strconv.Itoa(s.nonce)
-	s.queueLocked(resp, typeURL, snap.Index)
+	s.queueLocked(resp, typeURL, resp.Nonce, snap.Index)
 }
 
 // push sends snap's typeURL to the stream where its selection changed.
