@@ -322,14 +322,14 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			delete(tc.unreachable, e.Name)
 			changed[e.Name] = struct{}{}
 		}
+		if sent[e.Name] == nil {
+			sent[e.Name] = make(map[string]bool)
+		}
+		sent[e.Name][e.Constraints] = true // (a default variant applied before a constrained one of it entered variant mode)
 		if e.Constraints != "" || tc.variantMode(e.Name) {
 			tc.enterVariantMode(e.Name, res)
 			tc.putVariant(variant{res: e, c: constraints[e]})
 			resolved[e.Name] = true
-			if sent[e.Name] == nil {
-				sent[e.Name] = make(map[string]bool)
-			}
-			sent[e.Name][e.Constraints] = true
 			continue
 		}
 		if _, ok := owned(e.Name); ok {

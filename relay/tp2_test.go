@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -453,4 +454,46 @@ func TestTP2DeltaInitialVersions(t *testing.T) {
 		ResourceLocatorsSubscribe: sub.ResourceLocatorsSubscribe,
 		InitialResourceVersions:   map[string]string{"routes": version}})
 	again.ExpectNoResponse(quiet)
+}
+
+// A full-state SotW CDS response carries, for a name with no TP2 key, its
+// default variant and then a constrained one (a server may send variants to
+// a plain or wildcard subscriber, see upstream.matchKeys): the default went
+// through the plain branch, the constrained one put the name in variant
+// mode, and only it counted as sent — the full-state pruning dropped the
+// default, and wildcard clients were told the name was gone (found by a
+// review, pre-existing).
+func TestVariantModeEnteredMidResponse(t *testing.T) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+	}))
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	s := f.stream(t)
+	s.next(resource.ClusterType)
+	s.send(resource.ClusterType, "1", xdstest.EDSCluster("c", "eds"))
+	wild.Ack(wild.MustRecv())
+
+	body, err := anypb.New(xdstest.EDSCluster("c", "eds-prod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := &discoverygrpc.Resource{
+		ResourceName: &discoverygrpc.ResourceName{Name: "c", DynamicParameterConstraints: eq("env", "prod")},
+		Resource:     body,
+	}
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("c", "eds"), prod)
+	deadline := time.Now().Add(time.Second)
+	for {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			return // nothing removed: right
+		}
+		wild.Ack(resp)
+		if _, removed := deltaNames(resp); slices.Contains(removed, "c") {
+			t.Fatalf("c removed from a wildcard client although the upstream sent it; cache: %+v",
+				r.DebugCache(relay.CacheFilter{Type: "Cluster"}))
+		}
+	}
 }
