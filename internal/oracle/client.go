@@ -109,6 +109,10 @@ type ctype struct {
 	// (carrying the same version) reached the client after it: one
 	// response repeating the held version is then that answer, no duplicate.
 	resub map[string]bool
+	// since: the relay's windows (see window) when the first request of
+	// the type went out on the current stream: every response on it is
+	// built from a state at least as new as the low it had then.
+	since map[string]window
 }
 
 // Client is a simulated xDS client of the relay.
@@ -327,6 +331,9 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 		return
 	}
 	ct := c.types[typeURL]
+	if !ct.sent {
+		ct.since = c.run.windows(c.run.instance(c.target), typeURL)
+	}
 	var node *corev3.Node
 	if s.first {
 		node, s.first = c.node(), false

@@ -17,7 +17,8 @@
 //     omission from a SotW LDS/CDS response) only if the upstream removed it
 //     after publishing the content the client holds, or the relay it talks
 //     to may have nothing newer from the upstream than a state without it
-//     (a state it acknowledged, or one sent since: a replica behind);
+//     (one it had acknowledged when the client's stream asked for the type,
+//     or one sent since: a replica behind);
 //   - no invented state: every (name, variant, content) it holds is one the
 //     upstream published, for a variant its parameters select;
 //   - make before break on ADS: nothing it holds refers to a resource it was

@@ -246,8 +246,14 @@ func (c *Client) justified(t string, h *held) bool {
 	if c.run.world.GoneSince(t, h.name, env, h.hash, 0) {
 		return true
 	}
-	for _, w := range c.run.windows(c.run.instance(c.target), t) {
-		for i := w.low; i <= w.high; i++ {
+	for scope, w := range c.run.windows(c.run.instance(c.target), t) {
+		// Not the latest acknowledged: the relay may have acknowledged a
+		// newer state since it built this response.
+		low := w.first
+		if then, ok := c.types[t].since[scope]; ok {
+			low = then.low
+		}
+		for i := low; i <= w.high; i++ {
 			if c.run.world.AbsentAt(t, h.name, env, i) {
 				return true
 			}

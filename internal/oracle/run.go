@@ -531,11 +531,13 @@ func (r *Run) instance(i int) string {
 }
 
 // windows returns the windows of instance's scopes for typeURL on every
-// upstream server (see window).
-func (r *Run) windows(instance, typeURL string) []window {
-	var out []window
-	for _, u := range r.ups {
-		out = append(out, u.Windows(instance, typeURL)...)
+// upstream server (see window), by server and node id.
+func (r *Run) windows(instance, typeURL string) map[string]window {
+	out := map[string]window{}
+	for i, u := range r.ups {
+		for node, w := range u.Windows(instance, typeURL) {
+			out[fmt.Sprintf("%d %s", i, node)] = w
+		}
 	}
 	return out
 }

@@ -48,7 +48,9 @@ type Upstream struct {
 // it knows at least that much), high the latest queued (it may know that
 // much at most; a response still on its way is not applied yet — the
 // replica is behind, found with seed 3401325).
-type window struct{ low, high int }
+// first is the index of the first response queued (its state is the
+// oldest the relay may have applied from these streams).
+type window struct{ first, low, high int }
 
 // pendingIndex is a queued response's nonce and snapshot index.
 type pendingIndex struct {
@@ -133,15 +135,15 @@ func (u *Upstream) running() bool {
 	return u.srv != nil
 }
 
-// Windows returns the windows of the scopes of relay instance for typeURL
-// (see window).
-func (u *Upstream) Windows(instance, typeURL string) []window {
+// Windows returns the windows of relay instance's scopes for typeURL by
+// node id (see window).
+func (u *Upstream) Windows(instance, typeURL string) map[string]window {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var out []window
+	out := map[string]window{}
 	for node, types := range u.sent {
 		if w := types[typeURL]; w != nil && instanceOf(node) == instance {
-			out = append(out, *w)
+			out[node] = *w
 		}
 	}
 	return out
@@ -249,7 +251,7 @@ func (s *ustream) queueLocked(m proto.Message, typeURL, nonce string, index int)
 		s.u.sent[s.node] = map[string]*window{}
 	}
 	if w := s.u.sent[s.node][typeURL]; w == nil {
-		s.u.sent[s.node][typeURL] = &window{low: index, high: index}
+		s.u.sent[s.node][typeURL] = &window{first: index, low: index, high: index}
 	} else {
 		w.high = max(w.high, index)
 	}
