@@ -278,6 +278,7 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	var uncovered []string                   // answers to subscriptions since ended
 	byKey := make(map[string]bool)           // names sent for their keys with parameters alone
 	for _, e := range fresh {
+		_, again := seen[e.Name] // this response carried the name already
 		seen[e.Name] = struct{}{}
 		switch {
 		case e.Constraints != "":
@@ -322,11 +323,17 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 			delete(tc.unreachable, e.Name)
 			changed[e.Name] = struct{}{}
 		}
-		if sent[e.Name] == nil {
-			sent[e.Name] = make(map[string]bool)
-		}
-		sent[e.Name][e.Constraints] = true // (a default variant applied before a constrained one of it entered variant mode)
 		if e.Constraints != "" || tc.variantMode(e.Name) {
+			if sent[e.Name] == nil {
+				sent[e.Name] = make(map[string]bool)
+			}
+			if again && !tc.variantMode(e.Name) {
+				// Its default came first in this response, applied as a
+				// plain resource: it was sent too, or the full-state pruning
+				// drops it (found by a review).
+				sent[e.Name][""] = true
+			}
+			sent[e.Name][e.Constraints] = true
 			tc.enterVariantMode(e.Name, res)
 			tc.putVariant(variant{res: e, c: constraints[e]})
 			resolved[e.Name] = true
