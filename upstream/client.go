@@ -231,7 +231,10 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			}
 			switch {
 			case n == keying.Wildcard:
-				st.wildSure, st.settleAt = false, time.Time{}
+				st.wildSure = false
+				if st.answered {
+					st.settleAt = time.Time{}
+				} // else the wait for the type's first answer goes on (settle.go)
 				// Only explicitly subscribed names stay of interest.
 				for k := range st.known {
 					if _, ok := st.names[k]; !ok {

@@ -108,3 +108,39 @@ func TestWildcardNotProvenByADroppedName(t *testing.T) {
 		t.Fatalf("a response carrying only the name just dropped claims the wildcard's full set: %+v", u)
 	}
 }
+
+// silentADS is a Delta server that reads every request and answers none, as
+// a server does whose resources all have the versions the relay declared.
+type silentADS struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+}
+
+func (silentADS) DeltaAggregatedResources(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	for {
+		if _, err := s.Recv(); err != nil {
+			return nil
+		}
+	}
+}
+
+// A type the server has not answered on a new stream settles after the
+// server said nothing, even when a wildcard came and went meanwhile: the end
+// of the wildcard's wait is not the end of the type's (the relay's cache of
+// the type stayed unconfirmed for good, and clients that came from another
+// replica were never answered; oracle seed 4101837).
+func TestTypeSettlesAfterAWildcardCameAndWent(t *testing.T) {
+	srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, silentADS{}) })
+	rec := &recorder{}
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, Settle: 100 * time.Millisecond}, rec, srv.addr)
+	cur, ucur := 0, 0
+	c.Subscribe(keying.ListenerType, "l4")
+	srv.nextDelta(t, &cur, keying.ListenerType)
+	c.Subscribe(keying.ListenerType, keying.Wildcard)
+	srv.nextDelta(t, &cur, keying.ListenerType)
+	c.Unsubscribe(keying.ListenerType, keying.Wildcard)
+	srv.nextDelta(t, &cur, keying.ListenerType)
+	u := rec.nextUpdate(t, &ucur, keying.ListenerType)
+	if !u.Settled || u.Complete {
+		t.Fatalf("the type's update after the server said nothing: %+v, want settled, not complete", u)
+	}
+}
