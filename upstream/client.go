@@ -98,8 +98,8 @@ type typeState struct {
 	// certainly applies the wildcard on this stream; settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
 	// (zero: no wait); refetch: the type was subscribed again and asked for
-	// with no version, and nothing settles before the server answers. See
-	// settle.go.
+	// with no version, and no wildcard settles before the server answers.
+	// See settle.go.
 	answered bool
 	wildSure bool
 	settleAt time.Time
@@ -186,6 +186,9 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 		// same request again would get nothing. Nor does anything settle
 		// before it answers: the relay holds none of those answers.
 		st.version, st.refetch = "", true
+		if !st.answered {
+			c.armSettleLocked(st) // the type's first answer: a full wait from this request
+		}
 	}
 	changed := false
 	for _, n := range names {

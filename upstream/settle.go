@@ -131,7 +131,15 @@ func (c *Client) settleDue(server string, delta bool) {
 		}
 		st.settleAt = time.Time{}
 		if st.refetch {
-			continue // the server answers a request with no version
+			// The server answers a request with no version: its silence
+			// proves no wildcard. But it says nothing of named resources it
+			// lacks, so silence still ends the wait for the type's first
+			// answer on the stream.
+			if !st.answered {
+				st.answered = true
+				due = append(due, t)
+			}
+			continue
 		}
 		settled := !st.answered
 		hadResponse := st.answered

@@ -144,3 +144,52 @@ func TestTypeSettlesAfterAWildcardCameAndWent(t *testing.T) {
 		t.Fatalf("the type's update after the server said nothing: %+v, want settled, not complete", u)
 	}
 }
+
+// silentSotW is a SotW server that reads every request and answers none, as
+// a server does that lacks the named resources (it says nothing of them).
+type silentSotW struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+}
+
+func (silentSotW) StreamAggregatedResources(s discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	for {
+		if _, err := s.Recv(); err != nil {
+			return nil
+		}
+	}
+}
+
+// On SotW, a type dropped and subscribed again before the server answered
+// it on the stream is asked for again with no version; the server's silence
+// proves no wildcard then, but it still ends the wait for the type's first
+// answer (found by a review: the wait was lost, the cache stayed
+// unconfirmed for good).
+func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name, typeURL, sub string
+		again              bool
+	}{
+		{"named", keying.EndpointType, "e1", false},
+		{"named again", keying.EndpointType, "e1", true},
+		{"wildcard again", keying.ListenerType, keying.Wildcard, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, silentSotW{}) })
+			rec := &recorder{}
+			c := newClientCfg(t, upstream.Config{Mode: upstream.ModeSotW, Settle: 300 * time.Millisecond}, rec, srv.addr)
+			cur, ucur := 0, 0
+			c.Subscribe(tc.typeURL, tc.sub)
+			srv.nextSotW(t, &cur, tc.typeURL)
+			if tc.again {
+				c.Unsubscribe(tc.typeURL, tc.sub)
+				srv.nextSotW(t, &cur, tc.typeURL)
+				c.Subscribe(tc.typeURL, tc.sub)
+				srv.nextSotW(t, &cur, tc.typeURL)
+			}
+			u := rec.nextUpdate(t, &ucur, tc.typeURL)
+			if !u.Settled || u.Complete != (tc.sub == keying.Wildcard && !tc.again) {
+				t.Fatalf("the type's update after the server said nothing: %+v", u)
+			}
+		})
+	}
+}
