@@ -335,7 +335,7 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		// rather than lose what it holds.
 		return st.holdFull(ts, v, "unknown")
 	}
-	if ts.fromElsewhere && v.Stale {
+	if ts.fromElsewhere && ts.staleIn(v) {
 		return st.holdFull(ts, v, "stale")
 	}
 	if !ts.wildcard && sel.present == 0 && sel.errors == 0 && !ts.sentOnce && !sel.gone {

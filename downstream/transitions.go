@@ -12,9 +12,10 @@ import (
 // client: for an Envoy that drops a listener's connections or empties a pool.
 // A relay's cache can lack what exists upstream — cold after a restart, on a
 // new replica, while the upstream is away — so a stream tells its client a
-// resource is gone only when the View knows it (View.gone: the upstream said
-// so, or it is missing from the complete wildcard set), and never from a
-// Stale View to a client that holds config from elsewhere. Until then the
+// resource is gone only when the View knows it (View.Gone: the upstream said
+// so, or it is missing from the complete wildcard set), and never from
+// unconfirmed data (View.Stale: the authority's upstream is away or has not
+// answered since) to a client that holds config from elsewhere. Until then the
 // response (SotW) or the removal (Delta) is held back: the client keeps what
 // it has. Each hold is counted (xds_relay_removals_held_total) and logged.
 
@@ -48,6 +49,23 @@ func (ts *typeState) keepsHeld(v *View, b *body) bool {
 	return true
 }
 
+// staleIn reports whether v's word on any of the stream's subscriptions is
+// unconfirmed (View.Stale). Called with mu held.
+func (ts *typeState) staleIn(v *View) bool {
+	if len(v.Unconfirmed) == 0 {
+		return false
+	}
+	if ts.wildcard && v.Stale(keying.Wildcard) {
+		return true
+	}
+	for k := range ts.names {
+		if v.Stale(k) {
+			return true
+		}
+	}
+	return false
+}
+
 // subscribes reports whether the stream still subscribes to key: by name,
 // through its glob collection, or, for a plain name of the default
 // authority, through the wildcard.
@@ -60,17 +78,17 @@ func (ts *typeState) subscribes(v *View, key string) bool {
 }
 
 // mayRemove reports whether a Delta stream may tell its client that key,
-// which it holds, is gone: the View knows it, and it does not come from a
-// Stale View to a client that brought the resource from elsewhere. Called
+// which it holds, is gone: the View knows it, and not from unconfirmed data
+// (View.Stale) when the client brought the resource from elsewhere. Called
 // with mu held.
 func (st *stream) mayRemove(ts *typeState, v *View, key string) bool {
 	_, brought := ts.initial[key]
-	if v.Gone(key) && !(brought && v.Stale) {
+	if v.Gone(key) && !(brought && v.Stale(key)) {
 		delete(ts.heldBack, key)
 		return true
 	}
 	reason := "unknown"
-	if v.Stale {
+	if v.Stale(key) {
 		reason = "stale"
 	}
 	if ts.heldBack == nil {

@@ -135,12 +135,13 @@ type View struct {
 	// Complete reports that the upstream answered the wildcard subscription,
 	// so the default authority's resources are the full set.
 	Complete bool
-	// Stale reports that some of the View is not confirmed by a live
-	// upstream stream: the upstream is away, or has not answered since the
-	// relay reconnected or started from its warm-restart file. Clients that
-	// hold config from elsewhere are not told anything is gone from a stale
-	// View.
-	Stale bool
+	// Unconfirmed holds the authorities ("" the default servers') whose word
+	// in the View no live upstream stream confirms: the upstream is away, or
+	// has not answered since the relay reconnected or started from its
+	// warm-restart file (never modified once published; may be shared
+	// between Views). Clients that hold config from elsewhere are not told
+	// that a resource of such an authority is gone (Stale).
+	Unconfirmed map[string]bool
 	// Received is when the change arrived from upstream.
 	Received time.Time
 	// Heartbeats holds names whose TTL the upstream refreshed without a
@@ -165,7 +166,20 @@ type View struct {
 // publishes it. v is not modified.
 func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 	return &View{TypeURL: v.TypeURL, Seq: seq, Resources: v.Resources, Changed: changed, Absent: v.Absent,
-		Errors: v.Errors, Complete: v.Complete, Stale: v.Stale, Received: v.Received}
+		Errors: v.Errors, Complete: v.Complete, Unconfirmed: v.Unconfirmed, Received: v.Received}
+}
+
+// Stale reports whether the View's word on key (a name, a subscription key,
+// a glob collection or the wildcard) is not confirmed by its authority's
+// live upstream stream. Another authority's unconfirmed data does not make
+// it so: an authority that no longer subscribes the type may stay
+// unconfirmed for good.
+func (v *View) Stale(key string) bool {
+	if len(v.Unconfirmed) == 0 {
+		return false
+	}
+	auth, _ := keying.Authority(key)
+	return v.Unconfirmed[auth]
 }
 
 // Gone reports whether the View knows that key does not exist upstream: the

@@ -76,7 +76,7 @@ type typeCache struct {
 
 	// unconfirmed holds the authorities whose data in the View no upstream
 	// response confirmed since their stream (re)started or the relay loaded
-	// its warm-restart file: the View is Stale while it is not empty.
+	// its warm-restart file (published as View.Unconfirmed).
 	unconfirmed map[string]bool
 }
 
@@ -114,10 +114,10 @@ func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 	}
 }
 
-// unconfirm marks the Views of sc that hold data of authority Stale: its
-// upstream stream is gone. Nobody is notified: a stale View serves as
-// before (fail static) but tells no client that held config elsewhere that
-// anything is gone. Called with mu held.
+// unconfirm marks the data of authority in the Views of sc that hold some
+// unconfirmed (View.Unconfirmed): its upstream stream is gone. Nobody is
+// notified: the View serves as before (fail static) but tells no client
+// that held config elsewhere that any of it is gone. Called with mu held.
 func (r *Relay) unconfirm(sc *scope, authority string) {
 	for _, tc := range sc.types {
 		if tc.unconfirmed[authority] || !tc.holds(authority) {
@@ -127,11 +127,9 @@ func (r *Relay) unconfirm(sc *scope, authority string) {
 			tc.unconfirmed = make(map[string]bool)
 		}
 		tc.unconfirmed[authority] = true
-		if !tc.view.Stale {
-			v := r.nextView(tc, nil)
-			v.Stale = true
-			r.publish(tc, v)
-		}
+		v := r.nextView(tc, nil)
+		v.Unconfirmed = maps.Clone(tc.unconfirmed)
+		r.publish(tc, v)
 	}
 }
 
@@ -564,12 +562,16 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 	// it never holds the whole set while one of them is in it.
 	complete := (old.Complete || (u.Complete && authority == "")) && (tc.up[keying.Wildcard] || authority != "") &&
 		(sc.own || !tc.withholdsWildcard())
-	delete(tc.unconfirmed, authority) // the upstream answered on its current stream
-	stale := len(tc.unconfirmed) > 0
+	confirmed := old.Unconfirmed[authority] // the upstream answered on its current stream
+	delete(tc.unconfirmed, authority)
+	unconfirmed := old.Unconfirmed
+	if confirmed {
+		unconfirmed = maps.Clone(tc.unconfirmed)
+	}
 	if len(beats) == 0 {
 		beats = nil
 	}
-	if len(changed) == 0 && complete == old.Complete && stale == old.Stale {
+	if len(changed) == 0 && complete == old.Complete && !confirmed {
 		if touched || len(res) != len(old.Resources) || beats != nil {
 			v := r.nextView(tc, nil)
 			v.Resources, v.Absent, v.Errors, v.Heartbeats = res, absent, errs, beats
@@ -582,11 +584,11 @@ func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
 		return nil
 	}
 	v := r.nextView(tc, changed)
-	v.Resources, v.Absent, v.Errors, v.Complete, v.Stale, v.Received = res, absent, errs, complete, stale, now
+	v.Resources, v.Absent, v.Errors, v.Complete, v.Unconfirmed, v.Received = res, absent, errs, complete, unconfirmed, now
 	v.Heartbeats = beats
 	r.publish(tc, v)
-	if old.Stale && !stale {
-		// Confirmed again: streams that held back for a stale View look again.
+	if confirmed {
+		// Confirmed again: streams that held back for its data look again.
 		defer r.notifyEvery(tc, v)
 	}
 	r.moveNoCache(tc, moveNames)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
@@ -261,7 +262,7 @@ func (r *Relay) loadPersisted(path string) {
 						tc.markUnsure(name)
 					}
 				}
-				v.Seq, v.Stale = r.nextSeq(), len(tc.unconfirmed) > 0
+				v.Seq, v.Unconfirmed = r.nextSeq(), maps.Clone(tc.unconfirmed)
 				r.publish(tc, v)
 				for name := range v.Resources {
 					r.unref.add(tc.lruKey(name))

@@ -54,13 +54,13 @@ func (p *poll) answer(v *downstream.View) answer {
 			a.resources = append(a.resources, r)
 		}
 	}
-	// trust: what the View says is gone may be told to this client.
-	trust := !v.Stale || p.version == ""
+	// trust: what the View says of k being gone may be told to this client.
+	trust := func(k string) bool { return p.version == "" || !v.Stale(k) }
 	// some: the View says something of the subscription; all: of every
 	// name of it, as a full-state (LDS/CDS) answer must.
 	some, all := false, true
 	if p.wildcard {
-		if v.Complete && trust {
+		if v.Complete && trust(keying.Wildcard) {
 			some = true
 		} else {
 			all = false
@@ -84,10 +84,10 @@ func (p *poll) answer(v *downstream.View) answer {
 		if r, ok := v.Resources[k]; ok {
 			add(r)
 			some = true
-		} else if e, ok := v.Errors[k]; ok && (trust || !v.Gone(k)) {
+		} else if e, ok := v.Errors[k]; ok && (trust(k) || !v.Gone(k)) {
 			a.errs = append(a.errs, e) // TP3: cached errors are answered like resources
 			some = true
-		} else if v.Gone(k) && trust {
+		} else if v.Gone(k) && trust(k) {
 			some = true
 		} else {
 			all = false

@@ -39,7 +39,7 @@ import (
 // versions the relay holds sends nothing when nothing changed. A type counts
 // as answered at its first response, or when the server said nothing for the
 // settle time after the type's first request. Until then the relay's cached
-// data of the type is not confirmed (relay: View.Stale).
+// data of the type is not confirmed (relay: View.Unconfirmed).
 //
 // Both end in an Update with Settled set when no response settled them.
 
