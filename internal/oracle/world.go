@@ -122,8 +122,12 @@ func (w *World) Published(typeURL, name, env, hash string) bool {
 }
 
 // GoneSince reports whether the selection of name for env was ever absent
-// at an index at or after the first one at which it had the content hash
-// (hash "": since from): a removal of content hash is the upstream's word.
+// at an index at or after the first one at which a variant of name had the
+// content hash (hash "": since from): a removal of content hash is the
+// upstream's word. Any variant, not only the one env selects: a TP2 caching
+// proxy matches a new subscription against the variants it holds, so a
+// client may hold the default variant while the upstream also has its own
+// (found by seed 4401120: told the name was gone once the upstream had none).
 func (w *World) GoneSince(typeURL, name, env, hash string, from int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -133,7 +137,7 @@ func (w *World) GoneSince(typeURL, name, env, hash string, from int) bool {
 			continue
 		}
 		r := s.Select(typeURL, name, env)
-		if first < 0 && (hash == "" || (r != nil && r.Hash == hash)) {
+		if first < 0 && (hash == "" || slices.ContainsFunc(s.Res[typeURL][name], func(v *Res) bool { return v.Hash == hash })) {
 			first = s.Index
 		}
 		if first >= 0 && r == nil {
