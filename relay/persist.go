@@ -249,11 +249,11 @@ func (r *Relay) loadPersisted(path string) {
 				for _, vr := range p.variants {
 					r.resolveVariants(tc, vr.res.Name, v.Resources, v.Changed)
 				}
+				if tc.unconfirmed == nil {
+					tc.unconfirmed = make(map[string]bool)
+				}
 				for name, res := range v.Resources {
 					v.Changed[name] = struct{}{}
-					if tc.unconfirmed == nil {
-						tc.unconfirmed = make(map[string]bool)
-					}
 					tc.unconfirmed[res.Authority] = true // until its upstream answers
 					if name == res.Name && res.Constraints == "" {
 						// Not from this process's upstream: served, but taken for
@@ -261,6 +261,11 @@ func (r *Relay) loadPersisted(path string) {
 						// is told the relay holds it (upstreamVersions).
 						tc.markUnsure(name)
 					}
+				}
+				if v.Complete {
+					// The wildcard's full set is the default servers' word,
+					// whatever authorities its resources have (or none).
+					tc.unconfirmed[""] = true
 				}
 				v.Seq, v.Unconfirmed = r.nextSeq(), maps.Clone(tc.unconfirmed)
 				r.publish(tc, v)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -132,6 +133,95 @@ func unsubscribed(t *testing.T, r *xdstest.Relay) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("clusters still subscribed upstream: %+v", r.DebugUpstreams())
+		}
+	}
+}
+
+// The warm-restart file's complete wildcard set is the default servers'
+// word, even when it holds no resource of the default authority (only
+// another authority's names the default servers list, or nothing): with no
+// upstream at all, a wildcard client that comes from another replica
+// holding c1 is not told it is gone (it was, after f6874cb; and with an
+// empty set, before it too; found by a review).
+func TestWarmRestartCompleteSetWithoutDefaultResources(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string // the upstream's clusters when the file is written
+		sub  []string // what the first client subscribes
+	}{
+		{"only-federated-listed", []string{fedX}, []string{"*", fedX}},
+		{"empty-set", nil, nil},
+		{"control-default-resource", []string{"c0", fedX}, []string{"*", fedX}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cache")
+			opt := xdstest.WithConfig(func(c *config.Config) {
+				c.Cache.PersistPath = path
+				c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+			})
+			up := xdstest.StartUpstream(t)
+			up.SetResources(clusters(tc.set...))
+			first := xdstest.StartRelay(t, up.Addr(), opt)
+			c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
+			c.Subscribe(resource.ClusterType, tc.sub...)
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				resp := c.RecvType(resource.ClusterType)
+				c.Ack(resp)
+				if len(names(t, resp)) == len(tc.set) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("never got the set")
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // (were the set not complete yet, the client would be held anyway)
+			c.Close()
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			up.Stop() // no upstream answers the second relay: all it has is the file
+
+			second := xdstest.StartRelay(t, up.Addr(), opt)
+			moved := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "moved"})
+			moved.Resume(resource.ClusterType, "v-from-another-replica") // legacy wildcard, holds c1 from elsewhere
+			moved.ExpectNoResponse(1500 * time.Millisecond)
+		})
+	}
+}
+
+// The same on Delta: a wildcard client from another replica with c1 in
+// initial_resource_versions is not told c1 is removed.
+func TestWarmRestartCompleteSetWithoutDefaultResourcesDelta(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	})
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(fedX))
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, "*", fedX)
+	c.Ack(c.RecvType(resource.ClusterType))
+	time.Sleep(300 * time.Millisecond) // (were the set not complete yet, the client would be held anyway)
+	c.Close()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	up.Stop()
+
+	second := xdstest.StartRelay(t, up.Addr(), opt)
+	d := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "moved"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: map[string]string{"c1": "v1", fedX: "v1"}})
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		resp, ok := d.TryRecv(200 * time.Millisecond)
+		if !ok {
+			continue
+		}
+		d.Ack(resp)
+		for _, n := range resp.GetRemovedResources() {
+			t.Errorf("told %q is removed with no upstream at all (from the warm-restart file)", n)
 		}
 	}
 }
