@@ -1,7 +1,10 @@
 package relay_test
 
 import (
+	"errors"
 	"net"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +22,13 @@ import (
 // startTP3Upstream serves the clusters asked for, except the names in errs,
 // which get TP3 resource_errors (go-control-plane sends none).
 func startTP3Upstream(t *testing.T, errs map[string]codes.Code) string {
-	return startFakeCDS(t, &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+	return startFakeCDS(t, &fakeCDS{answer: tp3Answer(errs)})
+}
+
+// tp3Answer answers with the clusters asked for, except the names in errs,
+// which get TP3 resource_errors.
+func tp3Answer(errs map[string]codes.Code) func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+	return func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
 		resp := &discoverygrpc.DiscoveryResponse{}
 		for _, n := range names {
 			if code, bad := errs[n]; bad {
@@ -35,7 +44,7 @@ func startTP3Upstream(t *testing.T, errs map[string]codes.Code) string {
 			resp.Resources = append(resp.Resources, a)
 		}
 		return resp, nil
-	}})
+	}
 }
 
 func errorsByName(resp *discoverygrpc.DiscoveryResponse) map[string]codes.Code {
@@ -128,5 +137,55 @@ func TestOwnUnavailableEndsWithItsSubscription(t *testing.T) {
 			delete(held, n)
 		}
 		wild.Ack(resp)
+	}
+}
+
+// A cached NOT_FOUND is the upstream's word like a removal: while that
+// upstream is away, a Delta client that came from another replica with the
+// resource is not told it is NOT_FOUND (nor removed); once the upstream is
+// back and says so again, it is (a review suspected the error path skipped
+// the check a removal gets).
+func TestDeltaNotFoundFromUnconfirmedDataHeld(t *testing.T) {
+	var away atomic.Bool
+	answer := tp3Answer(map[string]codes.Code{"gone": codes.NotFound})
+	addr := startFakeCDS(t, &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		if away.Load() {
+			return nil, errors.New("away") // ends the stream at once: nothing settles
+		}
+		return answer(names)
+	}})
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	a.Subscribe(resource.ClusterType, "gone")
+	resp := a.RecvType(resource.ClusterType)
+	if got := errorsByName(resp); got["gone"] != codes.NotFound {
+		t.Fatalf("resource_errors %v", got)
+	}
+	a.Ack(resp)
+	away.Store(true)
+	a.Subscribe(resource.ClusterType, "gone", "other") // a request the upstream ends its stream on
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"server": addr}) > 0
+	}, "the upstream's stream gone", nil)
+
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"gone"},
+		InitialResourceVersions: map[string]string{"gone": "v-elsewhere"}})
+	told := func(resp *discoverygrpc.DeltaDiscoveryResponse) bool {
+		return slices.Contains(resp.GetRemovedResources(), "gone") || len(resp.GetResourceErrors()) > 0
+	}
+	for deadline := time.Now().Add(quiet); time.Now().Before(deadline); {
+		if resp, ok := d.TryRecv(100 * time.Millisecond); ok {
+			if told(resp) {
+				t.Fatalf("told NOT_FOUND from a cached error while its upstream is away: %v", resp)
+			}
+			d.Ack(resp)
+		}
+	}
+
+	away.Store(false)
+	for resp := d.MustRecv(); !told(resp); resp = d.MustRecv() {
+		d.Ack(resp)
 	}
 }
