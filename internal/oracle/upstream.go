@@ -470,6 +470,17 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 			st.wildcard = false
 			continue
 		}
+		if _, named := st.keys[n]; named && st.wildcard {
+			// xDS: a name the wildcard covers cannot be unsubscribed alone;
+			// the answer says whether it still exists — the resource again,
+			// or its removal (go-control-plane marks it sent with no
+			// version). Forgetting it instead, no later deletion would reach
+			// the relay, which had the resource confirmed by the answer to
+			// its subscription (seed 5100472).
+			delete(st.keys, n)
+			st.held[n] = ""
+			continue
+		}
 		unsub(n)
 	}
 	for _, l := range req.GetResourceLocatorsUnsubscribe() {
