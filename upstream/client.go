@@ -183,11 +183,13 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 		// the type, so it asks with no version. A server may have kept
 		// answering meanwhile (a legacy wildcard, the empty list, cannot be
 		// dropped in SotW), and those answers were ACKed and ignored: the
-		// same request again would get nothing. Nor does anything settle
-		// before it answers: the relay holds none of those answers.
+		// same request again would get nothing. Nor does its wildcard settle
+		// before it answers: the relay holds none of those answers. (The
+		// wait for the type's first answer on the stream still ends with
+		// the server's silence, a full settle time from this request.)
 		st.version, st.refetch = "", true
 		if !st.answered {
-			c.armSettleLocked(st) // the type's first answer: a full wait from this request
+			c.armSettleLocked(st)
 		}
 	}
 	changed := false
