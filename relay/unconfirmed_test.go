@@ -17,6 +17,40 @@ import (
 
 const fedX = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/x"
 
+// federated configures fedX's authority (on the default servers) and, when
+// path is not "", the warm-restart file at path.
+func federated(path string) xdstest.RelayOption {
+	return xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	})
+}
+
+// writeFile runs a relay with opt in front of up until a client that
+// subscribes sub holds the clusters set, then closes it, which writes its
+// warm-restart file.
+func writeFile(t *testing.T, up *xdstest.Upstream, opt xdstest.RelayOption, set, sub []string) {
+	t.Helper()
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, sub...)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		resp := c.RecvType(resource.ClusterType)
+		c.Ack(resp)
+		if len(names(t, resp)) == len(set) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never got the set")
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // (were the wildcard's set not complete yet, the tests' clients would be held anyway)
+	c.Close()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An authority's cached, unreferenced CDS resource (its subscription
 // lingered and ended) leaves its data unconfirmed when that authority's
 // stream goes away, and nothing subscribes the type on that authority again
@@ -33,8 +67,7 @@ func TestIdleAuthorityHoldsNoOtherClient(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := xdstest.StartUpstream(t)
 			up.SetResources(clusters("c1", fedX))
-			r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
-				c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+			r := xdstest.StartRelay(t, up.Addr(), federated(""), xdstest.WithConfig(func(c *config.Config) {
 				c.Upstream.Linger = 0
 				c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
 			}))
@@ -79,32 +112,14 @@ func TestWarmRestartIdleAuthorityHoldsNoOtherClient(t *testing.T) {
 }
 
 func warmRestartIdle(t *testing.T, fed bool) {
-	path := filepath.Join(t.TempDir(), "cache")
-	opt := xdstest.WithConfig(func(c *config.Config) {
-		c.Cache.PersistPath = path
-		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
-	})
+	opt := federated(filepath.Join(t.TempDir(), "cache"))
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters("c1", fedX))
-	first := xdstest.StartRelay(t, up.Addr(), opt)
-	c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
+	held := []string{"c1"}
 	if fed {
-		c.Subscribe(resource.ClusterType, "c1", fedX)
-		for {
-			resp := c.RecvType(resource.ClusterType)
-			c.Ack(resp)
-			if len(names(t, resp)) == 2 {
-				break
-			}
-		}
-	} else {
-		c.Subscribe(resource.ClusterType, "c1")
-		wantNames(t, c.RecvType(resource.ClusterType), "c1")
+		held = append(held, fedX)
 	}
-	c.Close()
-	if err := first.Close(); err != nil { // writes the file
-		t.Fatal(err)
-	}
+	writeFile(t, up, opt, held, held)
 
 	second := xdstest.StartRelay(t, up.Addr(), opt)
 	moved := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "moved"})
@@ -154,31 +169,10 @@ func TestWarmRestartCompleteSetWithoutDefaultResources(t *testing.T) {
 		{"control-default-resource", []string{"c0", fedX}, []string{"*", fedX}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "cache")
-			opt := xdstest.WithConfig(func(c *config.Config) {
-				c.Cache.PersistPath = path
-				c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
-			})
+			opt := federated(filepath.Join(t.TempDir(), "cache"))
 			up := xdstest.StartUpstream(t)
 			up.SetResources(clusters(tc.set...))
-			first := xdstest.StartRelay(t, up.Addr(), opt)
-			c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
-			c.Subscribe(resource.ClusterType, tc.sub...)
-			for deadline := time.Now().Add(5 * time.Second); ; {
-				resp := c.RecvType(resource.ClusterType)
-				c.Ack(resp)
-				if len(names(t, resp)) == len(tc.set) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("never got the set")
-				}
-			}
-			time.Sleep(300 * time.Millisecond) // (were the set not complete yet, the client would be held anyway)
-			c.Close()
-			if err := first.Close(); err != nil {
-				t.Fatal(err)
-			}
+			writeFile(t, up, opt, tc.set, tc.sub)
 			up.Stop() // no upstream answers the second relay: all it has is the file
 
 			second := xdstest.StartRelay(t, up.Addr(), opt)
@@ -192,22 +186,10 @@ func TestWarmRestartCompleteSetWithoutDefaultResources(t *testing.T) {
 // The same on Delta: a wildcard client from another replica with c1 in
 // initial_resource_versions is not told c1 is removed.
 func TestWarmRestartCompleteSetWithoutDefaultResourcesDelta(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cache")
-	opt := xdstest.WithConfig(func(c *config.Config) {
-		c.Cache.PersistPath = path
-		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
-	})
+	opt := federated(filepath.Join(t.TempDir(), "cache"))
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters(fedX))
-	first := xdstest.StartRelay(t, up.Addr(), opt)
-	c := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "n"})
-	c.Subscribe(resource.ClusterType, "*", fedX)
-	c.Ack(c.RecvType(resource.ClusterType))
-	time.Sleep(300 * time.Millisecond) // (were the set not complete yet, the client would be held anyway)
-	c.Close()
-	if err := first.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, up, opt, []string{fedX}, []string{"*", fedX})
 	up.Stop()
 
 	second := xdstest.StartRelay(t, up.Addr(), opt)

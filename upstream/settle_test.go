@@ -109,18 +109,26 @@ func TestWildcardNotProvenByADroppedName(t *testing.T) {
 	}
 }
 
-// silentADS is a Delta server that reads every request and answers none, as
-// a server does whose resources all have the versions the relay declared.
+// silentADS reads every request and answers none: on Delta, as a server
+// does whose resources all have the versions the relay declared; on SotW,
+// as one that lacks the named resources (it says nothing of them).
 type silentADS struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 }
 
 func (silentADS) DeltaAggregatedResources(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	for {
-		if _, err := s.Recv(); err != nil {
-			return nil
-		}
+	return drain(func() error { _, err := s.Recv(); return err })
+}
+
+func (silentADS) StreamAggregatedResources(s discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return drain(func() error { _, err := s.Recv(); return err })
+}
+
+// drain receives until the stream ends.
+func drain(recv func() error) error {
+	for recv() == nil {
 	}
+	return nil
 }
 
 // A type the server has not answered on a new stream settles after the
@@ -145,20 +153,6 @@ func TestTypeSettlesAfterAWildcardCameAndWent(t *testing.T) {
 	}
 }
 
-// silentSotW is a SotW server that reads every request and answers none, as
-// a server does that lacks the named resources (it says nothing of them).
-type silentSotW struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-}
-
-func (silentSotW) StreamAggregatedResources(s discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	for {
-		if _, err := s.Recv(); err != nil {
-			return nil
-		}
-	}
-}
-
 // On SotW, a type dropped and subscribed again before the server answered
 // it on the stream is asked for again with no version; the server's silence
 // proves no wildcard then, but it still ends the wait for the type's first
@@ -174,7 +168,7 @@ func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
 		{"wildcard again", keying.ListenerType, keying.Wildcard, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, silentSotW{}) })
+			srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, silentADS{}) })
 			rec := &recorder{}
 			c := newClientCfg(t, upstream.Config{Mode: upstream.ModeSotW, Settle: 300 * time.Millisecond}, rec, srv.addr)
 			cur, ucur := 0, 0
