@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"maps"
-
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/downstream"
@@ -115,24 +113,22 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 	}
 	wild := from.wild.has(w)
 
-	old := to.view
-	res := maps.Clone(old.Resources)
-	seeded := make(map[string]struct{})
-	seed := func(n string, rs *downstream.Resource) {
-		if _, ok := res[n]; !ok && !from.noCache[n] {
-			res[n] = rs
-			seeded[n] = struct{}{}
+	seed := editOf(to.view)
+	add := func(n string, rs *downstream.Resource) {
+		if _, ok := seed.res[n]; !ok && !from.noCache[n] {
+			seed.put(n, rs)
+			seed.change(n)
 		}
 	}
 	for _, n := range names {
 		if rs, ok := from.view.Resources[n]; ok {
-			seed(n, rs)
+			add(n, rs)
 		}
 	}
 	if wild {
 		for n, rs := range from.view.Resources {
 			if rs.InWildcard() && n == rs.Name {
-				seed(n, rs)
+				add(n, rs)
 			}
 		}
 	}
@@ -141,9 +137,8 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 	// stream is told of the seed: it may carry what the stream was not sent
 	// yet (what arrived with the do_not_cache resource that moves it), and
 	// the own upstream, told the relay holds it, will not send it again.
-	if len(seeded) > 0 {
-		v := r.nextView(to, seeded)
-		v.Resources = res
+	if len(seed.changed) > 0 {
+		v := seed.view(r.nextSeq())
 		r.publish(to, v)
 		r.tell(w, delivery{v: v})
 	}
@@ -190,13 +185,11 @@ func (r *Relay) dropNow(tc *typeCache, name string) {
 		auth, _ := keying.Authority(name)
 		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
-	old := tc.view
-	if _, ok := old.Resources[name]; !ok {
+	if _, ok := tc.view.Resources[name]; !ok {
 		return
 	}
-	res := maps.Clone(old.Resources)
-	delete(res, name)
-	v := r.nextView(tc, map[string]struct{}{name: {}})
-	v.Resources = res
-	r.publish(tc, v)
+	e := editOf(tc.view)
+	e.drop(name)
+	e.change(name)
+	r.publish(tc, e.view(r.nextSeq()))
 }

@@ -238,22 +238,21 @@ func (r *Relay) loadPersisted(path string) {
 		if types, err = decodeCache(data); err == nil {
 			n := 0
 			for _, p := range types {
-				v := p.view
-				tc := r.shared.typeCache(v.TypeURL)
-				v.Changed = make(map[string]struct{}, len(v.Resources))
+				tc := r.shared.typeCache(p.view.TypeURL)
+				e := editOf(p.view)
 				for _, vr := range p.variants {
-					tc.enterVariantMode(vr.res.Name, v.Resources)
+					tc.enterVariantMode(vr.res.Name, e.res)
 					tc.putVariant(vr)
 					n++
 				}
 				for _, vr := range p.variants {
-					r.resolveVariants(tc, vr.res.Name, v.Resources, v.Changed)
+					r.resolveVariants(tc, vr.res.Name, e)
 				}
 				if tc.unconfirmed == nil {
 					tc.unconfirmed = make(map[string]bool)
 				}
-				for name, res := range v.Resources {
-					v.Changed[name] = struct{}{}
+				for name, res := range e.res {
+					e.change(name)
 					tc.unconfirmed[res.Authority] = true // until its upstream answers
 					if name == res.Name && res.Constraints == "" {
 						// Not from this process's upstream: served, but taken for
@@ -262,12 +261,13 @@ func (r *Relay) loadPersisted(path string) {
 						tc.markUnsure(name)
 					}
 				}
-				if v.Complete {
+				if p.view.Complete {
 					// The wildcard's full set is the default servers' word,
 					// whatever authorities its resources have (or none).
 					tc.unconfirmed[""] = true
 				}
-				v.Seq, v.Unconfirmed = r.nextSeq(), maps.Clone(tc.unconfirmed)
+				v := e.view(r.nextSeq())
+				v.Unconfirmed = maps.Clone(tc.unconfirmed)
 				r.publish(tc, v)
 				for name := range v.Resources {
 					r.unref.add(tc.lruKey(name))

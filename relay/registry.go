@@ -2,7 +2,6 @@ package relay
 
 import (
 	"fmt"
-	"maps"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -314,33 +313,28 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 				r.notify(tc, tc.view)
 			}
 		case !tc.unconfirmed[auth]:
-			v := r.nextView(tc, map[string]struct{}{name: {}})
+			e := editOf(tc.view)
+			e.change(name)
 			if cached {
 				// The upstream did not send it again: it is gone (in TP2
 				// variant mode, the variant the name selects).
-				v.Resources = maps.Clone(v.Resources)
 				if tc.variantMode(name) {
-					tc.dropVariant(name, v.Resources[name].Constraints)
-					v.Changed = map[string]struct{}{name: {}}
-					r.resolveVariants(tc, name, v.Resources, v.Changed)
+					tc.dropVariant(name, e.res[name].Constraints)
+					r.resolveVariants(tc, name, e)
 				} else {
-					delete(v.Resources, name)
+					e.drop(name)
 				}
 				delete(tc.unsure, name)
 				r.unref.forget(tc.lruKey(name))
 			}
 			if tc.up[name] {
-				v.Absent = maps.Clone(v.Absent)
-				if v.Absent == nil {
-					v.Absent = make(map[string]struct{})
-				}
-				v.Absent[name] = struct{}{}
+				e.markAbsent(name)
 			}
 			if tc.unreachable[name] {
-				v.Errors = maps.Clone(v.Errors)
-				delete(v.Errors, name) // the upstream is back: it is no longer unreachable
+				e.clearError(name) // the upstream is back: it is no longer unreachable
 				delete(tc.unreachable, name)
 			}
+			v := e.view(r.nextSeq())
 			r.publish(tc, v)
 			r.notify(tc, v)
 			return
@@ -390,18 +384,13 @@ func (tc *typeCache) covers(name string) bool {
 // setError publishes a per-resource error in the type's View. Called with mu
 // held; the caller notifies.
 func (r *Relay) setError(tc *typeCache, e *downstream.ResourceError) {
-	old := tc.view
-	if cur, ok := old.Errors[e.Name]; ok && cur.Code == e.Code && cur.Message == e.Message {
+	if cur, ok := tc.view.Errors[e.Name]; ok && cur.Code == e.Code && cur.Message == e.Message {
 		return
 	}
-	errs := maps.Clone(old.Errors)
-	if errs == nil {
-		errs = make(map[string]*downstream.ResourceError)
-	}
-	errs[e.Name] = e
-	v := r.nextView(tc, map[string]struct{}{e.Name: {}})
-	v.Errors = errs
-	r.publish(tc, v)
+	edit := editOf(tc.view)
+	edit.setError(e.Name, e)
+	edit.change(e.Name)
+	r.publish(tc, edit.view(r.nextSeq()))
 }
 
 // release is called when name lost its last watcher: it is unsubscribed
@@ -478,22 +467,16 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 	incomplete := name == keying.Wildcard && tc.view.Complete
 	unreachable := tc.unreachable[name]
 	if absent || incomplete || unreachable {
-		var changed map[string]struct{}
+		e := editOf(tc.view)
+		e.unmarkAbsent(name)
 		if unreachable {
-			changed = map[string]struct{}{name: {}}
+			e.change(name)
+			e.clearError(name)
+			delete(tc.unreachable, name)
 		}
-		v := r.nextView(tc, changed)
-		if absent {
-			v.Absent = maps.Clone(v.Absent)
-			delete(v.Absent, name)
-		}
+		v := e.view(r.nextSeq())
 		if incomplete {
 			v.Complete = false
-		}
-		if unreachable {
-			v.Errors = maps.Clone(v.Errors)
-			delete(v.Errors, name)
-			delete(tc.unreachable, name)
 		}
 		r.publish(tc, v)
 		if unreachable {
@@ -607,11 +590,10 @@ func (r *Relay) evict() {
 	for tc, names := range byType {
 		typeURL := tc.typeURL
 		old := tc.view
-		res := maps.Clone(old.Resources)
-		changed := make(map[string]struct{}, len(names))
+		e := editOf(old)
 		complete := old.Complete
 		for _, n := range names {
-			cur := res[n]
+			cur := e.res[n]
 			if cur == nil {
 				continue
 			}
@@ -629,15 +611,15 @@ func (r *Relay) evict() {
 				// 311154.)
 				complete = false
 			}
-			delete(res, n)
+			e.drop(n)
 			delete(tc.unsure, n)
-			changed[n] = struct{}{}
+			e.change(n)
 		}
-		if len(changed) == 0 {
+		if len(e.changed) == 0 {
 			continue
 		}
 		byClient := make(map[*upstream.Client][]string)
-		for n := range changed {
+		for n := range e.changed {
 			if c := tc.clientFor(n); c != nil {
 				byClient[c] = append(byClient[c], n)
 			}
@@ -645,10 +627,10 @@ func (r *Relay) evict() {
 		for c, ns := range byClient {
 			c.Forget(typeURL, ns...) // the upstream may think the relay still holds them
 		}
-		v := r.nextView(tc, changed)
-		v.Resources, v.Complete = res, complete
+		v := e.view(r.nextSeq())
+		v.Complete = complete
 		r.publish(tc, v)
-		for n := range changed {
+		for n := range v.Changed {
 			switch {
 			case keying.HasParams(n):
 				tc.dropParamKey(n)
@@ -663,7 +645,7 @@ func (r *Relay) evict() {
 				// by the oracle, seed 1300250).
 				root, shared := old.Resources[n].Root(), false
 				for k := range tc.params[n] {
-					if sel, ok := res[k]; ok && sel.Root() == root {
+					if sel, ok := v.Resources[k]; ok && sel.Root() == root {
 						shared = true
 					}
 				}
@@ -672,6 +654,6 @@ func (r *Relay) evict() {
 				}
 			}
 		}
-		r.m.CacheEvictions.Add(float64(len(changed)))
+		r.m.CacheEvictions.Add(float64(len(v.Changed)))
 	}
 }

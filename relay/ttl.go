@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"maps"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,16 +59,13 @@ func (r *Relay) expireTTL(tc *typeCache, name string, t *time.Timer) {
 	if !ok || cur.TTL == 0 {
 		return
 	}
-	v := r.nextView(tc, map[string]struct{}{name: {}})
-	v.Resources = maps.Clone(v.Resources)
-	delete(v.Resources, name)
+	e := editOf(tc.view)
+	e.drop(name)
+	e.change(name)
 	if tc.up[name] {
-		v.Absent = maps.Clone(v.Absent)
-		if v.Absent == nil {
-			v.Absent = make(map[string]struct{})
-		}
-		v.Absent[name] = struct{}{}
+		e.markAbsent(name)
 	}
+	v := e.view(r.nextSeq())
 	r.log.Info("a resource's TTL passed without an update or heartbeat: removed", zap.String("scope", tc.sc.key),
 		zap.String("type", tc.typeURL), zap.String("name", keying.DisplayKey(name)), zap.Duration("ttl", cur.TTL))
 	r.publish(tc, v)

@@ -78,23 +78,22 @@ func (tc *typeCache) paramsOf(name, key string) map[string]string {
 	return tc.params[name][key]
 }
 
-// resolveVariants recomputes the View entries (in res) of every key of name from its
-// stored variants, recording what changed. A name left with one
-// unconstrained variant and no keys with parameters leaves variant mode.
-// Called with mu held.
-func (r *Relay) resolveVariants(tc *typeCache, name string, res map[string]*downstream.Resource, changed map[string]struct{}) {
+// resolveVariants recomputes, in e, the View entries of every key of name
+// from its stored variants. A name left with one unconstrained variant and
+// no keys with parameters leaves variant mode. Called with mu held.
+func (r *Relay) resolveVariants(tc *typeCache, name string, e *viewEdit) {
 	vs := tc.variants[name]
 	cands := candidates(vs)
 	for _, k := range tc.keysOf(name) {
 		sel := r.selectVariant(tc, k, tc.paramsOf(name, k), vs, cands)
-		cur, had := res[k]
+		cur, had := e.res[k]
 		switch {
 		case sel == nil && had:
-			delete(res, k)
-			changed[k] = struct{}{}
+			e.drop(k)
+			e.change(k)
 		case sel != nil && (!had || cur.Root() != sel):
-			res[k] = sel.Selected(k)
-			changed[k] = struct{}{}
+			e.put(k, sel.Selected(k))
+			e.change(k)
 		}
 	}
 	if len(tc.params[name]) == 0 && !slices.ContainsFunc(vs, func(v variant) bool { return v.res.Constraints != "" }) {
@@ -158,12 +157,10 @@ func (r *Relay) addParamKey(tc *typeCache, key string) {
 	if sel == nil {
 		return
 	}
-	old := tc.view
-	res := maps.Clone(old.Resources)
-	res[key] = sel.Selected(key)
-	v := r.nextView(tc, map[string]struct{}{key: {}})
-	v.Resources = res
-	r.publish(tc, v)
+	e := editOf(tc.view)
+	e.put(key, sel.Selected(key))
+	e.change(key)
+	r.publish(tc, e.view(r.nextSeq()))
 }
 
 // dropParamKey forgets a subscription key with parameters that nothing

@@ -1,0 +1,595 @@
+package relay
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/internal/metrics"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// onUpdate applies one accepted upstream response: it publishes a new View of
+// the type when anything changed and notifies the streams that watch it. The
+// response is decoded outside the lock; under it, an applier runs its phases
+// in order (apply).
+func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
+	in, err := decodeUpdate(authority, u)
+	if err != nil {
+		return err
+	}
+	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
+	r.m.UpstreamLastUpdate.WithLabelValues(authority).SetToCurrentTime()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.scopes[sc.key] != sc {
+		return nil // closed, or a node's own scope whose streams are gone
+	}
+	tc := sc.typeCache(u.TypeURL)
+	a := &applier{r: r, sc: sc, tc: tc, authority: authority, u: u, in: in,
+		edit: editOf(tc.view), fullSotW: !u.Delta && keying.FullState(u.TypeURL),
+		seen: make(map[string]struct{}, len(in.fresh)), beats: make(map[string]struct{}),
+		resolved: make(map[string]bool), sent: make(map[string]map[string]bool),
+		removed: make(map[string]bool), byKey: make(map[string]bool)}
+	a.apply()
+	return nil
+}
+
+// incoming is an upstream response decoded for the cache, outside the lock.
+type incoming struct {
+	received time.Time
+	// fresh are the resources with a body, encoded as downstream Resources
+	// (the Any wrapper around the upstream's bytes).
+	fresh []*downstream.Resource
+	// constraints holds the TP2 constraints of the fresh variants that have
+	// some.
+	constraints map[*downstream.Resource]*discoverypb.DynamicParameterConstraints
+	// heartbeats are the TTL heartbeats: unchanged, still present.
+	heartbeats []upstream.Resource
+	// noCache holds the names the upstream marked do_not_cache.
+	noCache map[string]bool
+}
+
+// decodeUpdate encodes u's resources for the cache.
+func decodeUpdate(authority string, u upstream.Update) (*incoming, error) {
+	in := &incoming{received: time.Now(), fresh: make([]*downstream.Resource, 0, len(u.Resources)),
+		constraints: make(map[*downstream.Resource]*discoverypb.DynamicParameterConstraints), noCache: make(map[string]bool)}
+	for _, res := range u.Resources {
+		if res.Heartbeat {
+			in.heartbeats = append(in.heartbeats, res)
+			continue
+		}
+		if res.DoNotCache {
+			in.noCache[res.Name] = true
+		}
+		b, err := marshalDeterministic(res.Any)
+		if err != nil {
+			return nil, err
+		}
+		cs, cw, err := constraintsOf(res.Constraints)
+		if err != nil {
+			return nil, err
+		}
+		nr := &downstream.Resource{
+			Name: res.Name, Version: resourceVersion(b, cs, res.TTL), Any: b, Authority: authority,
+			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name), Constraints: cs, ConstraintsWire: cw,
+			TTL: res.TTL,
+		}
+		if cs != "" {
+			in.constraints[nr] = res.Constraints
+		}
+		in.fresh = append(in.fresh, nr)
+	}
+	return in, nil
+}
+
+// applier applies one decoded upstream response to one type's cache. Its
+// phases (apply) read top to bottom; its fields are what they hand on to
+// each other. Used with mu held.
+type applier struct {
+	r         *Relay
+	sc        *scope
+	tc        *typeCache
+	authority string
+	u         upstream.Update
+	in        *incoming
+	edit      *viewEdit
+	// fullSotW: the response is a SotW full state (LDS, CDS).
+	fullSotW bool
+
+	seen      map[string]struct{} // names the response carried
+	beats     map[string]struct{} // names whose TTL a heartbeat (or resend) refreshed
+	touched   bool                // a resource got a new upstream version, same bytes
+	transient map[string]bool     // names with a transient TP3 error
+
+	// TP2: variants of names in variant mode are stored apart and selected
+	// for every key of the name once the response is applied, so that a
+	// delete and a create of variants reach subscribers as one change.
+	resolved map[string]bool            // names whose selections to recompute
+	sent     map[string]map[string]bool // name → constraints of the variants received
+	removed  map[string]bool            // Delta: names the upstream removed
+	byKey    map[string]bool            // names sent for their keys with parameters alone
+
+	moveNames []string // do_not_cache names whose watchers move to their own scopes
+	uncovered []string // answers to subscriptions since ended
+	rolled    []string // changed names that a guarded rollout sends to canaries first
+}
+
+// apply runs the phases in order.
+func (a *applier) apply() {
+	a.heartbeats()
+	for _, e := range a.in.fresh {
+		a.resource(e)
+	}
+	a.resourceErrors()
+	if a.fullSotW {
+		a.fullStateDeletions()
+	} else {
+		a.deltaDeletions()
+	}
+	a.reselect()
+	a.forgetUncovered()
+	a.holdHalted()
+	a.publish()
+}
+
+// owned reports whether name, cached, belongs to another authority than the
+// default servers that sent it. An xdstp name belongs to its authority. The
+// default servers may list one in their wildcard answer too: once its own
+// authority's stream delivers it, the default stream only lists it
+// (Resource.Listed) and never replaces or deletes it, so it neither flips
+// between the two nor leaves the wildcard set while both have it.
+func (a *applier) owned(name string) (*downstream.Resource, bool) {
+	cur, ok := a.edit.res[name]
+	return cur, ok && a.authority == "" && cur.Authority != "" && cur.Authority != a.authority
+}
+
+// list marks another authority's name as listed, or not, by the default
+// servers.
+func (a *applier) list(name string, listed bool) {
+	if cur, ok := a.owned(name); ok && cur.Listed != listed {
+		a.edit.put(name, cur.WithListed(listed))
+		a.edit.change(name)
+	}
+}
+
+// heartbeats applies the TTL heartbeats (xDS TTL: a resource without its
+// body, at the version held, refreshes the TTL; the streams that hold it
+// pass it on).
+func (a *applier) heartbeats() {
+	for _, hb := range a.in.heartbeats {
+		cur, ok := a.edit.res[hb.Name]
+		if !ok || hb.Constraints != nil || (a.u.Delta && hb.Version != cur.UpstreamVersion) {
+			continue // not for what the cache holds
+		}
+		a.seen[hb.Name] = struct{}{}
+		if hb.TTL != cur.TTL {
+			// A new TTL on the same bytes: an update (its version covers
+			// the TTL).
+			a.edit.put(hb.Name, cur.WithTTL(resourceVersion(cur.Any, cur.Constraints, hb.TTL), hb.TTL))
+			a.edit.change(hb.Name)
+		} else {
+			a.beats[hb.Name] = struct{}{}
+		}
+		a.r.armTTL(a.tc, hb.Name, hb.TTL)
+	}
+}
+
+// resource applies one resource of the response.
+func (a *applier) resource(e *downstream.Resource) {
+	tc := a.tc
+	_, again := a.seen[e.Name] // this response carried the name already
+	a.seen[e.Name] = struct{}{}
+	a.confirm(e)
+	if a.in.noCache[e.Name] && a.noCache(e) {
+		return
+	}
+	a.edit.unmarkAbsent(e.Name)
+	if _, ok := a.edit.errs[e.Name]; ok {
+		a.edit.clearError(e.Name) // the resource is back: its error is over
+		delete(tc.unreachable, e.Name)
+		a.edit.change(e.Name)
+	}
+	if e.Constraints != "" || tc.variantMode(e.Name) {
+		a.storeVariant(e, again)
+		return
+	}
+	if _, ok := a.owned(e.Name); ok {
+		a.list(e.Name, true)
+		return
+	}
+	if cur, ok := a.edit.res[e.Name]; ok && a.authority != "" && cur.InWildcard() {
+		e.Listed = true // the default servers listed it first
+	}
+	a.r.armTTL(tc, e.Name, e.TTL)
+	if cur, ok := a.edit.res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed {
+		if cur.UpstreamVersion != e.UpstreamVersion {
+			a.edit.put(e.Name, e) // same bytes, new upstream version: nothing to tell clients
+			a.touched = true
+		}
+		if e.TTL > 0 {
+			a.beats[e.Name] = struct{}{} // resent: its TTL starts again
+		}
+		return
+	}
+	a.edit.put(e.Name, e)
+	a.edit.change(e.Name)
+}
+
+// confirm notes what the resource e confirms: a subscription that covers it
+// confirms its cached value; an answer to a subscription since ended
+// confirms nothing.
+func (a *applier) confirm(e *downstream.Resource) {
+	tc := a.tc
+	switch {
+	case e.Constraints != "":
+		// A TP2 variant: what it confirms is known once the selections are (reselect).
+	case tc.plainCovered(e.Name) || !ofAuthority(e.Name, a.authority):
+		tc.confirmed(e.Name) // the upstream sent it
+	case tc.keySubscribed(e.Name):
+		a.byKey[e.Name] = true // the default variant: it confirms the name if a key selects it (reselect)
+	default:
+		// An answer in flight when its subscription ended (the wildcard's,
+		// say): the server counts it as held, but may forget it before
+		// anything subscribes it again (go-control-plane does once it
+		// answers what is still subscribed) and never tell the relay it
+		// is gone. Unsure and forgotten, like the members of an ended
+		// wildcard (unsureWildcardMembers).
+		tc.markUnsure(e.Name)
+		a.uncovered = append(a.uncovered, e.Name)
+	}
+}
+
+// noCache notes a do_not_cache resource and reports whether it stops here:
+// a shared or group scope never stores one, and its watchers move to their
+// own scopes before anyone is notified, so nobody is told of its removal.
+func (a *applier) noCache(e *downstream.Resource) bool {
+	tc := a.tc
+	if tc.noCache == nil {
+		tc.noCache = make(map[string]bool)
+	}
+	tc.noCache[e.Name] = true
+	if a.sc.own {
+		return false
+	}
+	if _, had := a.edit.res[e.Name]; had {
+		a.edit.drop(e.Name)
+		a.r.unref.forget(tc.lruKey(e.Name))
+	}
+	a.moveNames = append(a.moveNames, e.Name)
+	return true
+}
+
+// storeVariant stores a TP2 variant (or a resource of a name in variant
+// mode) apart from the View; reselect selects from the variants.
+func (a *applier) storeVariant(e *downstream.Resource, again bool) {
+	tc := a.tc
+	if a.sent[e.Name] == nil {
+		a.sent[e.Name] = make(map[string]bool)
+	}
+	if again && !tc.variantMode(e.Name) {
+		// Its default came first in this response, applied as a plain
+		// resource: it was sent too, or the full-state pruning drops it.
+		a.sent[e.Name][""] = true
+	}
+	a.sent[e.Name][e.Constraints] = true
+	tc.enterVariantMode(e.Name, a.edit.res)
+	tc.putVariant(variant{res: e, c: a.in.constraints[e]})
+	a.resolved[e.Name] = true
+}
+
+// remove drops name from the cache (every variant of a name in variant
+// mode).
+func (a *applier) remove(name string) {
+	tc := a.tc
+	if tc.variantMode(name) {
+		tc.variants[name] = nil
+		a.resolved[name] = true
+		return
+	}
+	a.list(name, false) // the default servers no longer list it
+	if cur, ok := a.edit.res[name]; ok && cur.Authority == a.authority {
+		a.edit.drop(name)
+		a.edit.change(name)
+		a.r.unref.forget(tc.lruKey(name))
+		a.r.armTTL(tc, name, 0)
+	}
+}
+
+// resourceErrors applies the TP3 resource errors: cached per name and
+// replayed to later subscribers. NOT_FOUND and PERMISSION_DENIED are data
+// errors (the resource is gone for clients); the others are transient
+// (clients keep what they have).
+func (a *applier) resourceErrors() {
+	tc := a.tc
+	a.transient = make(map[string]bool, len(a.u.Errors))
+	for _, e := range a.u.Errors {
+		if _, sent := a.seen[e.Name]; sent {
+			continue
+		}
+		if _, ok := a.owned(e.Name); ok {
+			continue
+		}
+		if e.Constraints != nil {
+			a.variantError(e)
+			continue
+		}
+		a.edit.setError(e.Name, &downstream.ResourceError{Name: e.Name, Code: e.Code, Message: e.Message})
+		delete(tc.unreachable, e.Name) // the upstream's word replaces the relay's own
+		a.edit.change(e.Name)
+		if e.Code == codes.NotFound || e.Code == codes.PermissionDenied {
+			a.remove(e.Name)
+		} else {
+			a.transient[e.Name] = true
+		}
+	}
+}
+
+// variantError applies a TP2 variant's error: it holds for the
+// subscriptions whose parameters match its constraints.
+func (a *applier) variantError(e upstream.ResourceError) {
+	tc := a.tc
+	a.edit.ownErrors()
+	for _, k := range tc.errorKeys(e.Name, e.Constraints) {
+		a.edit.setError(k, &downstream.ResourceError{Name: k, Code: e.Code, Message: e.Message})
+		a.edit.change(k)
+	}
+	if cs, _, _ := constraintsOf(e.Constraints); tc.variantMode(e.Name) &&
+		(e.Code == codes.NotFound || e.Code == codes.PermissionDenied) {
+		tc.dropVariant(e.Name, cs)
+		a.resolved[e.Name] = true
+	}
+}
+
+// deleted applies the upstream's word that name does not exist: it leaves
+// the cache, and a name subscribed as such is remembered as absent, so that
+// later subscribers are told at once.
+func (a *applier) deleted(name string) {
+	tc := a.tc
+	if _, ok := a.owned(name); ok {
+		a.list(name, false)
+		return
+	}
+	a.removed[name] = true
+	delete(tc.unsure, name)
+	if _, cached := a.edit.res[name]; cached || tc.variantMode(name) {
+		a.remove(name) // every variant of it, too
+	}
+	if tc.unreachable[name] {
+		// The relay's own UNAVAILABLE is over: the upstream answered. (A
+		// transient error would keep the client its copy of what is gone.)
+		a.edit.clearError(name)
+		delete(tc.unreachable, name)
+		a.edit.change(name)
+	}
+	if !ofAuthority(name, a.authority) {
+		return // the default servers' word on another authority's name
+	}
+	if _, known := a.edit.absent[name]; !known && tc.up[name] {
+		a.edit.markAbsent(name)
+		a.edit.change(name)
+	}
+}
+
+// fullStateDeletions applies xDS's rule that a resource missing from a SotW
+// LDS/CDS response is deleted — judged by what the upstream client knew the
+// response answers (u.Removed), never by subscriptions made since, which it
+// may not answer yet; and, when it is the wildcard's full set, by the
+// response itself.
+func (a *applier) fullStateDeletions() {
+	u, old := a.u, a.edit.old
+	gone := slices.Clone(u.Removed)
+	if u.Complete && !u.Settled && a.authority == "" {
+		for key, cur := range old.Resources {
+			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.InWildcard() {
+				gone = append(gone, key)
+			}
+		}
+	}
+	if u.Settled && u.Present != nil && a.authority == "" {
+		// The last response answered the wildcard: it is the whole set.
+		present := make(map[string]struct{}, len(u.Present))
+		for _, n := range u.Present {
+			present[n] = struct{}{}
+		}
+		for key, cur := range old.Resources {
+			if _, ok := present[key]; !ok && key == cur.Name && cur.InWildcard() {
+				gone = append(gone, key)
+			}
+		}
+	}
+	for _, name := range gone {
+		if _, ok := a.seen[name]; !ok && !a.transient[name] {
+			a.deleted(name)
+		}
+	}
+}
+
+// deltaDeletions applies Delta's removed_resource_names (TP2 variants) and
+// removed_resources.
+func (a *applier) deltaDeletions() {
+	tc := a.tc
+	for _, rv := range a.u.RemovedVariants {
+		cs, _, _ := constraintsOf(rv.Constraints)
+		switch {
+		case tc.variantMode(rv.Name):
+			tc.dropVariant(rv.Name, cs)
+			a.resolved[rv.Name] = true
+		case cs == "":
+			a.remove(rv.Name)
+		}
+	}
+	for _, name := range a.u.Removed {
+		a.deleted(name)
+	}
+}
+
+// reselect recomputes the selections of every name whose variants changed,
+// and what they confirm; then confirms the names sent for their keys alone.
+func (a *applier) reselect() {
+	for name := range a.resolved {
+		a.reselectName(name)
+	}
+	for name := range a.byKey {
+		a.tc.confirmed(name) // not in variant mode: its keys select the one variant there is
+	}
+}
+
+// reselectName recomputes the selections of name's keys.
+func (a *applier) reselectName(name string) {
+	tc, res := a.tc, a.edit.resources()
+	if a.fullSotW && a.sent[name] != nil {
+		// A full-state response carries every variant of what it names.
+		tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return !a.sent[name][v.res.Constraints] })
+	}
+	a.r.resolveVariants(tc, name, a.edit)
+	// The name's plain selection, if the upstream sent it, is confirmed
+	// when a subscription covers it: the name's own, the wildcard's, its
+	// glob's, or a key with parameters that selects the same variant. A
+	// key that selects another variant is never sent the plain one, nor
+	// its deletion. Else it is an answer to a subscription since ended,
+	// like an uncovered plain resource (confirm).
+	if sel, ok := res[name]; ok && a.sent[name][sel.Constraints] && tc.selectionCovered(name, res, a.authority) {
+		tc.confirmed(name)
+	} else if a.byKey[name] {
+		tc.markUnsure(name)
+		a.uncovered = append(a.uncovered, name)
+	}
+	delete(a.byKey, name)
+	for k := range tc.params[name] {
+		if sel, ok := res[k]; ok && a.edit.errs[k] != nil && a.sent[name][sel.Constraints] {
+			a.edit.clearError(k) // the variant it selects arrived: its error is over
+			a.edit.change(k)
+		}
+	}
+	for k := range tc.params[name] {
+		if _, ok := res[k]; ok {
+			a.edit.unmarkAbsent(k) // a variant matches again
+			continue
+		}
+		// The upstream says the name does not exist, or sent every variant
+		// of it (full state) and none matches k — a SotW full-state
+		// response only of the keys it answers.
+		_, answered := a.u.Keys[k]
+		if tc.up[k] && (a.removed[name] || (a.fullSotW && a.sent[name] != nil)) && (!a.fullSotW || answered) {
+			a.edit.markAbsent(k)
+			a.edit.change(k)
+		}
+	}
+}
+
+// forgetUncovered has the upstream client forget the answers to
+// subscriptions since ended (nothing on SotW).
+func (a *applier) forgetUncovered() {
+	if c := a.sc.upstreams[a.authority]; c != nil && len(a.uncovered) > 0 {
+		c.Forget(a.u.TypeURL, a.uncovered...)
+	}
+}
+
+// holdHalted applies a guarded rollout's halts: a version whose rollout
+// halted, sent again, keeps the accepted one; other changes of cached
+// resources go to canaries first (rolled).
+func (a *applier) holdHalted() {
+	if a.r.cfg.Rollout == nil || a.sc.own {
+		return
+	}
+	tc, old := a.tc, a.edit.old
+	for name := range a.edit.changed {
+		nr, ok := a.edit.res[name]
+		cur, had := old.Resources[name]
+		if !ok || !had {
+			continue // additions and removals are not rolled out
+		}
+		if tc.halted[name] == nr.Version {
+			a.edit.put(name, cur) // a halted version again: keep the accepted one
+			delete(a.edit.changed, name)
+			continue
+		}
+		delete(tc.halted, name)
+		a.rolled = append(a.rolled, name)
+	}
+}
+
+// publish publishes the next View, when anything changed, and delivers it:
+// first the do_not_cache moves, then the rollout's canaries and barriers or
+// the plain notification, then — when the View confirms an authority again —
+// every watcher of the type, so that streams that held back look again.
+func (a *applier) publish() {
+	r, tc, old := a.r, a.tc, a.edit.old
+	// Complete: the wildcard set is held, and kept up to date only while
+	// the wildcard is subscribed (a warm-restart file's set, kept for new
+	// clients while the upstream is away, goes once the upstream answers).
+	// A shared scope never holds the do_not_cache resources of the set, so
+	// it never holds the whole set while one of them is in it.
+	complete := (old.Complete || (a.u.Complete && a.authority == "")) && (tc.up[keying.Wildcard] || a.authority != "") &&
+		(a.sc.own || !tc.withholdsWildcard())
+	confirmed := old.Unconfirmed[a.authority] // the upstream answered on its current stream
+	delete(tc.unconfirmed, a.authority)
+	unconfirmed := old.Unconfirmed
+	if confirmed {
+		unconfirmed = maps.Clone(tc.unconfirmed)
+	}
+	beats := a.beats
+	if len(beats) == 0 {
+		beats = nil
+	}
+	if len(a.edit.changed) == 0 && complete == old.Complete && !confirmed {
+		if a.touched || len(a.edit.res) != len(old.Resources) || beats != nil {
+			a.edit.changed = nil
+			v := a.edit.view(r.nextSeq())
+			v.Heartbeats = beats
+			r.publish(tc, v)
+			if beats != nil {
+				r.notify(tc, v) // the streams holding them pass the heartbeats on
+			}
+		}
+		r.moveNoCache(tc, a.moveNames)
+		return
+	}
+	v := a.edit.view(r.nextSeq())
+	v.Complete, v.Unconfirmed, v.Received, v.Heartbeats = complete, unconfirmed, a.in.received, beats
+	r.publish(tc, v)
+	r.moveNoCache(tc, a.moveNames)
+	a.deliver(v)
+	if confirmed {
+		r.notifyEvery(tc, v) // confirmed again: streams that held back for its data look again
+	}
+}
+
+// deliver notifies the watchers of what v changed. While a rollout is
+// pending, canaries get the change and report on it; the other watchers of
+// what it changes get a barrier (once); everyone else is notified as usual,
+// behind their barrier if they hold one.
+func (a *applier) deliver(v *downstream.View) {
+	r, tc, old := a.r, a.tc, a.edit.old
+	if tc.ro == nil && len(a.rolled) > 0 {
+		r.startRollout(tc, old, v, a.rolled, watchers(r.watchersOf(tc, a.rolled)))
+	} else if tc.ro != nil && len(a.rolled) > 0 {
+		tc.ro.add(old, v, a.rolled)
+	}
+	if tc.ro == nil {
+		r.notify(tc, v)
+		return
+	}
+	ro := tc.ro
+	canaries, held, rest := delivery{v: v, ro: ro, canary: true}, delivery{v: v, ro: ro}, delivery{v: v}
+	for _, b := range r.watchersOf(tc, append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)) {
+		switch {
+		case ro.isCanary(b.w):
+			canaries.to = append(canaries.to, b)
+		case ro.watches(b.w) && ro.hold(b.w):
+			held.to = append(held.to, b)
+		default:
+			rest.to = append(rest.to, b)
+		}
+	}
+	for _, d := range []delivery{canaries, held, rest} {
+		r.fan.add(d)
+	}
+}
