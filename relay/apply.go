@@ -385,14 +385,14 @@ func (a *applier) deleted(name string) {
 func (a *applier) fullStateDeletions() {
 	u, old := a.u, a.edit.old
 	gone := slices.Clone(u.Removed)
-	if u.Complete && !u.Settled && a.authority == "" {
+	if u.Complete && u.Event != upstream.Settle && a.authority == "" {
 		for key, cur := range old.Resources {
 			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.InWildcard() {
 				gone = append(gone, key)
 			}
 		}
 	}
-	if u.Settled && u.Present != nil && a.authority == "" {
+	if u.Event == upstream.Settle && u.Present != nil && a.authority == "" {
 		// The last response answered the wildcard: it is the whole set.
 		present := make(map[string]struct{}, len(u.Present))
 		for _, n := range u.Present {

@@ -336,7 +336,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		// the wildcard set for good.
 		if rm, rv := resp.GetRemovedResources(), removedVariants(resp.GetRemovedResourceNames()); len(rm) > 0 || len(rv) > 0 {
 			c.hmu.Lock()
-			err := c.h.OnUpdate(Update{Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
+			err := c.h.OnUpdate(Update{Event: UnsubscribedRemoval, Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
 			c.hmu.Unlock()
 			if err != nil {
 				log.Warn("handler rejected the removals of a delta response for a type not subscribed", zap.Error(err))

@@ -65,8 +65,28 @@ type Variant struct {
 	Constraints *discoveryv3.DynamicParameterConstraints
 }
 
-// Update is one accepted response for one type from one server.
+// Event says what an Update stands for.
+type Event int
+
+const (
+	// Response is an accepted response for a subscribed type.
+	Response Event = iota
+	// UnsubscribedRemoval carries only the removals of a Delta response for
+	// a type no longer subscribed: the server's word on what the relay may
+	// still cache.
+	UnsubscribedRemoval
+	// Settle has no response behind it: the wildcard was not proven by a
+	// response, and the server said nothing more for a while after the
+	// relay's last request, so what the relay holds is the whole set
+	// (Complete is true, nothing else is set but Present).
+	Settle
+)
+
+// Update is one accepted response for one type from one server, or another
+// event of the server's stream (Event).
 type Update struct {
+	// Event says what the update stands for.
+	Event Event
 	// Server is the URI of the server that sent the response.
 	Server string
 	// TypeURL is the response's type URL.
@@ -88,12 +108,7 @@ type Update struct {
 	// with it the relay holds the default authority's whole set of the type
 	// (SotW: it is that set). Only when that is certain; see settle.go.
 	Complete bool
-	// Settled reports an update with no response behind it: the wildcard
-	// was not proven by a response, and the server said nothing more for a
-	// while after the relay's last request, so what the relay holds is the
-	// whole set (Complete is true, nothing else is set but Present).
-	Settled bool
-	// Present, with Settled on a SotW LDS/CDS stream that had a response,
+	// Present, with a Settle on a SotW LDS/CDS stream that had a response,
 	// lists the names of the last response: the settle proves it answered
 	// the wildcard, so it is the whole set, and what else the relay holds
 	// (a warm-restart file's, one deleted meanwhile) is gone.
@@ -134,9 +149,11 @@ func resourceErrors(errs []*discoveryv3.ResourceError) []ResourceError {
 // Handler receives what the upstream sends. Its methods are called from the
 // Client's goroutines, one call at a time.
 type Handler interface {
-	// OnUpdate is called for every valid response of a subscribed type, in
-	// the order the server sent them. A non-nil error NACKs the response with
-	// the error's text; the update must then be treated as not applied.
+	// OnUpdate is called for every event of a server's stream (Event): each
+	// valid response of a subscribed type, the removals of one for a type no
+	// longer subscribed, and a type's settle — in the order they happened. A
+	// non-nil error NACKs a Response with the error's text; the update must
+	// then be treated as not applied.
 	OnUpdate(u Update) error
 	// OnState reports connection changes: connected to server, or
 	// disconnected from it with the cause.

@@ -41,7 +41,7 @@ import (
 // settle time after the type's first request. Until then the relay's cached
 // data of the type is not confirmed (relay: View.Unconfirmed).
 //
-// Both end in an Update with Settled set when no response settled them.
+// Both end in a Settle Update when no response settled them.
 
 // DefaultSettle is how long the server may say nothing after the relay's
 // last request before an unproven wildcard, or a type's first request on a
@@ -161,6 +161,6 @@ func (c *Client) settleDue(server string, delta bool) {
 	c.mu.Unlock()
 	for _, t := range due {
 		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", complete[t]))
-		_ = c.h.OnUpdate(Update{Server: server, TypeURL: t, Complete: complete[t], Settled: true, Delta: delta, Present: present[t]})
+		_ = c.h.OnUpdate(Update{Event: Settle, Server: server, TypeURL: t, Complete: complete[t], Delta: delta, Present: present[t]})
 	}
 }

@@ -53,8 +53,8 @@ func TestWildcardAddedMidStream(t *testing.T) {
 							}
 							continue
 						}
-						if u.Settled != tc.settled {
-							t.Fatalf("complete update settled=%v, want %v: %+v", u.Settled, tc.settled, u)
+						if (u.Event == upstream.Settle) != tc.settled {
+							t.Fatalf("complete update settled=%v, want %v: %+v", u.Event == upstream.Settle, tc.settled, u)
 						}
 						break
 					}
@@ -148,7 +148,7 @@ func TestTypeSettlesAfterAWildcardCameAndWent(t *testing.T) {
 	c.Unsubscribe(keying.ListenerType, keying.Wildcard)
 	srv.nextDelta(t, &cur, keying.ListenerType)
 	u := rec.nextUpdate(t, &ucur, keying.ListenerType)
-	if !u.Settled || u.Complete {
+	if u.Event != upstream.Settle || u.Complete {
 		t.Fatalf("the type's update after the server said nothing: %+v, want settled, not complete", u)
 	}
 }
@@ -181,7 +181,7 @@ func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
 				srv.nextSotW(t, &cur, tc.typeURL)
 			}
 			u := rec.nextUpdate(t, &ucur, tc.typeURL)
-			if !u.Settled || u.Complete != (tc.sub == keying.Wildcard && !tc.again) {
+			if u.Event != upstream.Settle || u.Complete != (tc.sub == keying.Wildcard && !tc.again) {
 				t.Fatalf("the type's update after the server said nothing: %+v", u)
 			}
 		})

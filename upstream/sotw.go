@@ -147,39 +147,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		log.Warn("rejecting invalid response", zap.Error(verr))
 		return
 	}
-	// xDS TTL: a response of heartbeats only refreshes TTLs; it is no
-	// update, and no full state of an LDS/CDS subscription.
-	beats := len(resources) > 0 && !slices.ContainsFunc(resources, func(r Resource) bool { return !r.Heartbeat })
-	u := Update{
-		Server:    server,
-		TypeURL:   typeURL,
-		Resources: resources,
-		Errors:    resourceErrors(resp.GetResourceErrors()),
-	}
-	if !beats {
-		u.Complete = c.answered(st, resourceNames(resources))
-	}
-	full := keying.FullState(typeURL) && !beats
-	if full {
-		// xDS: a resource missing from a full-state response is deleted.
-		in := make(map[string]struct{}, len(resources))
-		for _, r := range resources {
-			in[r.Name] = struct{}{}
-		}
-		for n := range st.known {
-			if _, ok := in[n]; !ok {
-				u.Removed = append(u.Removed, n)
-			}
-		}
-		for n := range st.sure {
-			_, ok := in[n]
-			if _, known := st.known[n]; !ok && !known {
-				u.Removed = append(u.Removed, n) // it was asked for by name from the start
-			}
-		}
-		sort.Strings(u.Removed)
-		u.Keys = maps.Clone(st.keys)
-	}
+	u, full := c.sotwUpdateLocked(server, st, typeURL, resp, resources)
 	c.mu.Unlock()
 
 	c.hmu.Lock()
@@ -193,21 +161,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	} else {
 		st.version, st.nack = resp.GetVersionInfo(), nil
 		if full {
-			wildcard := st.wildcard()
-			st.known = make(map[string]struct{}, len(resources))
-			named := make(map[string]struct{}, len(st.names))
-			for k := range st.names {
-				n, _ := keying.SplitSubscriptionKey(k) // TP2 locators too
-				named[n] = struct{}{}
-			}
-			matchKeys(st, resources)
-			for _, r := range resources {
-				_, byName := named[r.Name]
-				_, byGlob := named[keying.GlobOf(r.Name)]
-				if byName || byGlob || wildcard {
-					st.known[r.Name] = struct{}{}
-				}
-			}
+			st.knowLocked(resources)
 		}
 	}
 	c.markDirtyLocked(typeURL, st)
@@ -217,6 +171,68 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		log.Warn("handler rejected response", zap.Error(err))
 	} else {
 		log.Debug("accepted response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
+	}
+}
+
+// sotwUpdateLocked builds the Update of a valid SotW response. For a full
+// state (LDS, CDS; not a response of TTL heartbeats only, which is no
+// update), reported by full, it lists the names the response deletes,
+// judged by what the client knew it answers, and sets Keys. Called with
+// c.mu held.
+func (c *Client) sotwUpdateLocked(server string, st *typeState, typeURL string, resp *discoveryv3.DiscoveryResponse,
+	resources []Resource) (u Update, full bool) {
+	beats := len(resources) > 0 && !slices.ContainsFunc(resources, func(r Resource) bool { return !r.Heartbeat })
+	u = Update{
+		Server:    server,
+		TypeURL:   typeURL,
+		Resources: resources,
+		Errors:    resourceErrors(resp.GetResourceErrors()),
+	}
+	if !beats {
+		u.Complete = c.answered(st, resourceNames(resources))
+	}
+	if !keying.FullState(typeURL) || beats {
+		return u, false
+	}
+	// xDS: a resource missing from a full-state response is deleted.
+	in := make(map[string]struct{}, len(resources))
+	for _, r := range resources {
+		in[r.Name] = struct{}{}
+	}
+	for n := range st.known {
+		if _, ok := in[n]; !ok {
+			u.Removed = append(u.Removed, n)
+		}
+	}
+	for n := range st.sure {
+		_, ok := in[n]
+		if _, known := st.known[n]; !ok && !known {
+			u.Removed = append(u.Removed, n) // it was asked for by name from the start
+		}
+	}
+	sort.Strings(u.Removed)
+	u.Keys = maps.Clone(st.keys)
+	return u, true
+}
+
+// knowLocked records what an accepted full-state response told the client:
+// the names it answered for a subscription (by name, glob or wildcard), whose
+// omission later is a deletion. Called with c.mu held.
+func (st *typeState) knowLocked(resources []Resource) {
+	wildcard := st.wildcard()
+	st.known = make(map[string]struct{}, len(resources))
+	named := make(map[string]struct{}, len(st.names))
+	for k := range st.names {
+		n, _ := keying.SplitSubscriptionKey(k) // TP2 locators too
+		named[n] = struct{}{}
+	}
+	matchKeys(st, resources)
+	for _, r := range resources {
+		_, byName := named[r.Name]
+		_, byGlob := named[keying.GlobOf(r.Name)]
+		if byName || byGlob || wildcard {
+			st.known[r.Name] = struct{}{}
+		}
 	}
 }
 
