@@ -143,30 +143,12 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		r.tell(w, delivery{v: v})
 	}
 
-	for _, n := range names {
-		ws := from.watchers[n]
-		ws.remove(w.ID())
-		if ws.len() == 0 {
-			delete(from.watchers, n)
-			r.release(from, n)
-		}
-		if to.watchers[n] == nil {
-			to.watchers[n] = &watcherSet{}
-		}
-		to.watchers[n].add(w.ID())
-		if to.watchers[n].len() == 1 {
-			r.ref(to, n)
-		}
-	}
 	if wild {
-		from.wild.remove(w.ID())
-		if from.wild.len() == 0 {
-			r.release(from, keying.Wildcard)
-		}
-		to.wild.add(w.ID())
-		if to.wild.len() == 1 {
-			r.ref(to, keying.Wildcard)
-		}
+		names = append(names, keying.Wildcard)
+	}
+	for _, n := range names {
+		r.unwatchKey(from, n, w.ID())
+		r.watchKey(to, n, w.ID())
 	}
 }
 

@@ -134,33 +134,17 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		}
 	}()
 	for _, name := range add {
-		ws := tc.watchers[name]
-		if ws == nil {
-			ws = &watcherSet{}
-			tc.watchers[name] = ws
-		}
-		if ws.has(w) {
-			force = append(force, name) // asked again: send it again
+		force = append(force, name) // (asked again: send it again)
+		if !r.watchKey(tc, name, w.ID()) {
 			continue
-		}
-		ws.add(w.ID())
-		if ws.len() == 1 {
-			r.ref(tc, name)
 		}
 		if _, ok := tc.view.Resources[name]; ok {
 			hits++
 		}
-		force = append(force, name)
 	}
 	for _, name := range remove {
-		ws := tc.watchers[name]
-		if !ws.has(w) {
+		if !r.unwatchKey(tc, name, w.ID()) {
 			continue
-		}
-		ws.remove(w.ID())
-		if ws.len() == 0 {
-			delete(tc.watchers, name)
-			r.release(tc, name)
 		}
 		if keying.WildcardCapable(typeURL) {
 			// xDS (Delta): unsubscribing a name the wildcard may cover is
@@ -169,21 +153,9 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		}
 	}
 	if wildcard != nil {
-		had := tc.wild.has(w)
-		switch {
-		case *wildcard && !had:
-			tc.wild.add(w.ID())
-			if tc.wild.len() == 1 {
-				r.ref(tc, keying.Wildcard)
-			}
-			force = append(force, keying.Wildcard)
-		case !*wildcard && had:
-			tc.wild.remove(w.ID())
-			if tc.wild.len() == 0 {
-				r.release(tc, keying.Wildcard)
-			}
-			// The stream answers the end of its wildcard (Delta: removals of
-			// what only the wildcard covered).
+		// Its end too is answered by the stream (Delta: removals of what
+		// only the wildcard covered).
+		if *wildcard && r.watchKey(tc, keying.Wildcard, w.ID()) || !*wildcard && r.unwatchKey(tc, keying.Wildcard, w.ID()) {
 			force = append(force, keying.Wildcard)
 		}
 	}
@@ -208,6 +180,48 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		return
 	}
 	tell(delivery{v: tc.view, force: force})
+}
+
+// watchKey adds the stream id to the watchers of key (of the wildcard for
+// keying.Wildcard) and reports whether it was not one yet; the first watcher
+// references the key (ref). Called with mu held.
+func (r *Relay) watchKey(tc *typeCache, key string, id uint64) bool {
+	ws := tc.wild
+	if key != keying.Wildcard {
+		if ws = tc.watchers[key]; ws == nil {
+			ws = &watcherSet{}
+			tc.watchers[key] = ws
+		}
+	}
+	if ws.contains(id) {
+		return false
+	}
+	ws.add(id)
+	if ws.len() == 1 {
+		r.ref(tc, key)
+	}
+	return true
+}
+
+// unwatchKey removes the stream id from the watchers of key and reports
+// whether it was one; the last watcher leaving releases the key (release).
+// Called with mu held.
+func (r *Relay) unwatchKey(tc *typeCache, key string, id uint64) bool {
+	ws := tc.wild
+	if key != keying.Wildcard {
+		ws = tc.watchers[key]
+	}
+	if !ws.contains(id) {
+		return false
+	}
+	ws.remove(id)
+	if ws.len() == 0 {
+		if key != keying.Wildcard {
+			delete(tc.watchers, key)
+		}
+		r.release(tc, key)
+	}
+	return true
 }
 
 // tell notifies w of d now, or behind the deliveries to w still on their
