@@ -21,8 +21,6 @@ type typeCache struct {
 	typeURL string
 	// view is the current published View; replaced, never modified.
 	view *downstream.View
-	// bytes is the size of view's resources.
-	bytes int
 
 	// watchers holds, per name, the streams that subscribe to it by name, by
 	// stream id (integer keys hash faster than interfaces on the hot path).
@@ -363,25 +361,30 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 	return false
 }
 
-// publish makes v the type's current View and updates the cache gauges.
-// Called with mu held.
+// publish makes v the type's current View. Called with mu held.
 func (r *Relay) publish(tc *typeCache, v *downstream.View) {
-	before := tc.bytes
-	for name := range v.Changed {
-		if cur, ok := tc.view.Resources[name]; ok {
-			tc.bytes -= len(cur.Any)
-		}
-		if nr, ok := v.Resources[name]; ok {
-			tc.bytes += len(nr.Any)
-		}
-	}
-	tl := metrics.TypeLabel(tc.typeURL)
-	r.m.CacheResources.WithLabelValues(tl).Add(float64(len(v.Resources) - len(tc.view.Resources)))
 	tc.view = v
 	if r.persist != nil && tc.sc == r.shared {
 		r.persist.touch()
 	}
-	r.m.CacheBytes.WithLabelValues(tl).Add(float64(tc.bytes - before))
+}
+
+// cacheSizes returns, per scope and type, what the cache holds: the
+// samples of xds_relay_cache_resources and xds_relay_cache_bytes.
+func (r *Relay) cacheSizes() []metrics.CacheSize {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []metrics.CacheSize
+	for _, sc := range r.scopes {
+		for _, tc := range sc.types {
+			s := metrics.CacheSize{TypeURL: tc.typeURL, Resources: len(tc.view.Resources)}
+			for _, res := range tc.view.Resources {
+				s.Bytes += len(res.Any)
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func marshalDeterministic(m proto.Message) ([]byte, error) {

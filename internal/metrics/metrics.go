@@ -75,10 +75,8 @@ type Metrics struct {
 
 	// Cache.
 
-	// CacheResources is xds_relay_cache_resources{type_url}.
-	CacheResources *prometheus.GaugeVec
-	// CacheBytes is xds_relay_cache_bytes{type_url}.
-	CacheBytes *prometheus.GaugeVec
+	// xds_relay_cache_resources{type_url} and xds_relay_cache_bytes{type_url}
+	// are computed at each scrape from the function given to CollectCache.
 	// CacheLookups is xds_relay_cache_lookups_total{type_url,result}: a
 	// newly watched name found in the cache (hit: answered at once) or not
 	// (miss: answered when the upstream sends it).
@@ -171,6 +169,51 @@ func (f upstreamConnected) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// CacheSize is one type's sample of xds_relay_cache_resources and
+// xds_relay_cache_bytes: what the caches of every scope hold of it.
+type CacheSize struct {
+	TypeURL          string
+	Resources, Bytes int
+}
+
+// CollectCache registers xds_relay_cache_resources and xds_relay_cache_bytes,
+// whose samples f returns at each scrape (by type URL; samples of one type
+// label are added up). Computed from what the cache holds, they can never
+// drift from it. f must be safe for concurrent use.
+func (m *Metrics) CollectCache(f func() []CacheSize) {
+	m.Registry.MustRegister(cacheSizes(f))
+}
+
+var (
+	cacheResourcesDesc = prometheus.NewDesc(namespace+"_cache_resources",
+		"Resource variants held in the cache, watched or not.", []string{"type_url"}, nil)
+	cacheBytesDesc = prometheus.NewDesc(namespace+"_cache_bytes",
+		"Serialized bytes of the resource variants held in the cache.", []string{"type_url"}, nil)
+)
+
+// cacheSizes collects the cache gauges from a function.
+type cacheSizes func() []CacheSize
+
+func (cacheSizes) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cacheResourcesDesc
+	ch <- cacheBytesDesc
+}
+
+func (f cacheSizes) Collect(ch chan<- prometheus.Metric) {
+	byType := make(map[string]CacheSize)
+	for _, s := range f() {
+		l := TypeLabel(s.TypeURL)
+		sum := byType[l]
+		sum.Resources += s.Resources
+		sum.Bytes += s.Bytes
+		byType[l] = sum
+	}
+	for l, s := range byType {
+		ch <- prometheus.MustNewConstMetric(cacheResourcesDesc, prometheus.GaugeValue, float64(s.Resources), l)
+		ch <- prometheus.MustNewConstMetric(cacheBytesDesc, prometheus.GaugeValue, float64(s.Bytes), l)
+	}
+}
+
 // CollectReadiness registers xds_relay_ready (1 while /readyz answers 200)
 // and xds_relay_upstream_synced (1 once an upstream stream was established
 // since the start), read at each scrape. The functions must be safe for
@@ -230,12 +273,6 @@ func New() *Metrics {
 			"Times the ADS stream to an upstream server was re-established after a failure.",
 			"authority", "server"),
 
-		CacheResources: f.gaugeVec("cache_resources",
-			"Resource variants held in the cache, watched or not.",
-			"type_url"),
-		CacheBytes: f.gaugeVec("cache_bytes",
-			"Serialized bytes of the resource variants held in the cache.",
-			"type_url"),
 		CacheLookups: f.counterVec("cache_lookups_total",
 			"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",
 			"type_url", "result"),
