@@ -14,25 +14,26 @@ import (
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// onUpdate applies one accepted upstream response: it publishes a new View of
-// the type when anything changed and notifies the streams that watch it. The
+// OnUpdate applies one upstream event: it publishes a new View of the type
+// when anything changed and notifies the streams that watch it. The
 // response is decoded outside the lock; under it, an applier runs its phases
 // in order (apply).
-func (r *Relay) onUpdate(sc *scope, authority string, u upstream.Update) error {
+func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
+	sc, authority := h.sc, h.authority
 	in, err := decodeUpdate(authority, u)
 	if err != nil {
 		return err
 	}
-	r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
-	r.m.UpstreamLastUpdate.WithLabelValues(authority).SetToCurrentTime()
+	h.r.m.UpstreamResponses.WithLabelValues(authority, metrics.TypeLabel(u.TypeURL), "ack").Inc()
+	h.r.m.UpstreamLastUpdate.WithLabelValues(authority).SetToCurrentTime()
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || r.scopes[sc.key] != sc {
+	s := h.r.lock()
+	defer s.unlock()
+	if s.closed || s.scopes[sc.key] != sc {
 		return nil // closed, or a node's own scope whose streams are gone
 	}
 	tc := sc.typeCache(u.TypeURL)
-	a := &applier{r: r, sc: sc, tc: tc, authority: authority, u: u, in: in,
+	a := &applier{s: s, sc: sc, tc: tc, authority: authority, u: u, in: in,
 		edit: editOf(tc.view), fullSotW: !u.Delta && keying.FullState(u.TypeURL),
 		seen: make(map[string]struct{}, len(in.fresh)), beats: make(map[string]struct{}),
 		resolved: make(map[string]bool), sent: make(map[string]map[string]bool),
@@ -93,7 +94,7 @@ func decodeUpdate(authority string, u upstream.Update) (*incoming, error) {
 // phases (apply) read top to bottom; its fields are what they hand on to
 // each other. Used with mu held.
 type applier struct {
-	r         *Relay
+	s         *state
 	sc        *scope
 	tc        *typeCache
 	authority string
@@ -177,7 +178,7 @@ func (a *applier) heartbeats() {
 		} else {
 			a.beats[hb.Name] = struct{}{}
 		}
-		a.r.armTTL(a.tc, hb.Name, hb.TTL)
+		a.s.armTTL(a.tc, hb.Name, hb.TTL)
 	}
 }
 
@@ -207,7 +208,7 @@ func (a *applier) resource(e *downstream.Resource) {
 	if cur, ok := a.edit.res[e.Name]; ok && a.authority != "" && cur.InWildcard() {
 		e.Listed = true // the default servers listed it first
 	}
-	a.r.armTTL(tc, e.Name, e.TTL)
+	a.s.armTTL(tc, e.Name, e.TTL)
 	if cur, ok := a.edit.res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed {
 		if cur.UpstreamVersion != e.UpstreamVersion {
 			a.edit.put(e.Name, e) // same bytes, new upstream version: nothing to tell clients
@@ -260,7 +261,7 @@ func (a *applier) noCache(e *downstream.Resource) bool {
 	}
 	if _, had := a.edit.res[e.Name]; had {
 		a.edit.drop(e.Name)
-		a.r.unref.forget(tc.lruKey(e.Name))
+		a.s.unref.forget(tc.lruKey(e.Name))
 	}
 	a.moveNames = append(a.moveNames, e.Name)
 	return true
@@ -297,8 +298,8 @@ func (a *applier) remove(name string) {
 	if cur, ok := a.edit.res[name]; ok && cur.Authority == a.authority {
 		a.edit.drop(name)
 		a.edit.change(name)
-		a.r.unref.forget(tc.lruKey(name))
-		a.r.armTTL(tc, name, 0)
+		a.s.unref.forget(tc.lruKey(name))
+		a.s.armTTL(tc, name, 0)
 	}
 }
 
@@ -448,7 +449,7 @@ func (a *applier) reselectName(name string) {
 		// A full-state response carries every variant of what it names.
 		tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return !a.sent[name][v.res.Constraints] })
 	}
-	a.r.resolveVariants(tc, name, a.edit)
+	a.s.resolveVariants(tc, name, a.edit)
 	// The name's plain selection, if the upstream sent it, is confirmed
 	// when a subscription covers it: the name's own, the wildcard's, its
 	// glob's, or a key with parameters that selects the same variant. A
@@ -496,7 +497,7 @@ func (a *applier) forgetUncovered() {
 // halted, sent again, keeps the accepted one; other changes of cached
 // resources go to canaries first (rolled).
 func (a *applier) holdHalted() {
-	if a.r.cfg.Rollout == nil || a.sc.own {
+	if a.s.cfg.Rollout == nil || a.sc.own {
 		return
 	}
 	tc, old := a.tc, a.edit.old
@@ -521,7 +522,7 @@ func (a *applier) holdHalted() {
 // the plain notification, then — when the View confirms an authority again —
 // every watcher of the type, so that streams that held back look again.
 func (a *applier) publish() {
-	r, tc, old := a.r, a.tc, a.edit.old
+	s, tc, old := a.s, a.tc, a.edit.old
 	// Complete: the wildcard set is held, and kept up to date only while
 	// the wildcard is subscribed (a warm-restart file's set, kept for new
 	// clients while the upstream is away, goes once the upstream answers).
@@ -542,23 +543,23 @@ func (a *applier) publish() {
 	if len(a.edit.changed) == 0 && complete == old.Complete && !confirmed {
 		if a.touched || len(a.edit.res) != len(old.Resources) || beats != nil {
 			a.edit.changed = nil
-			v := a.edit.view(r.nextSeq())
+			v := a.edit.view(s.nextSeq())
 			v.Heartbeats = beats
-			r.publish(tc, v)
+			s.publish(tc, v)
 			if beats != nil {
-				r.notify(tc, v) // the streams holding them pass the heartbeats on
+				s.notify(tc, v) // the streams holding them pass the heartbeats on
 			}
 		}
-		r.moveNoCache(tc, a.moveNames)
+		s.moveNoCache(tc, a.moveNames)
 		return
 	}
-	v := a.edit.view(r.nextSeq())
+	v := a.edit.view(s.nextSeq())
 	v.Complete, v.Unconfirmed, v.Received, v.Heartbeats = complete, unconfirmed, a.in.received, beats
-	r.publish(tc, v)
-	r.moveNoCache(tc, a.moveNames)
+	s.publish(tc, v)
+	s.moveNoCache(tc, a.moveNames)
 	a.deliver(v)
 	if confirmed {
-		r.notifyEvery(tc, v) // confirmed again: streams that held back for its data look again
+		s.notifyEvery(tc, v) // confirmed again: streams that held back for its data look again
 	}
 }
 
@@ -567,19 +568,19 @@ func (a *applier) publish() {
 // what it changes get a barrier (once); everyone else is notified as usual,
 // behind their barrier if they hold one.
 func (a *applier) deliver(v *downstream.View) {
-	r, tc, old := a.r, a.tc, a.edit.old
+	s, tc, old := a.s, a.tc, a.edit.old
 	if tc.ro == nil && len(a.rolled) > 0 {
-		r.startRollout(tc, old, v, a.rolled, watchers(r.watchersOf(tc, a.rolled)))
+		s.startRollout(tc, old, v, a.rolled, watchers(s.watchersOf(tc, a.rolled)))
 	} else if tc.ro != nil && len(a.rolled) > 0 {
 		tc.ro.add(old, v, a.rolled)
 	}
 	if tc.ro == nil {
-		r.notify(tc, v)
+		s.notify(tc, v)
 		return
 	}
 	ro := tc.ro
 	canaries, held, rest := delivery{v: v, ro: ro, canary: true}, delivery{v: v, ro: ro}, delivery{v: v}
-	for _, b := range r.watchersOf(tc, append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)) {
+	for _, b := range s.watchersOf(tc, append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)) {
 		switch {
 		case ro.isCanary(b.w):
 			canaries.to = append(canaries.to, b)
@@ -590,6 +591,6 @@ func (a *applier) deliver(v *downstream.View) {
 		}
 	}
 	for _, d := range []delivery{canaries, held, rest} {
-		r.fan.add(d)
+		s.fan.add(d)
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
-	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// typeCache is the cache and the registry of one type in one scope. Guarded
-// by Relay.mu.
+// typeCache is the cache and the registry of one type in one scope. It is
+// reached only through the state (Relay.lock), so its methods run with the
+// lock held.
 type typeCache struct {
 	sc      *scope
 	typeURL string
@@ -89,19 +89,15 @@ type upstreamHandler struct {
 	authority string
 }
 
-func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
-	return h.r.onUpdate(h.sc, h.authority, u)
-}
-
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
-	h.r.mu.Lock()
+	s := h.r.lock()
 	h.sc.connected[h.authority] = connected
 	if connected {
-		h.r.rearmUnknown(h.sc, h.authority)
+		s.rearmUnknown(h.sc, h.authority)
 	} else {
-		h.r.unconfirm(h.sc, h.authority)
+		s.unconfirm(h.sc, h.authority)
 	}
-	h.r.mu.Unlock()
+	s.unlock()
 	if !connected {
 		h.r.m.UpstreamReconnects.WithLabelValues(h.authority, server).Inc()
 	}
@@ -112,9 +108,9 @@ func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 
 // unconfirm marks the data of authority in the Views of sc that hold some
 // unconfirmed (View.Unconfirmed): its upstream stream is gone. Nobody is
-// notified: the View serves as before (fail static) but tells no client
-// that held config elsewhere that any of it is gone. Called with mu held.
-func (r *Relay) unconfirm(sc *scope, authority string) {
+// notified: the View serves as before (fail static) but tells no client that
+// held config elsewhere that any of it is gone.
+func (s *state) unconfirm(sc *scope, authority string) {
 	for _, tc := range sc.types {
 		if tc.unconfirmed[authority] || !tc.holds(authority) {
 			continue
@@ -123,14 +119,13 @@ func (r *Relay) unconfirm(sc *scope, authority string) {
 			tc.unconfirmed = make(map[string]bool)
 		}
 		tc.unconfirmed[authority] = true
-		v := editOf(tc.view).view(r.nextSeq())
+		v := editOf(tc.view).view(s.nextSeq())
 		v.Unconfirmed = maps.Clone(tc.unconfirmed)
-		r.publish(tc, v)
+		s.publish(tc, v)
 	}
 }
 
 // holds reports whether tc caches or subscribes anything of authority.
-// Called with mu held.
 func (tc *typeCache) holds(authority string) bool {
 	for n := range tc.up {
 		if a, _ := keying.Authority(n); a == authority {
@@ -146,24 +141,23 @@ func (tc *typeCache) holds(authority string) bool {
 }
 
 // nextSeq returns a new View sequence number: relay-wide, so Views of
-// different scopes compare in publication order. Called with mu held.
-func (r *Relay) nextSeq() uint64 {
-	r.seq++
-	return r.seq
+// different scopes compare in publication order.
+func (s *state) nextSeq() uint64 {
+	s.seq++
+	return s.seq
 }
 
-// notifyEvery tells every stream that watches something of tc of v. Called
-// with mu held.
-func (r *Relay) notifyEvery(tc *typeCache, v *downstream.View) {
-	r.fan.add(delivery{to: r.watchersOf(tc, slices.Collect(maps.Keys(tc.watchers))), v: v})
+// notifyEvery tells every stream that watches something of tc of v.
+func (s *state) notifyEvery(tc *typeCache, v *downstream.View) {
+	s.fan.add(delivery{to: s.watchersOf(tc, slices.Collect(maps.Keys(tc.watchers))), v: v})
 }
 
 // notify tells the streams that watch a changed name (or the wildcard) of v,
-// once each. Called with mu held; the streams are told outside it, in order
+// once each. The streams are told outside the lock, in order
 // (fanout.go).
-func (r *Relay) notify(tc *typeCache, v *downstream.View) {
+func (s *state) notify(tc *typeCache, v *downstream.View) {
 	names := append(slices.Collect(maps.Keys(v.Changed)), slices.Collect(maps.Keys(v.Heartbeats))...)
-	r.fan.add(delivery{to: r.watchersOf(tc, names), v: v})
+	s.fan.add(delivery{to: s.watchersOf(tc, names), v: v})
 }
 
 // watchers returns the streams of bindings.
@@ -184,8 +178,8 @@ func globOf(v *downstream.View, name string) string {
 }
 
 // watchersOf returns, once each, the bound streams watching one of names or
-// the wildcard. Called with mu held.
-func (r *Relay) watchersOf(tc *typeCache, names []string) []*binding {
+// the wildcard.
+func (s *state) watchersOf(tc *typeCache, names []string) []*binding {
 	set := make(map[uint64]struct{}, tc.wild.len())
 	add := func(ws *watcherSet) {
 		for id := range ws.all {
@@ -201,29 +195,30 @@ func (r *Relay) watchersOf(tc *typeCache, names []string) []*binding {
 	}
 	out := make([]*binding, 0, len(set))
 	for id := range set {
-		if b := r.bound[id]; b != nil {
+		if b := s.bound[id]; b != nil {
 			out = append(out, b)
 		}
 	}
 	return out
 }
 
-// watcher returns the bound stream with id, nil if it has ended. Called
-// with mu held.
-func (r *Relay) watcher(id uint64) downstream.Watcher {
-	if b := r.bound[id]; b != nil {
+// watcher returns the bound stream with id, nil if it has ended.
+func (s *state) watcher(id uint64) downstream.Watcher {
+	if b := s.bound[id]; b != nil {
 		return b.w
 	}
 	return nil
 }
 
-// upstreamVersions returns the upstream's versions of the resources of
-// typeURL the cache holds from authority: the Delta initial_resource_versions
-// (the upstream client keeps those its first request subscribes to).
-func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[string]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	tc := sc.types[typeURL]
+// initialVersions returns the upstream's versions of the resources of
+// typeURL the cache holds from the handler's authority: the Delta
+// initial_resource_versions (the upstream client keeps those its first
+// request subscribes to).
+func (h *upstreamHandler) initialVersions(typeURL string) map[string]string {
+	s := h.r.lock()
+	defer s.unlock()
+	authority := h.authority
+	tc := h.sc.types[typeURL]
 	if tc == nil {
 		return nil
 	}
@@ -246,10 +241,11 @@ func (r *Relay) upstreamVersions(sc *scope, authority, typeURL string) map[strin
 // reaches the cache): they are unsure, confirmed when the server sends them
 // once they are subscribed (a subscription made since the request was built
 // arms the wait for them).
-func (r *Relay) declared(sc *scope, authority, typeURL string, names []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	tc := sc.types[typeURL]
+func (h *upstreamHandler) declared(typeURL string, names []string) {
+	s := h.r.lock()
+	defer s.unlock()
+	authority := h.authority
+	tc := h.sc.types[typeURL]
 	if tc == nil {
 		return
 	}
@@ -266,13 +262,12 @@ func (r *Relay) declared(sc *scope, authority, typeURL string, names []string) {
 		}
 		tc.markUnsure(n)
 		if tc.subscribedUpstream(n) {
-			r.armUnknown(tc, n)
+			s.armUnknown(tc, n)
 		}
 	}
 }
 
-// markUnsure marks the cached name unsure (see typeCache.unsure). Called
-// with mu held.
+// markUnsure marks the cached name unsure (see typeCache.unsure).
 func (tc *typeCache) markUnsure(name string) {
 	if tc.unsure == nil {
 		tc.unsure = make(map[string]bool)
@@ -282,18 +277,17 @@ func (tc *typeCache) markUnsure(name string) {
 
 // confirmed: the upstream confirmed the cached name (it sent it, or the
 // server was told the relay holds it). It is sure, and the wait for it
-// (armUnknown) is over: a wait left running would take it for deleted
-// should it become unsure again before its timer fires — for a question
-// the upstream has already answered (found by the oracle, seed 1401575: a
-// warm-restart file's cluster, confirmed, then unsure when a subscription
-// with parameters of it ended). Called with mu held.
+// (armUnknown) is over: a wait left running would take it for deleted should
+// it become unsure again before its timer fires — for a question the upstream
+// has already answered (found by the oracle, seed 1401575: a warm-restart
+// file's cluster, confirmed, then unsure when a subscription with parameters
+// of it ended).
 func (tc *typeCache) confirmed(name string) {
 	delete(tc.unsure, name)
 	tc.stopWait(name)
 }
 
-// stopWait stops the wait for name (armUnknown), if one runs. Called with
-// mu held.
+// stopWait stops the wait for name (armUnknown), if one runs.
 func (tc *typeCache) stopWait(name string) {
 	if t := tc.unavail[name]; t != nil {
 		t.Stop()
@@ -309,19 +303,18 @@ func ofAuthority(name, authority string) bool {
 }
 
 // subscribedUpstream reports whether an upstream subscription covers the
-// plain name n: its own, the wildcard's (the default authority's names),
-// its glob collection's, or one of its keys with parameters (TP2: the server
+// plain name n: its own, the wildcard's (the default authority's names), its
+// glob collection's, or one of its keys with parameters (TP2: the server
 // sends the variant the key selects). Keys whose subscription ended do not
 // count: an answer to one in flight confirms nothing, as the server, which
 // forgot it, would not tell the relay of a deletion (found by the oracle,
-// seed 3006725). Called with mu held.
+// seed 3006725).
 func (tc *typeCache) subscribedUpstream(n string) bool {
 	return tc.plainCovered(n) || tc.keySubscribed(n)
 }
 
 // plainCovered reports whether the name's own subscription, the wildcard's
 // (the default authority's names) or its glob collection's covers n.
-// Called with mu held.
 func (tc *typeCache) plainCovered(n string) bool {
 	if tc.up[n] {
 		return true
@@ -333,8 +326,8 @@ func (tc *typeCache) plainCovered(n string) bool {
 	return g != "" && tc.up[g]
 }
 
-// keySubscribed reports whether one of n's keys with parameters is
-// subscribed upstream. Called with mu held.
+// keySubscribed reports whether one of n's keys with parameters is subscribed
+// upstream.
 func (tc *typeCache) keySubscribed(n string) bool {
 	for k := range tc.params[n] {
 		if tc.up[k] {
@@ -344,10 +337,10 @@ func (tc *typeCache) keySubscribed(n string) bool {
 	return false
 }
 
-// selectionCovered reports whether a subscription covers the variant that
-// is n's plain selection in res: n's own, the wildcard's, its glob's (or n
-// is another authority's), or a subscribed key of n that selects the same
-// variant. Called with mu held.
+// selectionCovered reports whether a subscription covers the variant that is
+// n's plain selection in res: n's own, the wildcard's, its glob's (or n is
+// another authority's), or a subscribed key of n that selects the same
+// variant.
 func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resource, authority string) bool {
 	if tc.plainCovered(n) || !ofAuthority(n, authority) {
 		return true
@@ -361,27 +354,27 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 	return false
 }
 
-// publish makes v the type's current View. Called with mu held.
-func (r *Relay) publish(tc *typeCache, v *downstream.View) {
+// publish makes v the type's current View.
+func (s *state) publish(tc *typeCache, v *downstream.View) {
 	tc.view = v
-	if r.persist != nil && tc.sc == r.shared {
-		r.persist.touch()
+	if s.persist != nil && tc.sc == s.shared {
+		s.persist.touch()
 	}
 }
 
 // cacheSizes returns, per scope and type, what the cache holds: the
 // samples of xds_relay_cache_resources and xds_relay_cache_bytes.
 func (r *Relay) cacheSizes() []metrics.CacheSize {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	s := r.lock()
+	defer s.unlock()
 	var out []metrics.CacheSize
-	for _, sc := range r.scopes {
+	for _, sc := range s.scopes {
 		for _, tc := range sc.types {
-			s := metrics.CacheSize{TypeURL: tc.typeURL, Resources: len(tc.view.Resources)}
+			size := metrics.CacheSize{TypeURL: tc.typeURL, Resources: len(tc.view.Resources)}
 			for _, res := range tc.view.Resources {
-				s.Bytes += len(res.Any)
+				size.Bytes += len(res.Any)
 			}
-			out = append(out, s)
+			out = append(out, size)
 		}
 	}
 	return out

@@ -53,10 +53,10 @@ type UpstreamInfo = upstream.Status
 
 // DebugCache lists the cached variants matching f, sorted by type and name.
 func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	s := r.lock()
+	defer s.unlock()
 	out := []CacheEntryInfo{}
-	for _, sc := range r.scopes {
+	for _, sc := range s.scopes {
 		for t, tc := range sc.types {
 			if !f.matchType(t) {
 				continue
@@ -106,7 +106,6 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 }
 
 // subscribers counts the streams that watch key, by name or by wildcard.
-// Called with mu held.
 func (tc *typeCache) subscribers(key string, res *downstream.Resource) int {
 	subs := tc.watchers[key].len()
 	if res.InWildcard() && key == res.Name && keying.WildcardCapable(tc.typeURL) {
@@ -218,14 +217,14 @@ func (r *Relay) DebugClientsPage(q ClientQuery) ClientPage {
 
 // DebugUpstreams lists the upstream connections, by authority.
 func (r *Relay) DebugUpstreams() []UpstreamInfo {
-	r.mu.Lock()
+	s := r.lock()
 	var clients []*upstream.Client
-	for _, sc := range r.scopes {
+	for _, sc := range s.scopes {
 		for _, c := range sc.upstreams {
 			clients = append(clients, c)
 		}
 	}
-	r.mu.Unlock()
+	s.unlock()
 	out := make([]UpstreamInfo, 0, len(clients))
 	for _, c := range clients {
 		out = append(out, c.Status())

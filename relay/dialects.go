@@ -118,9 +118,9 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 }
 
 func (r *Relay) isClosed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closed || r.draining.Load()
+	s := r.lock()
+	defer s.unlock()
+	return s.closed || r.draining.Load()
 }
 
 // closeDialects ends the edge servers: held REST polls are answered 503 and

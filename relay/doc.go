@@ -20,7 +20,10 @@
 // and no upstream subscription covers it. Nothing watched is ever evicted
 // (lru.go; a refusal would be counted and logged).
 //
-// All methods are safe for concurrent use. Lock order: Relay.mu → a
-// downstream stream's mutex → an upstream client's mutex. Upstream callbacks
-// run on the upstream clients' goroutines and take Relay.mu.
+// All methods are safe for concurrent use. What Relay.mu guards is a type,
+// state, that only Relay.lock hands out: a method of *state (and of the
+// scopes and type caches reached through it) runs with the lock held, and
+// timers take the lock themselves. Lock order: Relay.mu → a downstream
+// stream's mutex → an upstream client's mutex. Upstream callbacks run on the
+// upstream clients' goroutines and take Relay.mu.
 package relay

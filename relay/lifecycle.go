@@ -128,17 +128,17 @@ func (r *Relay) Close() {
 	r.ds.Close()
 	r.fan.close()
 	r.closeGateway()
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	s := r.lock()
+	if s.closed {
+		s.unlock()
 		return
 	}
-	r.closed = true
+	s.closed = true
 	var clients []*upstream.Client
-	for _, sc := range r.scopes {
-		clients = append(clients, r.stopScope(sc)...)
+	for _, sc := range s.scopes {
+		clients = append(clients, s.stopScope(sc)...)
 	}
-	r.mu.Unlock()
+	s.unlock()
 	for _, c := range clients {
 		c.Close()
 	}
@@ -172,8 +172,8 @@ func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 	for _, s := range r.cfg.Upstream.XDSServers {
 		counts[key{"", s.ServerURI, metrics.ScopeShared}] = 0
 	}
-	r.mu.Lock()
-	for _, sc := range r.scopes {
+	s := r.lock()
+	for _, sc := range s.scopes {
 		kind := scopeKind(sc.key)
 		for auth, c := range sc.upstreams {
 			state, server := c.State()
@@ -187,7 +187,7 @@ func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 			}
 		}
 	}
-	r.mu.Unlock()
+	s.unlock()
 	out := make([]metrics.UpstreamConn, 0, len(counts))
 	for k, n := range counts {
 		out = append(out, metrics.UpstreamConn{Authority: k.auth, Server: k.server, Scope: k.scope, Streams: n})
@@ -217,10 +217,10 @@ func scopeKind(key string) string {
 
 // cachedShared counts the resources of the shared scope.
 func (r *Relay) cachedShared() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	s := r.lock()
+	defer s.unlock()
 	n := 0
-	for _, tc := range r.shared.types {
+	for _, tc := range s.shared.types {
 		n += len(tc.view.Resources)
 	}
 	return n

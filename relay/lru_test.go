@@ -50,16 +50,16 @@ func TestEvictRefusesWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	r.mu.Lock()
-	tc := r.shared.typeCache(keying.ClusterType)
+	s := r.lock()
+	tc := s.shared.typeCache(keying.ClusterType)
 	x := &downstream.Resource{Name: "x", Version: "1", Any: []byte{1}}
 	tc.view = &downstream.View{TypeURL: keying.ClusterType, Resources: map[string]*downstream.Resource{"x": x}}
 	tc.watchers["x"] = &watcherSet{}
 	tc.watchers["x"].add(7)
-	r.unref.evicted = append(r.unref.evicted, tc.lruKey("x"))
-	r.evict()
+	s.unref.evicted = append(s.unref.evicted, tc.lruKey("x"))
+	s.evict()
 	_, kept := tc.view.Resources["x"]
-	r.mu.Unlock()
+	s.unlock()
 	if !kept {
 		t.Fatal("a watched resource was evicted")
 	}
@@ -80,16 +80,16 @@ func TestEvictTP2KeyKeepsTheWildcardComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	tc := r.shared.typeCache(keying.ClusterType)
+	s := r.lock()
+	defer s.unlock()
+	tc := s.shared.typeCache(keying.ClusterType)
 	c := &downstream.Resource{Name: "c", Version: "1", Any: []byte{1}}
 	key := keying.SubscriptionKey("c", "env=prod")
 	tc.view = &downstream.View{TypeURL: keying.ClusterType, Complete: true,
 		Resources: map[string]*downstream.Resource{"c": c, key: c.Selected(key)}}
 	tc.wild.add(7) // a wildcard client holds c
-	r.unref.evicted = append(r.unref.evicted, tc.lruKey(key))
-	r.evict()
+	s.unref.evicted = append(s.unref.evicted, tc.lruKey(key))
+	s.evict()
 	if _, kept := tc.view.Resources[key]; kept {
 		t.Fatal("the key's selection was not evicted")
 	}

@@ -19,7 +19,6 @@ import (
 
 // wantsOwn reports whether the subscription change c of a stream in tc's
 // (shared or group) scope must be served from the stream's own scope.
-// Called with mu held.
 func (tc *typeCache) wantsOwn(c downstream.Change) bool {
 	if tc == nil || (len(tc.noCache) == 0 && !tc.noCacheWild) {
 		return false
@@ -37,7 +36,7 @@ func (tc *typeCache) wantsOwn(c downstream.Change) bool {
 
 // withholdsWildcard reports whether a do_not_cache resource of the default
 // authority, which a shared or group scope does not store, may be in the
-// wildcard set. Called with mu held.
+// wildcard set.
 func (tc *typeCache) withholdsWildcard() bool {
 	if tc.noCacheWild {
 		return true
@@ -53,9 +52,9 @@ func (tc *typeCache) withholdsWildcard() bool {
 // moveNoCache moves the watchers of the do_not_cache names of tc (a shared
 // or group scope), and its wildcard watchers when one of them is in the
 // wildcard set of a full-state type, to their own scopes; each is notified
-// of tc's View first. Called with mu held, after tc's View is published and
+// of tc's View first. Called after tc's View is published and
 // before it is notified.
-func (r *Relay) moveNoCache(tc *typeCache, names []string) {
+func (s *state) moveNoCache(tc *typeCache, names []string) {
 	if len(names) == 0 {
 		return
 	}
@@ -76,21 +75,21 @@ func (r *Relay) moveNoCache(tc *typeCache, names []string) {
 		}
 	}
 	for id := range moving {
-		if w := r.watcher(id); w != nil {
+		if w := s.watcher(id); w != nil {
 			// The update that moves it still reaches it: what else it
 			// changed (a removal in the same response) would be lost.
-			r.tell(w, delivery{v: tc.view})
-			r.moveToOwn(w, tc.typeURL)
+			s.tell(w, delivery{v: tc.view})
+			s.moveToOwn(w, tc.typeURL)
 		}
 	}
 }
 
 // moveToOwn moves w's subscription of typeURL from its group scope to its
-// node's own scope. The own View is seeded with what the stream already
-// has, so that it is never told of a deletion in between; the own upstream
-// subscriptions replace it. Called with mu held.
-func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
-	b := r.bound[w.ID()]
+// node's own scope. The own View is seeded with what the stream already has,
+// so that it is never told of a deletion in between; the own upstream
+// subscriptions replace it.
+func (s *state) moveToOwn(w downstream.Watcher, typeURL string) {
+	b := s.bound[w.ID()]
 	if b == nil || b.ownTypes[typeURL] {
 		return
 	}
@@ -98,9 +97,9 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 		b.ownTypes = make(map[string]bool)
 	}
 	b.ownTypes[typeURL] = true
-	r.log.Debug("a do_not_cache resource: the stream gets the type from its node's own scope",
+	s.log.Debug("a do_not_cache resource: the stream gets the type from its node's own scope",
 		zap.String("node", b.node.GetId()), zap.String("type", typeURL))
-	to := r.ownScope(b).typeCache(typeURL)
+	to := s.ownScope(b).typeCache(typeURL)
 	from := b.group.types[typeURL]
 	if from == nil {
 		return
@@ -138,24 +137,23 @@ func (r *Relay) moveToOwn(w downstream.Watcher, typeURL string) {
 	// yet (what arrived with the do_not_cache resource that moves it), and
 	// the own upstream, told the relay holds it, will not send it again.
 	if len(seed.changed) > 0 {
-		v := seed.view(r.nextSeq())
-		r.publish(to, v)
-		r.tell(w, delivery{v: v})
+		v := seed.view(s.nextSeq())
+		s.publish(to, v)
+		s.tell(w, delivery{v: v})
 	}
 
 	if wild {
 		names = append(names, keying.Wildcard)
 	}
 	for _, n := range names {
-		r.unwatchKey(from, n, w.ID())
-		r.watchKey(to, n, w.ID())
+		s.unwatchKey(from, n, w.ID())
+		s.watchKey(to, n, w.ID())
 	}
 }
 
 // dropNow ends a do_not_cache resource's last watch in an own scope: it is
-// unsubscribed upstream and dropped from the View at once. Called with mu
-// held.
-func (r *Relay) dropNow(tc *typeCache, name string) {
+// unsubscribed upstream and dropped from the View at once.
+func (s *state) dropNow(tc *typeCache, name string) {
 	delete(tc.up, name)
 	delete(tc.noCache, name)
 	if c := tc.clientFor(name); c != nil {
@@ -165,7 +163,7 @@ func (r *Relay) dropNow(tc *typeCache, name string) {
 		// send it again (found by the oracle, seed 1200765).
 		c.Forget(tc.typeURL, name)
 		auth, _ := keying.Authority(name)
-		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
+		s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
 	if _, ok := tc.view.Resources[name]; !ok {
 		return
@@ -173,5 +171,5 @@ func (r *Relay) dropNow(tc *typeCache, name string) {
 	e := editOf(tc.view)
 	e.drop(name)
 	e.change(name)
-	r.publish(tc, e.view(r.nextSeq()))
+	s.publish(tc, e.view(s.nextSeq()))
 }

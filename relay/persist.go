@@ -227,8 +227,8 @@ func eachField(b []byte, f func(num protowire.Number, val []byte, n uint64) erro
 // shared scope's upstream clients already run (their state callbacks take
 // mu), so it holds mu too.
 func (r *Relay) loadPersisted(path string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	s := r.lock()
+	defer s.unlock()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return
@@ -238,7 +238,7 @@ func (r *Relay) loadPersisted(path string) {
 		if types, err = decodeCache(data); err == nil {
 			n := 0
 			for _, p := range types {
-				tc := r.shared.typeCache(p.view.TypeURL)
+				tc := s.shared.typeCache(p.view.TypeURL)
 				e := editOf(p.view)
 				for _, vr := range p.variants {
 					tc.enterVariantMode(vr.res.Name, e.res)
@@ -246,7 +246,7 @@ func (r *Relay) loadPersisted(path string) {
 					n++
 				}
 				for _, vr := range p.variants {
-					r.resolveVariants(tc, vr.res.Name, e)
+					s.resolveVariants(tc, vr.res.Name, e)
 				}
 				if tc.unconfirmed == nil {
 					tc.unconfirmed = make(map[string]bool)
@@ -266,15 +266,15 @@ func (r *Relay) loadPersisted(path string) {
 					// whatever authorities its resources have (or none).
 					tc.unconfirmed[""] = true
 				}
-				v := e.view(r.nextSeq())
+				v := e.view(s.nextSeq())
 				v.Unconfirmed = maps.Clone(tc.unconfirmed)
-				r.publish(tc, v)
+				s.publish(tc, v)
 				for name := range v.Resources {
-					r.unref.add(tc.lruKey(name))
+					s.unref.add(tc.lruKey(name))
 					n++
 				}
 			}
-			r.evict()
+			s.evict()
 			r.log.Info("loaded the warm-restart file", zap.String("path", path), zap.Int("resources", n))
 			return
 		}
@@ -285,10 +285,10 @@ func (r *Relay) loadPersisted(path string) {
 // currentCache returns the shared scope's current Views and variants:
 // secrets, node groups and nodes' own scopes are not written to disk.
 func (r *Relay) currentCache() []persisted {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]persisted, 0, len(r.shared.types))
-	for t, tc := range r.shared.types {
+	s := r.lock()
+	defer s.unlock()
+	out := make([]persisted, 0, len(s.shared.types))
+	for t, tc := range s.shared.types {
 		if t == keying.SecretType {
 			continue
 		}

@@ -17,15 +17,15 @@ import (
 // Bind implements downstream.Source: it puts the stream in its node group's
 // scope (the shared one without keying.group_by).
 func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	s := r.lock()
+	defer s.unlock()
+	if s.closed {
 		return nil
 	}
-	sc := r.shared
+	sc := s.shared
 	if key := groupKey(r.groupBy, node); key != "" {
-		if sc = r.scopes["group:"+key]; sc == nil {
-			sc = r.newScope("group:"+key, groupNode(r.node, r.groupBy, node, key), false)
+		if sc = s.scopes["group:"+key]; sc == nil {
+			sc = s.newScope("group:"+key, groupNode(r.node, r.groupBy, node, key), false)
 		}
 	}
 	sc.streams++
@@ -33,29 +33,29 @@ func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
 		sc.idle.Stop() // a client is back: the group stays
 		sc.idle = nil
 	}
-	r.bound[w.ID()] = &binding{w: w, node: node, group: sc}
+	s.bound[w.ID()] = &binding{w: w, node: node, group: sc}
 	return nil
 }
 
 // Cancel implements downstream.Source: the stream has ended. A node's own
 // scope whose last stream ended is closed: nothing of it is kept.
 func (r *Relay) Cancel(w downstream.Watcher) {
-	r.mu.Lock()
-	b := r.bound[w.ID()]
-	delete(r.bound, w.ID())
+	s := r.lock()
+	b := s.bound[w.ID()]
+	delete(s.bound, w.ID())
 	var clients []*upstream.Client
 	if b != nil {
-		if b.group.streams--; b.group.streams == 0 && b.group != r.shared {
-			r.releaseLater(b.group)
+		if b.group.streams--; b.group.streams == 0 && b.group != s.shared {
+			s.releaseLater(b.group)
 		}
-		if s := b.own; s != nil {
-			if s.streams--; s.streams == 0 {
-				clients = r.stopScope(s)
-				delete(r.scopes, s.key)
+		if own := b.own; own != nil {
+			if own.streams--; own.streams == 0 {
+				clients = s.stopScope(own)
+				delete(s.scopes, own.key)
 			}
 		}
 	}
-	r.mu.Unlock()
+	s.unlock()
 	for _, c := range clients {
 		c.Close()
 	}
@@ -63,19 +63,19 @@ func (r *Relay) Cancel(w downstream.Watcher) {
 
 // releaseLater closes a node group's scope, and its upstream streams, a
 // linger after its last stream ended, unless a stream of the group binds
-// again meanwhile. Its cache goes with it. Called with mu held.
-func (r *Relay) releaseLater(sc *scope) {
+// again meanwhile. Its cache goes with it.
+func (s *state) releaseLater(sc *scope) {
 	var t *time.Timer
-	t = time.AfterFunc(r.linger, func() {
-		r.mu.Lock()
-		if r.closed || sc.idle != t || sc.streams > 0 || r.scopes[sc.key] != sc {
-			r.mu.Unlock()
+	t = time.AfterFunc(s.linger, func() {
+		s.relay.lock()
+		if s.closed || sc.idle != t || sc.streams > 0 || s.scopes[sc.key] != sc {
+			s.unlock()
 			return
 		}
-		clients := r.stopScope(sc)
-		delete(r.scopes, sc.key)
-		r.mu.Unlock()
-		r.log.Debug("node group released", zap.String("scope", sc.key))
+		clients := s.stopScope(sc)
+		delete(s.scopes, sc.key)
+		s.unlock()
+		s.log.Debug("node group released", zap.String("scope", sc.key))
 		for _, c := range clients {
 			c.Close()
 		}
@@ -84,8 +84,8 @@ func (r *Relay) releaseLater(sc *scope) {
 }
 
 // stopScope stops a scope's timers and returns its upstream clients for the
-// caller to close after unlocking. Called with mu held.
-func (r *Relay) stopScope(sc *scope) []*upstream.Client {
+// caller to close after unlocking.
+func (s *state) stopScope(sc *scope) []*upstream.Client {
 	if sc.idle != nil {
 		sc.idle.Stop()
 	}
@@ -113,15 +113,15 @@ func (r *Relay) stopScope(sc *scope) []*upstream.Client {
 // hands over is ordered with every later update.
 func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change) {
 	add, remove, wildcard := c.Add, c.Remove, c.Wildcard
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	s := r.lock()
+	defer s.unlock()
+	if s.closed {
 		return
 	}
-	sc := r.scopeOf(w, typeURL)
+	sc := s.scopeOf(w, typeURL)
 	if !sc.own && sc.types[typeURL].wantsOwn(c) {
-		r.moveToOwn(w, typeURL) // it asks for a do_not_cache resource
-		sc = r.scopeOf(w, typeURL)
+		s.moveToOwn(w, typeURL) // it asks for a do_not_cache resource
+		sc = s.scopeOf(w, typeURL)
 	}
 	tc := sc.typeCache(typeURL)
 	var force []string
@@ -135,7 +135,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	}()
 	for _, name := range add {
 		force = append(force, name) // (asked again: send it again)
-		if !r.watchKey(tc, name, w.ID()) {
+		if !s.watchKey(tc, name, w.ID()) {
 			continue
 		}
 		if _, ok := tc.view.Resources[name]; ok {
@@ -143,7 +143,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		}
 	}
 	for _, name := range remove {
-		if !r.unwatchKey(tc, name, w.ID()) {
+		if !s.unwatchKey(tc, name, w.ID()) {
 			continue
 		}
 		if keying.WildcardCapable(typeURL) {
@@ -155,7 +155,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	if wildcard != nil {
 		// Its end too is answered by the stream (Delta: removals of what
 		// only the wildcard covered).
-		if *wildcard && r.watchKey(tc, keying.Wildcard, w.ID()) || !*wildcard && r.unwatchKey(tc, keying.Wildcard, w.ID()) {
+		if *wildcard && s.watchKey(tc, keying.Wildcard, w.ID()) || !*wildcard && s.unwatchKey(tc, keying.Wildcard, w.ID()) {
 			force = append(force, keying.Wildcard)
 		}
 	}
@@ -164,7 +164,7 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 		return
 	}
 	// Under mu, so this View is ordered with every later update.
-	tell := func(d delivery) { r.tell(w, d) }
+	tell := func(d delivery) { s.tell(w, d) }
 	if ro := tc.ro; ro != nil && !ro.isCanary(w) && ro.watches(w) && !ro.held[w] {
 		// A new subscriber during a rollout gets the accepted versions now
 		// and the rolled-out ones if the rollout is released. (A stream that
@@ -184,8 +184,8 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 
 // watchKey adds the stream id to the watchers of key (of the wildcard for
 // keying.Wildcard) and reports whether it was not one yet; the first watcher
-// references the key (ref). Called with mu held.
-func (r *Relay) watchKey(tc *typeCache, key string, id uint64) bool {
+// references the key (ref).
+func (s *state) watchKey(tc *typeCache, key string, id uint64) bool {
 	ws := tc.wild
 	if key != keying.Wildcard {
 		if ws = tc.watchers[key]; ws == nil {
@@ -198,15 +198,14 @@ func (r *Relay) watchKey(tc *typeCache, key string, id uint64) bool {
 	}
 	ws.add(id)
 	if ws.len() == 1 {
-		r.ref(tc, key)
+		s.ref(tc, key)
 	}
 	return true
 }
 
 // unwatchKey removes the stream id from the watchers of key and reports
 // whether it was one; the last watcher leaving releases the key (release).
-// Called with mu held.
-func (r *Relay) unwatchKey(tc *typeCache, key string, id uint64) bool {
+func (s *state) unwatchKey(tc *typeCache, key string, id uint64) bool {
 	ws := tc.wild
 	if key != keying.Wildcard {
 		ws = tc.watchers[key]
@@ -219,21 +218,21 @@ func (r *Relay) unwatchKey(tc *typeCache, key string, id uint64) bool {
 		if key != keying.Wildcard {
 			delete(tc.watchers, key)
 		}
-		r.release(tc, key)
+		s.release(tc, key)
 	}
 	return true
 }
 
-// tell notifies w of d now, or behind the deliveries to w still on their
-// way (fanout.go), so that it never overtakes one. Called with mu held.
-func (r *Relay) tell(w downstream.Watcher, d delivery) {
-	b := r.bound[w.ID()]
+// tell notifies w of d now, or behind the deliveries to w still on their way
+// (fanout.go), so that it never overtakes one.
+func (s *state) tell(w downstream.Watcher, d delivery) {
+	b := s.bound[w.ID()]
 	if b == nil || b.pending.Load() == 0 {
 		d.notify(w)
 		return
 	}
 	d.to = []*binding{b}
-	r.fan.add(d)
+	s.fan.add(d)
 }
 
 // clientFor returns the upstream client that serves name in tc's scope, or
@@ -243,14 +242,14 @@ func (tc *typeCache) clientFor(name string) *upstream.Client {
 	return tc.sc.upstreams[auth]
 }
 
-// ref is called when name gets its first watcher. Called with mu held.
-func (r *Relay) ref(tc *typeCache, name string) {
+// ref is called when name gets its first watcher.
+func (s *state) ref(tc *typeCache, name string) {
 	if l, ok := tc.linger[name]; ok {
 		l.timer.Stop()
 		delete(tc.linger, name)
 	}
-	r.referenced(tc, name)
-	r.addParamKey(tc, name)
+	s.referenced(tc, name)
+	s.addParamKey(tc, name)
 	if tc.up[name] {
 		return
 	}
@@ -259,7 +258,7 @@ func (r *Relay) ref(tc *typeCache, name string) {
 		// Contract: an authority that is not configured is an error for that
 		// resource (TP3 NOT_FOUND), not for the stream.
 		auth, _ := keying.Authority(name)
-		r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.NotFound,
+		s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.NotFound,
 			Message: fmt.Sprintf("xds-relay: authority %q is not configured", auth)})
 		return
 	}
@@ -269,7 +268,7 @@ func (r *Relay) ref(tc *typeCache, name string) {
 	// earlier subscription would take it for deleted before the server could
 	// answer this one (found by a review).
 	tc.stopWait(name)
-	r.armUnknown(tc, name)
+	s.armUnknown(tc, name)
 	if name == keying.Wildcard {
 		for n := range tc.unsure {
 			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
@@ -278,37 +277,36 @@ func (r *Relay) ref(tc *typeCache, name string) {
 					// clients coming and going must not put it off.)
 					tc.stopWait(n)
 				}
-				r.armUnknown(tc, n) // the wildcard brings it again if it exists
+				s.armUnknown(tc, n) // the wildcard brings it again if it exists
 			}
 		}
 	}
 	auth, _ := keying.Authority(name)
-	r.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
+	s.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
 }
 
-// armUnknown watches a name subscribed upstream that the cache knows
-// nothing of. While its authority is unreachable, clients get a TP3
-// UNAVAILABLE error after UnavailableAfter (transient: they keep what they
-// have). Once the upstream is connected and has answered the type, a name it
-// still says nothing of after upstream.does_not_exist_after is taken as not
-// existing — a SotW server tells nothing of a named resource that does not
-// exist, and xDS clients conclude the same with their own does-not-exist
-// timer — so that clients holding back for it (transitions) are answered.
-// Called with mu held.
-func (r *Relay) armUnknown(tc *typeCache, name string) {
+// armUnknown watches a name subscribed upstream that the cache knows nothing
+// of. While its authority is unreachable, clients get a TP3 UNAVAILABLE error
+// after UnavailableAfter (transient: they keep what they have). Once the
+// upstream is connected and has answered the type, a name it still says
+// nothing of after upstream.does_not_exist_after is taken as not existing — a
+// SotW server tells nothing of a named resource that does not exist, and xDS
+// clients conclude the same with their own does-not-exist timer — so that
+// clients holding back for it (transitions) are answered.
+func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.unavail[name] != nil || tc.knows(name) {
 		return
 	}
 	auth, _ := keying.Authority(name)
-	d := r.cfg.Upstream.DoesNotExistAfter
+	d := s.cfg.Upstream.DoesNotExistAfter
 	if !tc.sc.connected[auth] {
-		d = r.cfg.Upstream.UnavailableAfter
+		d = s.cfg.Upstream.UnavailableAfter
 	}
 	var t *time.Timer
 	fire := func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.closed || r.scopes[tc.sc.key] != tc.sc || tc.unavail[name] != t {
+		s.relay.lock()
+		defer s.unlock()
+		if s.closed || s.scopes[tc.sc.key] != tc.sc || tc.unavail[name] != t {
 			return
 		}
 		delete(tc.unavail, name)
@@ -321,10 +319,10 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 			// Served as cached meanwhile (fail static).
 		case !tc.sc.connected[auth]:
 			if _, failed := tc.view.Errors[name]; !failed {
-				r.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
+				s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
 					Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
 				tc.unreachable[name] = true
-				r.notify(tc, tc.view)
+				s.notify(tc, tc.view)
 			}
 		case !tc.unconfirmed[auth]:
 			e := editOf(tc.view)
@@ -334,12 +332,12 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 				// variant mode, the variant the name selects).
 				if tc.variantMode(name) {
 					tc.dropVariant(name, e.res[name].Constraints)
-					r.resolveVariants(tc, name, e)
+					s.resolveVariants(tc, name, e)
 				} else {
 					e.drop(name)
 				}
 				delete(tc.unsure, name)
-				r.unref.forget(tc.lruKey(name))
+				s.unref.forget(tc.lruKey(name))
 			}
 			if tc.up[name] {
 				e.markAbsent(name)
@@ -348,27 +346,26 @@ func (r *Relay) armUnknown(tc *typeCache, name string) {
 				e.clearError(name) // the upstream is back: it is no longer unreachable
 				delete(tc.unreachable, name)
 			}
-			v := e.view(r.nextSeq())
-			r.publish(tc, v)
-			r.notify(tc, v)
+			v := e.view(s.nextSeq())
+			s.publish(tc, v)
+			s.notify(tc, v)
 			return
 		}
-		r.armUnknown(tc, name) // not answered yet: look again later
+		s.armUnknown(tc, name) // not answered yet: look again later
 	}
 	t = time.AfterFunc(d, fire)
 	tc.unavail[name] = t
 }
 
-// rearmUnknown restarts the watches of unknown names of authority in sc
-// when its upstream connects: from now on the does-not-exist wait. Called
-// with mu held.
-func (r *Relay) rearmUnknown(sc *scope, authority string) {
+// rearmUnknown restarts the watches of unknown names of authority in sc when
+// its upstream connects: from now on the does-not-exist wait.
+func (s *state) rearmUnknown(sc *scope, authority string) {
 	for _, tc := range sc.types {
 		for name, t := range tc.unavail {
 			if a, _ := keying.Authority(name); a == authority {
 				t.Stop()
 				delete(tc.unavail, name)
-				r.armUnknown(tc, name)
+				s.armUnknown(tc, name)
 			}
 		}
 	}
@@ -376,7 +373,7 @@ func (r *Relay) rearmUnknown(sc *scope, authority string) {
 
 // knows reports whether the cache knows something of name: its resource
 // (unless unsure), that it does not exist, or an error other than its own
-// UNAVAILABLE. Called with mu held.
+// UNAVAILABLE.
 func (tc *typeCache) knows(name string) bool {
 	_, cached := tc.view.Resources[name]
 	_, absent := tc.view.Absent[name]
@@ -385,8 +382,7 @@ func (tc *typeCache) knows(name string) bool {
 }
 
 // covers reports whether an upstream subscription covers name: its own, or
-// the wildcard's for a cached member of the wildcard set. Called with mu
-// held.
+// the wildcard's for a cached member of the wildcard set.
 func (tc *typeCache) covers(name string) bool {
 	if tc.up[name] {
 		return true
@@ -397,38 +393,38 @@ func (tc *typeCache) covers(name string) bool {
 
 // setError publishes a per-resource error in the type's View. Called with mu
 // held; the caller notifies.
-func (r *Relay) setError(tc *typeCache, e *downstream.ResourceError) {
+func (s *state) setError(tc *typeCache, e *downstream.ResourceError) {
 	if cur, ok := tc.view.Errors[e.Name]; ok && cur.Code == e.Code && cur.Message == e.Message {
 		return
 	}
 	edit := editOf(tc.view)
 	edit.setError(e.Name, e)
 	edit.change(e.Name)
-	r.publish(tc, edit.view(r.nextSeq()))
+	s.publish(tc, edit.view(s.nextSeq()))
 }
 
 // release is called when name lost its last watcher: it is unsubscribed
-// upstream after the linger. Called with mu held.
-func (r *Relay) release(tc *typeCache, name string) {
+// upstream after the linger.
+func (s *state) release(tc *typeCache, name string) {
 	if !tc.up[name] {
-		r.unreferenced(tc, name)
+		s.unreferenced(tc, name)
 		return
 	}
 	if tc.sc.own && tc.noCache[name] {
-		r.dropNow(tc, name) // do_not_cache: never kept
+		s.dropNow(tc, name) // do_not_cache: never kept
 		return
 	}
 	l := &lingerEntry{}
-	l.timer = time.AfterFunc(r.linger, func() { r.expire(tc, name, l) })
+	l.timer = time.AfterFunc(s.linger, func() { s.expire(tc, name, l) })
 	tc.linger[name] = l
 }
 
 // expire ends a linger: the name is unsubscribed upstream and its cached
 // value becomes unreferenced.
-func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || tc.linger[name] != l || r.scopes[tc.sc.key] != tc.sc {
+func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
+	s.relay.lock()
+	defer s.unlock()
+	if s.closed || tc.linger[name] != l || s.scopes[tc.sc.key] != tc.sc {
 		return
 	}
 	delete(tc.linger, name)
@@ -449,12 +445,12 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 			c.Forget(tc.typeURL, name)
 		}
 		auth, _ := keying.Authority(name)
-		r.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
+		s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 	}
 	if name == keying.Wildcard {
-		r.unsureWildcardMembers(tc)
+		s.unsureWildcardMembers(tc)
 	}
-	r.unreferenced(tc, name)
+	s.unreferenced(tc, name)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
 	}
@@ -488,21 +484,21 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 			e.clearError(name)
 			delete(tc.unreachable, name)
 		}
-		v := e.view(r.nextSeq())
+		v := e.view(s.nextSeq())
 		if incomplete {
 			v.Complete = false
 		}
-		r.publish(tc, v)
+		s.publish(tc, v)
 		if unreachable {
-			r.notify(tc, v) // wildcard clients held back for it look again
+			s.notify(tc, v) // wildcard clients held back for it look again
 		}
 	}
 }
 
-// unsureWildcardMembers: the wildcard's upstream subscription ended, and
-// what only it covered stays cached (unreferenced) but unsure: nothing tells
-// the relay of its deletion any more. Named later, it is served as cached
-// but taken for deleted unless the upstream sends it within
+// unsureWildcardMembers: the wildcard's upstream subscription ended, and what
+// only it covered stays cached (unreferenced) but unsure: nothing tells the
+// relay of its deletion any more. Named later, it is served as cached but
+// taken for deleted unless the upstream sends it within
 // upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
 // without it proves nothing, as the name was not in the type's first request
 // (found by the oracle, seed 2200583). On Delta it is forgotten too
@@ -512,10 +508,9 @@ func (r *Relay) expire(tc *typeCache, name string, l *lingerEntry) {
 // back, and a deletion meanwhile never reached the cache (it stayed in the
 // wildcard set for good) — while another server keeps it and never sends it
 // again. When "*" is subscribed again the upstream client makes the server
-// send each again or say it is gone (a SotW server answers "*" with the
-// whole set); what it does not send is gone after does_not_exist_after.
-// Called with mu held.
-func (r *Relay) unsureWildcardMembers(tc *typeCache) {
+// send each again or say it is gone (a SotW server answers "*" with the whole
+// set); what it does not send is gone after does_not_exist_after.
+func (s *state) unsureWildcardMembers(tc *typeCache) {
 	c := tc.clientFor(keying.Wildcard)
 	if c == nil {
 		return
@@ -533,41 +528,41 @@ func (r *Relay) unsureWildcardMembers(tc *typeCache) {
 	}
 }
 
-// referenced takes what a new watcher or upstream subscription of name
-// pins out of the unreferenced LRU: the name, or every resource of the
-// wildcard (default authority) or of a glob collection. Called with mu held.
-func (r *Relay) referenced(tc *typeCache, name string) {
+// referenced takes what a new watcher or upstream subscription of name pins
+// out of the unreferenced LRU: the name, or every resource of the wildcard
+// (default authority) or of a glob collection.
+func (s *state) referenced(tc *typeCache, name string) {
 	switch {
 	case name == keying.Wildcard || keying.IsGlob(name):
 		for n, res := range tc.view.Resources {
 			if n == res.Name && ((name == keying.Wildcard && res.InWildcard()) || res.Glob == name) {
-				r.unref.forget(tc.lruKey(n))
+				s.unref.forget(tc.lruKey(n))
 			}
 		}
 	default:
-		r.unref.forget(tc.lruKey(name))
+		s.unref.forget(tc.lruKey(name))
 	}
 }
 
-// unreferenced puts what name no longer pins into the LRU — the name, or
-// the resources of the wildcard or of a glob collection that nothing else
-// pins — and evicts what the LRU pushes out. Called with mu held.
-func (r *Relay) unreferenced(tc *typeCache, name string) {
+// unreferenced puts what name no longer pins into the LRU — the name, or the
+// resources of the wildcard or of a glob collection that nothing else pins —
+// and evicts what the LRU pushes out.
+func (s *state) unreferenced(tc *typeCache, name string) {
 	for n, res := range tc.view.Resources {
 		if n != name && (n != res.Name || !((name == keying.Wildcard && res.InWildcard()) || (name != "" && res.Glob == name))) {
 			continue
 		}
 		if !tc.pinned(n, res) {
-			r.unref.add(tc.lruKey(n))
+			s.unref.add(tc.lruKey(n))
 		}
 	}
-	r.evict()
+	s.evict()
 }
 
 // pinned reports whether the cached resource res (at key in the View) must
 // stay: a stream watches it — by name, by the wildcard or by its glob
 // collection — or an upstream subscription still covers it (it lingers, and
-// the upstream will not send it again). Called with mu held.
+// the upstream will not send it again).
 func (tc *typeCache) pinned(key string, res *downstream.Resource) bool {
 	if tc.watchers[key].len() > 0 || tc.up[key] {
 		return true
@@ -583,18 +578,18 @@ func (tc *typeCache) pinned(key string, res *downstream.Resource) bool {
 }
 
 // evict drops the resources the LRU pushed out from their Views. Nobody
-// watches them, so nobody is notified. A resource that is pinned after all
-// is kept: nothing watched is ever evicted (that would tell its watchers it
-// is gone); such a refusal is counted and logged, since it means the LRU
-// was wrong. Called with mu held.
-func (r *Relay) evict() {
-	keys := r.unref.take()
+// watches them, so nobody is notified. A resource that is pinned after all is
+// kept: nothing watched is ever evicted (that would tell its watchers it is
+// gone); such a refusal is counted and logged, since it means the LRU was
+// wrong.
+func (s *state) evict() {
+	keys := s.unref.take()
 	if len(keys) == 0 {
 		return
 	}
 	byType := make(map[*typeCache][]string)
 	for _, k := range keys {
-		sc := r.scopes[k.scope]
+		sc := s.scopes[k.scope]
 		if sc == nil || sc.types[k.TypeURL] == nil {
 			continue // its scope was closed
 		}
@@ -612,8 +607,8 @@ func (r *Relay) evict() {
 				continue
 			}
 			if tc.pinned(n, cur) {
-				r.m.EvictionsRefused.WithLabelValues(metrics.TypeLabel(typeURL)).Inc()
-				r.log.Warn("refused to evict a watched resource from the cache", zap.String("scope", tc.sc.key),
+				s.m.EvictionsRefused.WithLabelValues(metrics.TypeLabel(typeURL)).Inc()
+				s.log.Warn("refused to evict a watched resource from the cache", zap.String("scope", tc.sc.key),
 					zap.String("type", typeURL), zap.String("name", keying.DisplayKey(n)))
 				continue
 			}
@@ -641,9 +636,9 @@ func (r *Relay) evict() {
 		for c, ns := range byClient {
 			c.Forget(typeURL, ns...) // the upstream may think the relay still holds them
 		}
-		v := e.view(r.nextSeq())
+		v := e.view(s.nextSeq())
 		v.Complete = complete
-		r.publish(tc, v)
+		s.publish(tc, v)
 		for n := range v.Changed {
 			switch {
 			case keying.HasParams(n):
@@ -668,6 +663,6 @@ func (r *Relay) evict() {
 				}
 			}
 		}
-		r.m.CacheEvictions.Add(float64(len(v.Changed)))
+		s.m.CacheEvictions.Add(float64(len(v.Changed)))
 	}
 }

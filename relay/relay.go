@@ -30,14 +30,9 @@ var Version = "dev"
 // Relay wires the upstream clients, the cache and the downstream server.
 type Relay struct {
 	// set at creation, read-only
-	cfg    *config.Config
-	log    *zap.Logger
-	m      *metrics.Metrics
-	ds     *downstream.Server
-	grpc   *grpc.Server
-	linger time.Duration
-	// persist writes the warm-restart file; nil without cache.persist_path.
-	persist *persister
+	*parts
+	ds   *downstream.Server
+	grpc *grpc.Server
 	// dx holds the other ways in: REST-JSON, CSDS, gateway (dialects.go).
 	dx *dialects
 
@@ -51,6 +46,19 @@ type Relay struct {
 	life      context.Context
 	endLife   context.CancelFunc // cuts a drain short (Close)
 
+	mu sync.Mutex
+	st state // guarded by mu: only lock hands it out
+}
+
+// parts are the relay's parts set in New and read-only after: the Relay and
+// its state share them.
+type parts struct {
+	cfg    *config.Config
+	log    *zap.Logger
+	m      *metrics.Metrics
+	linger time.Duration
+	// persist writes the warm-restart file; nil without cache.persist_path.
+	persist *persister
 	// node is the relay's own node; creds the credentials of the listener
 	// and of the upstream servers.
 	node  *corev3.Node
@@ -58,20 +66,37 @@ type Relay struct {
 	// groupBy is keying.group_by sorted (a copy: the config is never
 	// modified), so that one group has one key whatever the field order.
 	groupBy []string
-
 	// fan delivers the notifications the relay makes under mu, outside it.
 	fan *fanout
-
-	mu     sync.Mutex
-	scopes map[string]*scope   // guarded by mu; by scope key
-	shared *scope              // the scope every stream uses by default
-	bound  map[uint64]*binding // guarded by mu: streams (by id) and their scopes
-	unref  *unrefLRU           // guarded by mu: cached resources nothing pins
-	seq    uint64              // guarded by mu: the last View sequence number
-	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
-	rolloutLog []*rollout // guarded by mu
-	closed     bool       // guarded by mu
 }
+
+// state is what Relay.mu guards: the scopes with their caches and
+// registries, the bound streams and the LRU of unreferenced resources. Only
+// Relay.lock hands it out, so a method of *state runs with the lock held;
+// its timers take the lock through relay.
+type state struct {
+	*parts
+	relay *Relay
+
+	scopes map[string]*scope   // by scope key
+	shared *scope              // the scope every stream uses by default
+	bound  map[uint64]*binding // streams (by id) and their scopes
+	unref  *unrefLRU           // cached resources nothing pins
+	seq    uint64              // the last View sequence number
+	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
+	rolloutLog []*rollout
+	closed     bool
+}
+
+// lock locks the relay and hands out what the lock guards; the caller
+// unlocks it.
+func (r *Relay) lock() *state {
+	r.mu.Lock()
+	return &r.st
+}
+
+// unlock releases the lock that handed out s.
+func (s *state) unlock() { s.relay.mu.Unlock() }
 
 // New builds a relay from a validated config. It dials upstreams lazily, when
 // the first client subscribes.
@@ -87,28 +112,30 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{
+	p := &parts{
 		cfg:    cfg,
 		log:    log,
 		m:      metrics.New(),
 		linger: cfg.Upstream.Linger,
 		node:   relayNode(cfg),
 		creds:  creds,
-		scopes: make(map[string]*scope),
-		bound:  make(map[uint64]*binding),
-		unref:  newUnrefLRU(cfg.Cache.MaxUnreferenced),
 		fan:    newFanout(),
 	}
 	if k := cfg.Keying; k != nil {
-		r.groupBy = slices.Sorted(slices.Values(k.GroupBy))
+		p.groupBy = slices.Sorted(slices.Values(k.GroupBy))
 	}
+	r := &Relay{parts: p}
+	r.st = state{parts: p, relay: r, scopes: make(map[string]*scope), bound: make(map[uint64]*binding),
+		unref: newUnrefLRU(cfg.Cache.MaxUnreferenced)}
 	r.life, r.endLife = context.WithCancel(context.Background())
 	r.m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
 	r.m.CollectUpstreamConnected(r.upstreamConnected)
 	r.m.CollectCache(r.cacheSizes)
 	r.m.CollectReadiness(r.Ready, r.synced.Load)
 
-	r.shared = r.newScope("", r.node, false)
+	s := r.lock()
+	s.shared = s.newScope("", r.node, false)
+	s.unlock()
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
 		r.warm.Store(r.cachedShared() > 0)
@@ -155,10 +182,10 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 
 // abandon stops what New started, for a New that fails late.
 func (r *Relay) abandon() {
-	r.mu.Lock()
-	r.closed = true
-	clients := r.stopScope(r.shared)
-	r.mu.Unlock()
+	s := r.lock()
+	s.closed = true
+	clients := s.stopScope(s.shared)
+	s.unlock()
 	for _, c := range clients {
 		c.Close()
 	}
@@ -197,6 +224,7 @@ func relayNode(cfg *config.Config) *corev3.Node {
 // newClient creates the upstream client of auth over servers, with the
 // credentials built for them.
 func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upstream.Client {
+	h := &upstreamHandler{r: r, sc: sc, authority: auth}
 	creds := r.creds.upstream[auth]
 	if auth != "" && len(r.cfg.Upstream.Authorities[auth].XDSServers) == 0 {
 		creds = r.creds.upstream[""]
@@ -224,9 +252,9 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		Logger: log,
 		// Delta: tell the server which versions the cache already holds, so
 		// that a reconnect does not resend them.
-		InitialVersions: func(typeURL string) map[string]string { return r.upstreamVersions(sc, auth, typeURL) },
-		Declared:        func(typeURL string, names []string) { r.declared(sc, auth, typeURL, names) },
-	}, syncHook{&upstreamHandler{r: r, sc: sc, authority: auth}})
+		InitialVersions: h.initialVersions,
+		Declared:        h.declared,
+	}, syncHook{h})
 }
 
 // connCounter keeps the downstream connection gauge.

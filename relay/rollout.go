@@ -199,7 +199,7 @@ func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string, carrie
 	release := !halt && len(ro.acks) == len(ro.canaries)
 	ro.mu.Unlock()
 	if halt || release {
-		ro.r.resolve(ro, !halt)
+		ro.resolve(!halt)
 	}
 }
 
@@ -208,10 +208,9 @@ func (ro *rollout) nackRatio() float64 {
 	return float64(len(ro.nacks)) / float64(max(1, len(ro.canaries)))
 }
 
-// startRollout begins a rollout of the changed names of v (changed from
-// old). Called with Relay.mu held.
-func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []string, watchers []downstream.Watcher) *rollout {
-	ro := &rollout{r: r, tc: tc, startSeq: v.Seq, started: time.Now(),
+// startRollout begins a rollout of the changed names of v (changed from old).
+func (s *state) startRollout(tc *typeCache, old, v *downstream.View, names []string, watchers []downstream.Watcher) *rollout {
+	ro := &rollout{r: s.relay, tc: tc, startSeq: v.Seq, started: time.Now(),
 		canaries: make(map[downstream.Watcher]string), names: make(map[string]string),
 		accepted: make(map[string]*downstream.Resource), acks: make(map[downstream.Watcher]bool),
 		nacks: make(map[downstream.Watcher]string), blamed: make(map[downstream.Watcher][]string),
@@ -222,7 +221,7 @@ func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []str
 	sort.Strings(names)
 	key := func(w downstream.Watcher) uint64 {
 		h := fnv.New64a()
-		h.Write([]byte(r.nodeID(w) + "\x00" + names[0]))
+		h.Write([]byte(s.nodeID(w) + "\x00" + names[0]))
 		return h.Sum64()
 	}
 	ws := slices.Clone(watchers)
@@ -236,14 +235,14 @@ func (r *Relay) startRollout(tc *typeCache, old, v *downstream.View, names []str
 		}
 		return int(a.ID() - b.ID())
 	})
-	n := max(1, int(r.cfg.Rollout.CanaryFraction*float64(len(ws))))
+	n := max(1, int(s.cfg.Rollout.CanaryFraction*float64(len(ws))))
 	for _, w := range ws[:min(n, len(ws))] {
-		ro.canaries[w] = r.nodeID(w)
+		ro.canaries[w] = s.nodeID(w)
 		ro.want[w] = v.Seq
 	}
-	ro.timer = time.AfterFunc(r.cfg.Rollout.Hold, func() { r.resolve(ro, true) })
+	ro.timer = time.AfterFunc(s.cfg.Rollout.Hold, func() { ro.resolve(true) })
 	tc.ro = ro
-	r.m.RolloutsStarted.Inc()
+	s.m.RolloutsStarted.Inc()
 	return ro
 }
 
@@ -265,8 +264,8 @@ func (ro *rollout) add(old, v *downstream.View, names []string) {
 	}
 }
 
-func (r *Relay) nodeID(w downstream.Watcher) string {
-	if b := r.bound[w.ID()]; b != nil {
+func (s *state) nodeID(w downstream.Watcher) string {
+	if b := s.bound[w.ID()]; b != nil {
 		return b.node.GetId()
 	}
 	return ""
@@ -274,15 +273,15 @@ func (r *Relay) nodeID(w downstream.Watcher) string {
 
 // resolve ends a rollout: release (or, at the hold, release unless too many
 // canaries NACKed) or halt.
-func (r *Relay) resolve(ro *rollout, release bool) {
-	r.mu.Lock()
+func (ro *rollout) resolve(release bool) {
+	s := ro.r.lock()
 	ro.mu.Lock()
 	if ro.state != downstream.RolloutPending {
 		ro.mu.Unlock()
-		r.mu.Unlock()
+		s.unlock()
 		return
 	}
-	if ro.nackRatio() > r.cfg.Rollout.MaxNACKRatio {
+	if ro.nackRatio() > s.cfg.Rollout.MaxNACKRatio {
 		release = false
 	}
 	tc := ro.tc
@@ -309,7 +308,7 @@ func (r *Relay) resolve(ro *rollout, release bool) {
 			for n := range ro.names {
 				changed[n] = struct{}{}
 			}
-			fix = rv.Next(r.nextSeq(), changed)
+			fix = rv.Next(s.nextSeq(), changed)
 			fix.Received = time.Now()
 		}
 	}
@@ -320,22 +319,22 @@ func (r *Relay) resolve(ro *rollout, release bool) {
 	if tc.ro == ro {
 		tc.ro = nil
 	}
-	r.rolloutLog = append(r.rolloutLog, ro)
-	if len(r.rolloutLog) > 50 {
-		r.rolloutLog = r.rolloutLog[1:]
+	s.rolloutLog = append(s.rolloutLog, ro)
+	if len(s.rolloutLog) > 50 {
+		s.rolloutLog = s.rolloutLog[1:]
 	}
 	result := "released"
 	if !release {
 		result = "halted"
-		r.log.Warn("rollout halted: the others keep the last accepted versions",
+		s.log.Warn("rollout halted: the others keep the last accepted versions",
 			zap.String("type", tc.typeURL), zap.Strings("names", names), zap.Strings("nack_reasons", reasons))
 	}
-	r.m.Rollouts.WithLabelValues(metrics.TypeLabel(tc.typeURL), result).Inc()
+	s.m.Rollouts.WithLabelValues(metrics.TypeLabel(tc.typeURL), result).Inc()
 	if fix != nil {
-		r.publish(tc, fix)
-		r.notify(tc, fix)
+		s.publish(tc, fix)
+		s.notify(tc, fix)
 	}
-	r.mu.Unlock()
+	s.unlock()
 	for _, w := range waiters {
 		w.Wake()
 	}
@@ -367,16 +366,16 @@ func (ro *rollout) releaseUnblamed() {
 
 // DebugRollouts lists the rollouts in progress and the last ones resolved.
 func (r *Relay) DebugRollouts() []RolloutInfo {
-	r.mu.Lock()
-	all := slices.Clone(r.rolloutLog)
-	for _, sc := range r.scopes {
+	s := r.lock()
+	all := slices.Clone(s.rolloutLog)
+	for _, sc := range s.scopes {
 		for _, tc := range sc.types {
 			if tc.ro != nil {
 				all = append(all, tc.ro)
 			}
 		}
 	}
-	r.mu.Unlock()
+	s.unlock()
 	out := make([]RolloutInfo, 0, len(all))
 	for _, ro := range all {
 		ro.mu.Lock()

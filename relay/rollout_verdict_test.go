@@ -29,7 +29,7 @@ func TestVerdictOnAnOlderViewIsNotAboutTheRollout(t *testing.T) {
 	}
 	old, bad, fix := res("1"), res("bad"), res("fix")
 	bad.Seq, fix.Seq = 5, 7
-	r := &Relay{cfg: &config.Config{Rollout: &config.Rollout{MaxNACKRatio: 0}}}
+	r := &Relay{parts: &parts{cfg: &config.Config{Rollout: &config.Rollout{MaxNACKRatio: 0}}}}
 	ro := &rollout{r: r, tc: tc, canaries: map[downstream.Watcher]string{a: "a", b: "b"},
 		names: map[string]string{}, accepted: map[string]*downstream.Resource{}, acks: map[downstream.Watcher]bool{},
 		nacks: map[downstream.Watcher]string{}, blamed: map[downstream.Watcher][]string{},

@@ -76,42 +76,41 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 }
 
 // newScope creates a scope presenting node upstream, with a client per
-// configured authority. Called with mu held (clients dial lazily).
-func (r *Relay) newScope(key string, node *corev3.Node, own bool) *scope {
+// configured authority (clients dial lazily).
+func (s *state) newScope(key string, node *corev3.Node, own bool) *scope {
 	sc := &scope{key: key, node: node, types: make(map[string]*typeCache),
 		upstreams: make(map[string]*upstream.Client), connected: make(map[string]bool), own: own}
-	sc.upstreams[""] = r.newClient(sc, "", r.cfg.Upstream.XDSServers)
-	for auth, a := range r.cfg.Upstream.Authorities {
+	sc.upstreams[""] = s.relay.newClient(sc, "", s.cfg.Upstream.XDSServers)
+	for auth, a := range s.cfg.Upstream.Authorities {
 		servers := a.XDSServers
 		if len(servers) == 0 {
-			servers = r.cfg.Upstream.XDSServers
+			servers = s.cfg.Upstream.XDSServers
 		}
-		sc.upstreams[auth] = r.newClient(sc, auth, servers)
+		sc.upstreams[auth] = s.relay.newClient(sc, auth, servers)
 	}
-	r.scopes[key] = sc
+	s.scopes[key] = sc
 	return sc
 }
 
-// scopeOf returns the scope that serves typeURL to w. Called with mu held.
-func (r *Relay) scopeOf(w downstream.Watcher, typeURL string) *scope {
-	b := r.bound[w.ID()]
+// scopeOf returns the scope that serves typeURL to w.
+func (s *state) scopeOf(w downstream.Watcher, typeURL string) *scope {
+	b := s.bound[w.ID()]
 	if b == nil {
-		return r.shared
+		return s.shared
 	}
 	if typeURL != keying.SecretType && !b.ownTypes[typeURL] {
 		return b.group
 	}
-	return r.ownScope(b)
+	return s.ownScope(b)
 }
 
-// ownScope returns the stream's node's own scope, creating it. Called with
-// mu held.
-func (r *Relay) ownScope(b *binding) *scope {
+// ownScope returns the stream's node's own scope, creating it.
+func (s *state) ownScope(b *binding) *scope {
 	if b.own == nil {
 		key := "node:" + b.node.GetId()
-		sc := r.scopes[key]
+		sc := s.scopes[key]
 		if sc == nil {
-			sc = r.newScope(key, proto.Clone(b.node).(*corev3.Node), true)
+			sc = s.newScope(key, proto.Clone(b.node).(*corev3.Node), true)
 		}
 		sc.streams++
 		b.own = sc

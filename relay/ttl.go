@@ -28,9 +28,8 @@ func resourceVersion(b []byte, constraints string, ttl time.Duration) string {
 	return variantVersion(b, constraints)
 }
 
-// armTTL (re)starts the expiry of name after d; d 0 stops it. Called with
-// mu held.
-func (r *Relay) armTTL(tc *typeCache, name string, d time.Duration) {
+// armTTL (re)starts the expiry of name after d; d 0 stops it.
+func (s *state) armTTL(tc *typeCache, name string, d time.Duration) {
 	if t := tc.ttl[name]; t != nil {
 		t.Stop()
 		delete(tc.ttl, name)
@@ -42,16 +41,16 @@ func (r *Relay) armTTL(tc *typeCache, name string, d time.Duration) {
 		tc.ttl = make(map[string]*time.Timer)
 	}
 	var t *time.Timer
-	t = time.AfterFunc(d, func() { r.expireTTL(tc, name, t) })
+	t = time.AfterFunc(d, func() { s.expireTTL(tc, name, t) })
 	tc.ttl[name] = t
 }
 
 // expireTTL removes name, whose TTL passed, from the cache and tells its
 // watchers: the upstream's word, as if it had deleted it.
-func (r *Relay) expireTTL(tc *typeCache, name string, t *time.Timer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || tc.ttl[name] != t || r.scopes[tc.sc.key] != tc.sc {
+func (s *state) expireTTL(tc *typeCache, name string, t *time.Timer) {
+	s.relay.lock()
+	defer s.unlock()
+	if s.closed || tc.ttl[name] != t || s.scopes[tc.sc.key] != tc.sc {
 		return
 	}
 	delete(tc.ttl, name)
@@ -65,14 +64,14 @@ func (r *Relay) expireTTL(tc *typeCache, name string, t *time.Timer) {
 	if tc.up[name] {
 		e.markAbsent(name)
 	}
-	v := e.view(r.nextSeq())
-	r.log.Info("a resource's TTL passed without an update or heartbeat: removed", zap.String("scope", tc.sc.key),
+	v := e.view(s.nextSeq())
+	s.log.Info("a resource's TTL passed without an update or heartbeat: removed", zap.String("scope", tc.sc.key),
 		zap.String("type", tc.typeURL), zap.String("name", keying.DisplayKey(name)), zap.Duration("ttl", cur.TTL))
-	r.publish(tc, v)
-	r.notify(tc, v)
+	s.publish(tc, v)
+	s.notify(tc, v)
 }
 
-// stopTTLs stops tc's expiry timers. Called with mu held.
+// stopTTLs stops tc's expiry timers.
 func (tc *typeCache) stopTTLs() {
 	for _, t := range tc.ttl {
 		t.Stop()

@@ -31,8 +31,8 @@ func (tc *typeCache) variantMode(name string) bool {
 	return ok
 }
 
-// enterVariantMode starts storing name's variants apart from the View,
-// seeded with its plain entry in res. Called with mu held.
+// enterVariantMode starts storing name's variants apart from the View, seeded
+// with its plain entry in res.
 func (tc *typeCache) enterVariantMode(name string, res map[string]*downstream.Resource) {
 	if tc.variantMode(name) {
 		return
@@ -79,13 +79,13 @@ func (tc *typeCache) paramsOf(name, key string) map[string]string {
 }
 
 // resolveVariants recomputes, in e, the View entries of every key of name
-// from its stored variants. A name left with one unconstrained variant and
-// no keys with parameters leaves variant mode. Called with mu held.
-func (r *Relay) resolveVariants(tc *typeCache, name string, e *viewEdit) {
+// from its stored variants. A name left with one unconstrained variant and no
+// keys with parameters leaves variant mode.
+func (s *state) resolveVariants(tc *typeCache, name string, e *viewEdit) {
 	vs := tc.variants[name]
 	cands := candidates(vs)
 	for _, k := range tc.keysOf(name) {
-		sel := r.selectVariant(tc, k, tc.paramsOf(name, k), vs, cands)
+		sel := s.selectVariant(tc, k, tc.paramsOf(name, k), vs, cands)
 		cur, had := e.res[k]
 		switch {
 		case sel == nil && had:
@@ -114,7 +114,7 @@ func candidates(vs []variant) []keying.Variant {
 // them) that the subscription key with params selects, nil for none. TP2
 // leaves several matches undefined: the most specific wins (keying.Select),
 // and the ambiguity is counted and logged.
-func (r *Relay) selectVariant(tc *typeCache, key string, params map[string]string, vs []variant, cands []keying.Variant) *downstream.Resource {
+func (s *state) selectVariant(tc *typeCache, key string, params map[string]string, vs []variant, cands []keying.Variant) *downstream.Resource {
 	best, ambiguous, ok := keying.Select(cands, params)
 	if !ok {
 		return nil
@@ -126,9 +126,9 @@ func (r *Relay) selectVariant(tc *typeCache, key string, params map[string]strin
 		}
 	}
 	if ambiguous {
-		r.m.TP2Ambiguous.Inc()
+		s.m.TP2Ambiguous.Inc()
 		if cur, ok := tc.view.Resources[key]; !ok || cur.Root() != sel {
-			r.log.Warn("TP2: several variants match a subscription; sending the most specific",
+			s.log.Warn("TP2: several variants match a subscription; sending the most specific",
 				zap.String("type", tc.typeURL), zap.String("subscription", keying.DisplayKey(key)),
 				zap.String("constraints", best.Key))
 		}
@@ -137,9 +137,9 @@ func (r *Relay) selectVariant(tc *typeCache, key string, params map[string]strin
 }
 
 // addParamKey registers a subscription key with parameters at its first
-// watcher and answers it from the stored variants at once: the View gets
-// its selection before the watcher is notified. Called with mu held.
-func (r *Relay) addParamKey(tc *typeCache, key string) {
+// watcher and answers it from the stored variants at once: the View gets its
+// selection before the watcher is notified.
+func (s *state) addParamKey(tc *typeCache, key string) {
 	name, ps := keying.SplitSubscriptionKey(key)
 	if ps == "" {
 		return
@@ -153,18 +153,18 @@ func (r *Relay) addParamKey(tc *typeCache, key string) {
 	if _, ok := tc.view.Resources[key]; ok {
 		return
 	}
-	sel := r.selectVariant(tc, key, params, tc.variants[name], candidates(tc.variants[name]))
+	sel := s.selectVariant(tc, key, params, tc.variants[name], candidates(tc.variants[name]))
 	if sel == nil {
 		return
 	}
 	e := editOf(tc.view)
 	e.put(key, sel.Selected(key))
 	e.change(key)
-	r.publish(tc, e.view(r.nextSeq()))
+	s.publish(tc, e.view(s.nextSeq()))
 }
 
 // dropParamKey forgets a subscription key with parameters that nothing
-// watches or caches any more. Called with mu held.
+// watches or caches any more.
 func (tc *typeCache) dropParamKey(key string) {
 	name, ps := keying.SplitSubscriptionKey(key)
 	if ps == "" || tc.params[name] == nil {
@@ -208,7 +208,7 @@ func constraintsOf(c *discoverypb.DynamicParameterConstraints) (string, []byte, 
 }
 
 // errorKeys returns the keys of name whose parameters match the constraints
-// of a TP2 variant's resource error. Called with mu held.
+// of a TP2 variant's resource error.
 func (tc *typeCache) errorKeys(name string, c *discoverypb.DynamicParameterConstraints) []string {
 	var out []string
 	for _, k := range tc.keysOf(name) {
