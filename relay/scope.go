@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -228,4 +229,51 @@ func groupNode(base *corev3.Node, fields []string, client *corev3.Node, key stri
 		n.Metadata = s
 	}
 	return n
+}
+
+// releaseLater closes a node group's scope, and its upstream streams, a
+// linger after its last stream ended, unless a stream of the group binds
+// again meanwhile. Its cache goes with it.
+func (s *state) releaseLater(sc *scope) {
+	var t *time.Timer
+	t = time.AfterFunc(s.linger, func() {
+		s.relay.lock()
+		if s.closed || sc.idle != t || sc.streams > 0 || s.scopes[sc.key] != sc {
+			s.unlock()
+			return
+		}
+		clients := s.stopScope(sc)
+		delete(s.scopes, sc.key)
+		s.unlock()
+		s.log.Debug("node group released", zap.String("scope", sc.key))
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+	sc.idle = t
+}
+
+// stopScope stops a scope's timers and returns its upstream clients for the
+// caller to close after unlocking.
+func (s *state) stopScope(sc *scope) []*upstream.Client {
+	if sc.idle != nil {
+		sc.idle.Stop()
+	}
+	for _, tc := range sc.types {
+		for _, l := range tc.linger {
+			l.timer.Stop()
+		}
+		if tc.ro != nil {
+			tc.ro.timer.Stop()
+		}
+		for _, t := range tc.unavail {
+			t.Stop()
+		}
+		tc.stopTTLs()
+	}
+	clients := make([]*upstream.Client, 0, len(sc.upstreams))
+	for _, c := range sc.upstreams {
+		clients = append(clients, c)
+	}
+	return clients
 }

@@ -1,0 +1,336 @@
+package relay
+
+import (
+	"fmt"
+	"maps"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// upstreamHandler receives one authority's upstream data for one scope.
+type upstreamHandler struct {
+	r         *Relay
+	sc        *scope
+	authority string
+}
+
+// OnState records the state of the authority's upstream stream: once it
+// connects, the waits for unknown names start again; once it is gone, the
+// authority's cached data is unconfirmed.
+func (h *upstreamHandler) OnState(server string, connected bool, err error) {
+	s := h.r.lock()
+	h.sc.connected[h.authority] = connected
+	if connected {
+		s.rearmUnknown(h.sc, h.authority)
+	} else {
+		s.unconfirm(h.sc, h.authority)
+	}
+	s.unlock()
+	if !connected {
+		h.r.m.UpstreamReconnects.WithLabelValues(h.authority, server).Inc()
+	}
+	if err != nil {
+		h.r.log.Info("upstream disconnected", zap.String("authority", h.authority), zap.String("server", server), zap.Error(err))
+	}
+}
+
+// initialVersions returns the upstream's versions of the resources of
+// typeURL the cache holds from the handler's authority: the Delta
+// initial_resource_versions (the upstream client keeps those its first
+// request subscribes to).
+func (h *upstreamHandler) initialVersions(typeURL string) map[string]string {
+	s := h.r.lock()
+	defer s.unlock()
+	authority := h.authority
+	tc := h.sc.types[typeURL]
+	if tc == nil {
+		return nil
+	}
+	out := make(map[string]string)
+	for name, res := range tc.view.Resources {
+		if res.Authority == authority && res.UpstreamVersion != "" && name == res.Name && res.Constraints == "" {
+			out[name] = res.UpstreamVersion
+		}
+	}
+	return out
+}
+
+// declared: a Delta stream's first request of typeURL to authority's
+// servers told the server the relay holds names, which the request
+// subscribes to. An unsure one is sure again — the server now tells the
+// relay if it is gone — if it is still subscribed (its subscription may
+// have ended since the request was built). Of the authority's other cached
+// names the new stream's server knows nothing, and may never speak (a
+// deletion while the relay was on another stream, or another server, never
+// reaches the cache): they are unsure, confirmed when the server sends them
+// once they are subscribed (a subscription made since the request was built
+// arms the wait for them).
+func (h *upstreamHandler) declared(typeURL string, names []string) {
+	s := h.r.lock()
+	defer s.unlock()
+	authority := h.authority
+	tc := h.sc.types[typeURL]
+	if tc == nil {
+		return
+	}
+	told := make(map[string]bool, len(names))
+	for _, n := range names {
+		told[n] = true
+		if tc.subscribedUpstream(n) {
+			tc.confirmed(n)
+		}
+	}
+	for n, res := range tc.view.Resources {
+		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.unsure[n] {
+			continue
+		}
+		tc.markUnsure(n)
+		if tc.subscribedUpstream(n) {
+			s.armUnknown(tc, n)
+		}
+	}
+}
+
+// unconfirm marks the data of authority in the Views of sc that hold some
+// unconfirmed (View.Unconfirmed): its upstream stream is gone. Nobody is
+// notified: the View serves as before (fail static) but tells no client that
+// held config elsewhere that any of it is gone.
+func (s *state) unconfirm(sc *scope, authority string) {
+	for _, tc := range sc.types {
+		if tc.unconfirmed[authority] || !tc.holds(authority) {
+			continue
+		}
+		if tc.unconfirmed == nil {
+			tc.unconfirmed = make(map[string]bool)
+		}
+		tc.unconfirmed[authority] = true
+		v := editOf(tc.view).view(s.nextSeq())
+		v.Unconfirmed = maps.Clone(tc.unconfirmed)
+		s.publish(tc, v)
+	}
+}
+
+// holds reports whether tc caches or subscribes anything of authority.
+func (tc *typeCache) holds(authority string) bool {
+	for n := range tc.up {
+		if a, _ := keying.Authority(n); a == authority {
+			return true
+		}
+	}
+	for _, res := range tc.view.Resources {
+		if res.Authority == authority {
+			return true
+		}
+	}
+	return false
+}
+
+// markUnsure marks the cached name unsure (see typeCache.unsure).
+func (tc *typeCache) markUnsure(name string) {
+	if tc.unsure == nil {
+		tc.unsure = make(map[string]bool)
+	}
+	tc.unsure[name] = true
+}
+
+// confirmed: the upstream confirmed the cached name (it sent it, or the
+// server was told the relay holds it). It is sure, and the wait for it
+// (armUnknown) is over: a wait left running would take it for deleted should
+// it become unsure again before its timer fires — for a question the upstream
+// has already answered (found by the oracle, seed 1401575: a warm-restart
+// file's cluster, confirmed, then unsure when a subscription with parameters
+// of it ended).
+func (tc *typeCache) confirmed(name string) {
+	delete(tc.unsure, name)
+	tc.stopWait(name)
+}
+
+// stopWait stops the wait for name (armUnknown), if one runs.
+func (tc *typeCache) stopWait(name string) {
+	if t := tc.unavail[name]; t != nil {
+		t.Stop()
+		delete(tc.unavail, name)
+	}
+}
+
+// ofAuthority reports whether name belongs to authority ("" the default
+// servers').
+func ofAuthority(name, authority string) bool {
+	a, _ := keying.Authority(name)
+	return a == authority
+}
+
+// subscribedUpstream reports whether an upstream subscription covers the
+// plain name n: its own, the wildcard's (the default authority's names), its
+// glob collection's, or one of its keys with parameters (TP2: the server
+// sends the variant the key selects). Keys whose subscription ended do not
+// count: an answer to one in flight confirms nothing, as the server, which
+// forgot it, would not tell the relay of a deletion (found by the oracle,
+// seed 3006725).
+func (tc *typeCache) subscribedUpstream(n string) bool {
+	return tc.plainCovered(n) || tc.keySubscribed(n)
+}
+
+// plainCovered reports whether the name's own subscription, the wildcard's
+// (the default authority's names) or its glob collection's covers n.
+func (tc *typeCache) plainCovered(n string) bool {
+	if tc.up[n] {
+		return true
+	}
+	if a, _ := keying.Authority(n); a == "" && tc.up[keying.Wildcard] {
+		return true
+	}
+	g := keying.GlobOf(n)
+	return g != "" && tc.up[g]
+}
+
+// keySubscribed reports whether one of n's keys with parameters is subscribed
+// upstream.
+func (tc *typeCache) keySubscribed(n string) bool {
+	for k := range tc.params[n] {
+		if tc.up[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// selectionCovered reports whether a subscription covers the variant that is
+// n's plain selection in res: n's own, the wildcard's, its glob's (or n is
+// another authority's), or a subscribed key of n that selects the same
+// variant.
+func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resource, authority string) bool {
+	if tc.plainCovered(n) || !ofAuthority(n, authority) {
+		return true
+	}
+	sel := res[n]
+	for k := range tc.params[n] {
+		if ks, ok := res[k]; ok && tc.up[k] && ks.Root() == sel.Root() {
+			return true
+		}
+	}
+	return false
+}
+
+// armUnknown watches a name subscribed upstream that the cache knows nothing
+// of. While its authority is unreachable, clients get a TP3 UNAVAILABLE error
+// after UnavailableAfter (transient: they keep what they have). Once the
+// upstream is connected and has answered the type, a name it still says
+// nothing of after upstream.does_not_exist_after is taken as not existing — a
+// SotW server tells nothing of a named resource that does not exist, and xDS
+// clients conclude the same with their own does-not-exist timer — so that
+// clients holding back for it (transitions) are answered.
+func (s *state) armUnknown(tc *typeCache, name string) {
+	if tc.unavail[name] != nil || tc.knows(name) {
+		return
+	}
+	auth, _ := keying.Authority(name)
+	d := s.cfg.Upstream.DoesNotExistAfter
+	if !tc.sc.connected[auth] {
+		d = s.cfg.Upstream.UnavailableAfter
+	}
+	var t *time.Timer
+	fire := func() {
+		s.relay.lock()
+		defer s.unlock()
+		if s.closed || s.scopes[tc.sc.key] != tc.sc || tc.unavail[name] != t {
+			return
+		}
+		delete(tc.unavail, name)
+		if tc.knows(name) || !tc.covers(name) {
+			return
+		}
+		_, cached := tc.view.Resources[name] // unsure (see typeCache.unsure)
+		switch {
+		case !tc.sc.connected[auth] && cached:
+			// Served as cached meanwhile (fail static).
+		case !tc.sc.connected[auth]:
+			if _, failed := tc.view.Errors[name]; !failed {
+				s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
+					Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
+				tc.unreachable[name] = true
+				s.notify(tc, tc.view)
+			}
+		case !tc.unconfirmed[auth]:
+			e := editOf(tc.view)
+			e.change(name)
+			if cached {
+				// The upstream did not send it again: it is gone (in TP2
+				// variant mode, the variant the name selects).
+				if tc.variantMode(name) {
+					tc.dropVariant(name, e.res[name].Constraints)
+					s.resolveVariants(tc, name, e)
+				} else {
+					e.drop(name)
+				}
+				delete(tc.unsure, name)
+				s.unref.forget(tc.lruKey(name))
+			}
+			if tc.up[name] {
+				e.markAbsent(name)
+			}
+			if tc.unreachable[name] {
+				e.clearError(name) // the upstream is back: it is no longer unreachable
+				delete(tc.unreachable, name)
+			}
+			v := e.view(s.nextSeq())
+			s.publish(tc, v)
+			s.notify(tc, v)
+			return
+		}
+		s.armUnknown(tc, name) // not answered yet: look again later
+	}
+	t = time.AfterFunc(d, fire)
+	tc.unavail[name] = t
+}
+
+// rearmUnknown restarts the watches of unknown names of authority in sc when
+// its upstream connects: from now on the does-not-exist wait.
+func (s *state) rearmUnknown(sc *scope, authority string) {
+	for _, tc := range sc.types {
+		for name, t := range tc.unavail {
+			if a, _ := keying.Authority(name); a == authority {
+				t.Stop()
+				delete(tc.unavail, name)
+				s.armUnknown(tc, name)
+			}
+		}
+	}
+}
+
+// knows reports whether the cache knows something of name: its resource
+// (unless unsure), that it does not exist, or an error other than its own
+// UNAVAILABLE.
+func (tc *typeCache) knows(name string) bool {
+	_, cached := tc.view.Resources[name]
+	_, absent := tc.view.Absent[name]
+	_, failed := tc.view.Errors[name]
+	return (cached && !tc.unsure[name]) || absent || (failed && !tc.unreachable[name])
+}
+
+// covers reports whether an upstream subscription covers name: its own, or
+// the wildcard's for a cached member of the wildcard set.
+func (tc *typeCache) covers(name string) bool {
+	if tc.up[name] {
+		return true
+	}
+	res, ok := tc.view.Resources[name]
+	return ok && tc.up[keying.Wildcard] && res.InWildcard()
+}
+
+// setError publishes a per-resource error in the type's View. Called with mu
+// held; the caller notifies.
+func (s *state) setError(tc *typeCache, e *downstream.ResourceError) {
+	if cur, ok := tc.view.Errors[e.Name]; ok && cur.Code == e.Code && cur.Message == e.Message {
+		return
+	}
+	edit := editOf(tc.view)
+	edit.setError(e.Name, e)
+	edit.change(e.Name)
+	s.publish(tc, edit.view(s.nextSeq()))
+}

@@ -1,0 +1,234 @@
+package relay
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
+)
+
+// watchKey adds the stream id to the watchers of key (of the wildcard for
+// keying.Wildcard) and reports whether it was not one yet; the first watcher
+// references the key (ref).
+func (s *state) watchKey(tc *typeCache, key string, id uint64) bool {
+	ws := tc.wild
+	if key != keying.Wildcard {
+		if ws = tc.watchers[key]; ws == nil {
+			ws = &watcherSet{}
+			tc.watchers[key] = ws
+		}
+	}
+	if ws.contains(id) {
+		return false
+	}
+	ws.add(id)
+	if ws.len() == 1 {
+		s.ref(tc, key)
+	}
+	return true
+}
+
+// unwatchKey removes the stream id from the watchers of key and reports
+// whether it was one; the last watcher leaving releases the key (release).
+func (s *state) unwatchKey(tc *typeCache, key string, id uint64) bool {
+	ws := tc.wild
+	if key != keying.Wildcard {
+		ws = tc.watchers[key]
+	}
+	if !ws.contains(id) {
+		return false
+	}
+	ws.remove(id)
+	if ws.len() == 0 {
+		if key != keying.Wildcard {
+			delete(tc.watchers, key)
+		}
+		s.release(tc, key)
+	}
+	return true
+}
+
+// clientFor returns the upstream client that serves name in tc's scope, or
+// nil when its authority is not configured.
+func (tc *typeCache) clientFor(name string) *upstream.Client {
+	auth, _ := keying.Authority(name)
+	return tc.sc.upstreams[auth]
+}
+
+// ref is called when name gets its first watcher.
+func (s *state) ref(tc *typeCache, name string) {
+	if l, ok := tc.linger[name]; ok {
+		l.timer.Stop()
+		delete(tc.linger, name)
+	}
+	s.referenced(tc, name)
+	s.addParamKey(tc, name)
+	if tc.up[name] {
+		return
+	}
+	c := tc.clientFor(name)
+	if c == nil {
+		// Contract: an authority that is not configured is an error for that
+		// resource (TP3 NOT_FOUND), not for the stream.
+		auth, _ := keying.Authority(name)
+		s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.NotFound,
+			Message: fmt.Sprintf("xds-relay: authority %q is not configured", auth)})
+		return
+	}
+	tc.up[name] = true
+	c.Subscribe(tc.typeURL, name)
+	// A new subscription gets the whole wait: one still running from an
+	// earlier subscription would take it for deleted before the server could
+	// answer this one (found by a review).
+	tc.stopWait(name)
+	s.armUnknown(tc, name)
+	if name == keying.Wildcard {
+		for n := range tc.unsure {
+			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
+				if !tc.up[n] {
+					// (A wait of its own subscription runs on: wildcard
+					// clients coming and going must not put it off.)
+					tc.stopWait(n)
+				}
+				s.armUnknown(tc, n) // the wildcard brings it again if it exists
+			}
+		}
+	}
+	auth, _ := keying.Authority(name)
+	s.m.UpstreamRequests.WithLabelValues(auth, "subscribe").Inc()
+}
+
+// release is called when name lost its last watcher: it is unsubscribed
+// upstream after the linger.
+func (s *state) release(tc *typeCache, name string) {
+	if !tc.up[name] {
+		s.unreferenced(tc, name)
+		return
+	}
+	if tc.sc.own && tc.noCache[name] {
+		s.dropNow(tc, name) // do_not_cache: never kept
+		return
+	}
+	l := &lingerEntry{}
+	l.timer = time.AfterFunc(s.linger, func() { s.expire(tc, name, l) })
+	tc.linger[name] = l
+}
+
+// expire ends a linger: the name is unsubscribed upstream and its cached
+// value becomes unreferenced.
+func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
+	s.relay.lock()
+	defer s.unlock()
+	if s.closed || tc.linger[name] != l || s.scopes[tc.sc.key] != tc.sc {
+		return
+	}
+	delete(tc.linger, name)
+	delete(tc.up, name)
+	// A later subscriber of the name tries the shared cache again. Not so a
+	// later wildcard subscriber: a Delta server does not resend what it sent
+	// under a dropped wildcard when it is subscribed again, and the shared
+	// cache never stored the do_not_cache resources, so they would never
+	// arrive to move it to its own scope (found by the oracle).
+	delete(tc.noCache, name)
+	if c := tc.clientFor(name); c != nil {
+		c.Unsubscribe(tc.typeURL, name)
+		// Unsure from now on (below): should it be subscribed again before
+		// the unsubscription goes out, the server, which never hears of
+		// either, must still send it again to confirm it. (The wildcard's
+		// members: unsureWildcardMembers.)
+		if name != keying.Wildcard {
+			c.Forget(tc.typeURL, name)
+		}
+		auth, _ := keying.Authority(name)
+		s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
+	}
+	if name == keying.Wildcard {
+		s.unsureWildcardMembers(tc)
+	}
+	s.unreferenced(tc, name)
+	if _, cached := tc.view.Resources[name]; !cached {
+		tc.dropParamKey(name)
+	}
+	// Unsure also when the wildcard still covers it: a Delta server forgets
+	// a name unsubscribed and sends it again under the wildcard, which
+	// confirms it — unless the wildcard ended as well before it did, and the
+	// name was deleted upstream meanwhile (found by the oracle, seed 302527).
+	// For a TP2 key, its name's plain selection (what the wildcard gets):
+	// the variants the key's subscription kept current are no longer
+	// confirmed (seed 308908); forgotten too, so that a server that keeps
+	// what it sent confirms it as well (the key is forgotten above).
+	base, _ := keying.SplitSubscriptionKey(name)
+	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
+		tc.markUnsure(base)
+		if c := tc.clientFor(base); c != nil && base != name {
+			c.Forget(tc.typeURL, base)
+		}
+	}
+	// No longer subscribed: what the upstream said of it goes stale — that
+	// it does not exist, or (the wildcard) that the cache holds the whole set
+	// — and so does the relay's own UNAVAILABLE: it would keep a name missing
+	// from the complete wildcard set from counting as gone (View.Gone).
+	_, absent := tc.view.Absent[name]
+	incomplete := name == keying.Wildcard && tc.view.Complete
+	unreachable := tc.unreachable[name]
+	if absent || incomplete || unreachable {
+		e := editOf(tc.view)
+		e.unmarkAbsent(name)
+		if unreachable {
+			e.change(name)
+			e.clearError(name)
+			delete(tc.unreachable, name)
+		}
+		v := e.view(s.nextSeq())
+		if incomplete {
+			v.Complete = false
+		}
+		s.publish(tc, v)
+		if unreachable {
+			s.notify(tc, v) // wildcard clients held back for it look again
+		}
+	}
+}
+
+// unsureWildcardMembers: the wildcard's upstream subscription ended, and what
+// only it covered stays cached (unreferenced) but unsure: nothing tells the
+// relay of its deletion any more. Named later, it is served as cached but
+// taken for deleted unless the upstream sends it within
+// upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
+// without it proves nothing, as the name was not in the type's first request
+// (found by the oracle, seed 2200583). On Delta it is forgotten too
+// (upstream.Client.Forget). What a Delta server keeps of it is no help:
+// go-control-plane forgets it silently once it answers a name still
+// subscribed — it would neither send it nor say it is gone when "*" comes
+// back, and a deletion meanwhile never reached the cache (it stayed in the
+// wildcard set for good) — while another server keeps it and never sends it
+// again. When "*" is subscribed again the upstream client makes the server
+// send each again or say it is gone (a SotW server answers "*" with the whole
+// set); what it does not send is gone after does_not_exist_after.
+func (s *state) unsureWildcardMembers(tc *typeCache) {
+	c := tc.clientFor(keying.Wildcard)
+	if c == nil {
+		return
+	}
+	var forget []string
+	for n, res := range tc.view.Resources {
+		if n != res.Name || res.Authority != "" || tc.up[n] {
+			continue // a TP2 selection, another authority's, or subscribed by name
+		}
+		tc.markUnsure(n)
+		forget = append(forget, n)
+	}
+	if len(forget) > 0 {
+		c.Forget(tc.typeURL, forget...) // (nothing on SotW)
+	}
+}
+
+type lingerEntry struct{ timer *time.Timer }
+
+func (tc *typeCache) lruKey(name string) lruKey {
+	return lruKey{scope: tc.sc.key, Key: keying.Key{TypeURL: tc.typeURL, Name: name}}
+}
