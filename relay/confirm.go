@@ -142,9 +142,7 @@ func (tc *typeCache) markUnsure(name string) {
 // server was told the relay holds it). It is sure, and the wait for it
 // (armUnknown) is over: a wait left running would take it for deleted should
 // it become unsure again before its timer fires — for a question the upstream
-// has already answered (found by the oracle, seed 1401575: a warm-restart
-// file's cluster, confirmed, then unsure when a subscription with parameters
-// of it ended).
+// has already answered.
 func (tc *typeCache) confirmed(name string) {
 	delete(tc.unsure, name)
 	tc.stopWait(name)
@@ -170,8 +168,7 @@ func ofAuthority(name, authority string) bool {
 // glob collection's, or one of its keys with parameters (TP2: the server
 // sends the variant the key selects). Keys whose subscription ended do not
 // count: an answer to one in flight confirms nothing, as the server, which
-// forgot it, would not tell the relay of a deletion (found by the oracle,
-// seed 3006725).
+// forgot it, would not tell the relay of a deletion.
 func (tc *typeCache) subscribedUpstream(n string) bool {
 	return tc.plainCovered(n) || tc.keySubscribed(n)
 }

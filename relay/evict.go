@@ -96,9 +96,8 @@ func (s *state) evict() {
 			if cur.InWildcard() && n == cur.Name {
 				// The wildcard set has lost a member: ask upstream again. (A
 				// TP2 key's selection is no member: the wildcard covers plain
-				// names; taking the set for incomplete left Delta wildcard
-				// clients unanswered for good — found by the oracle, seed
-				// 311154.)
+				// names, and a set taken for incomplete leaves Delta wildcard
+				// clients unanswered when the upstream has nothing new.)
 				complete = false
 			}
 			e.drop(n)
@@ -131,8 +130,7 @@ func (s *state) evict() {
 				// stay: the variant it was goes too, unless one of them
 				// selects it. Else the next change of another variant would
 				// select it again — evicted, forgotten upstream, never
-				// confirmed — and a deletion upstream never reached it (found
-				// by the oracle, seed 1300250).
+				// confirmed — and a deletion upstream never reached it.
 				root, shared := old.Resources[n].Root(), false
 				for k := range tc.params[n] {
 					if sel, ok := v.Resources[k]; ok && sel.Root() == root {

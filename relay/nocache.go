@@ -160,7 +160,7 @@ func (s *state) dropNow(tc *typeCache, name string) {
 		c.Unsubscribe(tc.typeURL, name)
 		// Dropped: should it be subscribed again before the unsubscription
 		// goes out, the server, which never hears of either, must still
-		// send it again (found by the oracle, seed 1200765).
+		// send it again.
 		c.Forget(tc.typeURL, name)
 		auth, _ := keying.Authority(name)
 		s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()

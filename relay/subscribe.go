@@ -83,7 +83,7 @@ func (s *state) ref(tc *typeCache, name string) {
 	c.Subscribe(tc.typeURL, name)
 	// A new subscription gets the whole wait: one still running from an
 	// earlier subscription would take it for deleted before the server could
-	// answer this one (found by a review).
+	// answer this one.
 	tc.stopWait(name)
 	s.armUnknown(tc, name)
 	if name == keying.Wildcard {
@@ -132,7 +132,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	// later wildcard subscriber: a Delta server does not resend what it sent
 	// under a dropped wildcard when it is subscribed again, and the shared
 	// cache never stored the do_not_cache resources, so they would never
-	// arrive to move it to its own scope (found by the oracle).
+	// arrive to move it to its own scope.
 	delete(tc.noCache, name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
@@ -156,10 +156,9 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	// Unsure also when the wildcard still covers it: a Delta server forgets
 	// a name unsubscribed and sends it again under the wildcard, which
 	// confirms it — unless the wildcard ended as well before it did, and the
-	// name was deleted upstream meanwhile (found by the oracle, seed 302527).
-	// For a TP2 key, its name's plain selection (what the wildcard gets):
-	// the variants the key's subscription kept current are no longer
-	// confirmed (seed 308908); forgotten too, so that a server that keeps
+	// name was deleted upstream meanwhile. For a TP2 key, its name's plain
+	// selection (what the wildcard gets): the variants the key's
+	// subscription kept current are no longer confirmed; forgotten too, so that a server that keeps
 	// what it sent confirms it as well (the key is forgotten above).
 	base, _ := keying.SplitSubscriptionKey(name)
 	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
@@ -199,8 +198,8 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 // relay of its deletion any more. Named later, it is served as cached but
 // taken for deleted unless the upstream sends it within
 // upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
-// without it proves nothing, as the name was not in the type's first request
-// (found by the oracle, seed 2200583). On Delta it is forgotten too
+// without it proves nothing, as the name was not in the type's first request.
+// On Delta it is forgotten too
 // (upstream.Client.Forget). What a Delta server keeps of it is no help:
 // go-control-plane forgets it silently once it answers a name still
 // subscribed — it would neither send it nor say it is gone when "*" comes

@@ -315,7 +315,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		// holds what it sent — an answer in flight when the wildcard was
 		// dropped too, and go-control-plane keeps that across a dropped
 		// wildcard — so it is forgotten explicitly: "*" subscribed again
-		// would never bring it (found by the oracle, seed 405703). A TP2
+		// would never bring it. A TP2
 		// variant needs nothing: its key was unsubscribed by name, which the
 		// server handles after the answer it had in flight.
 		for _, r := range resp.GetResources() {
