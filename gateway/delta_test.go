@@ -19,14 +19,14 @@ import (
 // deltaDP is a Delta data plane that applies every response to what it
 // holds (type → name → version) and checks each one as it arrives.
 type deltaDP struct {
-	*gatewaycp.Delta
+	*xdstest.GatewayDelta
 	t    *testing.T
 	held map[string]map[string]string
 }
 
 func dialDelta(t *testing.T, e *env, node, cluster string, types []string, initial map[string]map[string]string) *deltaDP {
 	t.Helper()
-	d := &deltaDP{Delta: gatewaycp.DialDelta(t, e.relay.Addr()), t: t, held: map[string]map[string]string{}}
+	d := &deltaDP{GatewayDelta: xdstest.DialGatewayDelta(t, e.relay.Addr()), t: t, held: map[string]map[string]string{}}
 	req := &controlv1.DeltaDiscoveryRequest{NodeId: node, Cluster: cluster, ResourceNamesSubscribe: types,
 		InitialResourceVersions: map[string]string{}}
 	for typ, vs := range initial {
@@ -184,7 +184,7 @@ func TestDeltaBadRequests(t *testing.T) {
 	e.publish("blue", 0)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dp := gatewaycp.DialDelta(t, e.relay.Addr())
+			dp := xdstest.DialGatewayDelta(t, e.relay.Addr())
 			dp.Send(tt.req)
 			_, err := dp.Recv()
 			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
