@@ -52,19 +52,13 @@ func (d *deltaDP) recv(nack string) *controlv1.DeltaDiscoveryResponse {
 		h = map[string]string{}
 		d.held[resp.GetTypeUrl()] = h
 	}
-	sent := map[string]bool{}
 	for _, r := range resp.GetResources() {
 		if r.GetResource().GetTypeUrl() != resp.GetTypeUrl() {
 			d.t.Fatalf("resource %s of type %s in a %s response", r.GetName(), r.GetResource().GetTypeUrl(), resp.GetTypeUrl())
 		}
-		h[r.GetName()] = r.GetVersion()
-		sent[r.GetName()] = true
 	}
-	for _, n := range resp.GetRemovedResources() {
-		if sent[n] {
-			d.t.Fatalf("%s both sent and removed", n)
-		}
-		delete(h, n)
+	for _, n := range xdstest.ApplyDelta(h, resp.GetResources(), resp.GetRemovedResources()) {
+		d.t.Fatalf("%s both sent and removed", n)
 	}
 	v := &controlv1.DeltaDiscoveryRequest{ResponseNonce: resp.GetNonce(), TypeUrl: resp.GetTypeUrl(), ResultStatus: gatewaycp.ACK}
 	if nack != "" {
