@@ -244,34 +244,6 @@ func TestDeltaForgetThenSubscribe(t *testing.T) {
 	}
 }
 
-// scriptedDelta is a Delta ADS server that sends what the test pushes.
-type scriptedDelta struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	resp chan *discoveryv3.DeltaDiscoveryResponse
-}
-
-func (f *scriptedDelta) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := st.Recv(); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case r := <-f.resp:
-			if err := st.Send(r); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return err
-		}
-	}
-}
-
 // An answer that arrives after the relay dropped the type's last
 // subscription is ignored, but the server now thinks the relay holds it
 // (go-control-plane keeps that across a dropped wildcard, until it answers
@@ -283,7 +255,7 @@ func (f *scriptedDelta) DeltaAggregatedResources(st discoveryv3.AggregatedDiscov
 // reaches the cache all the same: the relay may still hold it, and the
 // server will not say so again.
 func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
-	f := &scriptedDelta{resp: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+	f := &scriptedADS{delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
 	s := xdstest.StartUpstream(t, xdstest.WithADS(f))
 	rec := &recorder{}
 	c := newClient(t, upstream.ModeDelta, rec, s.Addr())
@@ -295,7 +267,7 @@ func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 		for _, n := range names {
 			r.Resources = append(r.Resources, &discoveryv3.Resource{Name: n, Version: "1", Resource: mustAny(t, cluster(n))})
 		}
-		f.resp <- r
+		f.delta <- r
 	}
 	cur := 0
 	c.Subscribe(keying.ClusterType, keying.Wildcard)

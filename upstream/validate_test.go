@@ -20,40 +20,13 @@ import (
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// fakeADS is a SotW ADS server that sends whatever the test pushes, for the
-// malformed responses go-control-plane cannot produce.
-type fakeADS struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	resp chan *discoveryv3.DiscoveryResponse
-}
-
-func (f *fakeADS) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := st.Recv(); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case r := <-f.resp:
-			if err := st.Send(r); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return err
-		}
-	}
-}
-
+// startFake starts a SotW server that sends whatever the test pushes, for
+// the malformed responses go-control-plane cannot produce.
 func startFake(t *testing.T) (*xdstest.Upstream, chan<- *discoveryv3.DiscoveryResponse) {
 	t.Helper()
-	f := &fakeADS{resp: make(chan *discoveryv3.DiscoveryResponse, 10)}
+	f := &scriptedADS{sotw: make(chan *discoveryv3.DiscoveryResponse, 10)}
 	s := xdstest.StartUpstream(t, xdstest.WithADS(f))
-	return s, f.resp
+	return s, f.sotw
 }
 
 func mustAny(t *testing.T, m proto.Message) *anypb.Any {
