@@ -111,23 +111,23 @@ func (h nodeHash) ID(n *core.Node) string { return h(n) }
 
 // Upstream is an authoritative xDS server for tests: go-control-plane's
 // server (ADS SotW and Delta plus every per-type service) over a
-// SnapshotCache, listening on 127.0.0.1. It records every request exactly as
+// SnapshotCache (or per-type LinearCaches with Linear, or the test's own ADS
+// with WithADS), listening on 127.0.0.1. It records every request exactly as
 // received (before go-control-plane fills in the stream's node) and every
 // response it sends, counts streams, and can be stopped and restarted on the
 // same port with its snapshots intact.
 type Upstream struct {
 	// Set at creation, read-only.
-	tb      testing.TB
-	log     *zap.Logger
-	cache   cache.SnapshotCache
-	addr    string
-	ordered bool
-	creds   credentials.TransportCredentials     // nil: plaintext
-	served  cache.Cache                          // what go-control-plane serves: cache, or the Linear caches
-	linear  map[resource.Type]*cache.LinearCache // Linear; nil otherwise
-	// Set for SotWOnly and WithADS.
-	sotwOnly bool
-	ads      discoverygrpc.AggregatedDiscoveryServiceServer
+	tb       testing.TB
+	log      *zap.Logger
+	cache    cache.SnapshotCache
+	addr     string
+	ordered  bool
+	creds    credentials.TransportCredentials               // nil: plaintext
+	served   cache.Cache                                    // what go-control-plane serves: cache, or the Linear caches
+	linear   map[resource.Type]*cache.LinearCache           // Linear; nil otherwise
+	sotwOnly bool                                           // SotWOnly
+	ads      discoverygrpc.AggregatedDiscoveryServiceServer // WithADS; nil: go-control-plane's
 
 	// snapMu serialises snapshot updates (SetSnapshot*). Lock order: snapMu
 	// before mu.
