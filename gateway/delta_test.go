@@ -19,14 +19,14 @@ import (
 // deltaDP is a Delta data plane that applies every response to what it
 // holds (type → name → version) and checks each one as it arrives.
 type deltaDP struct {
-	*gatewaycp.Delta
+	*xdstest.GatewayDelta
 	t    *testing.T
 	held map[string]map[string]string
 }
 
 func dialDelta(t *testing.T, e *env, node, cluster string, types []string, initial map[string]map[string]string) *deltaDP {
 	t.Helper()
-	d := &deltaDP{Delta: gatewaycp.DialDelta(t, e.relay.Addr()), t: t, held: map[string]map[string]string{}}
+	d := &deltaDP{GatewayDelta: xdstest.DialGatewayDelta(t, e.relay.Addr()), t: t, held: map[string]map[string]string{}}
 	req := &controlv1.DeltaDiscoveryRequest{NodeId: node, Cluster: cluster, ResourceNamesSubscribe: types,
 		InitialResourceVersions: map[string]string{}}
 	for typ, vs := range initial {
@@ -52,19 +52,13 @@ func (d *deltaDP) recv(nack string) *controlv1.DeltaDiscoveryResponse {
 		h = map[string]string{}
 		d.held[resp.GetTypeUrl()] = h
 	}
-	sent := map[string]bool{}
 	for _, r := range resp.GetResources() {
 		if r.GetResource().GetTypeUrl() != resp.GetTypeUrl() {
 			d.t.Fatalf("resource %s of type %s in a %s response", r.GetName(), r.GetResource().GetTypeUrl(), resp.GetTypeUrl())
 		}
-		h[r.GetName()] = r.GetVersion()
-		sent[r.GetName()] = true
 	}
-	for _, n := range resp.GetRemovedResources() {
-		if sent[n] {
-			d.t.Fatalf("%s both sent and removed", n)
-		}
-		delete(h, n)
+	for _, n := range xdstest.ApplyDelta(h, resp.GetResources(), resp.GetRemovedResources()) {
+		d.t.Fatalf("%s both sent and removed", n)
 	}
 	v := &controlv1.DeltaDiscoveryRequest{ResponseNonce: resp.GetNonce(), TypeUrl: resp.GetTypeUrl(), ResultStatus: gatewaycp.ACK}
 	if nack != "" {
@@ -184,7 +178,7 @@ func TestDeltaBadRequests(t *testing.T) {
 	e.publish("blue", 0)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dp := gatewaycp.DialDelta(t, e.relay.Addr())
+			dp := xdstest.DialGatewayDelta(t, e.relay.Addr())
 			dp.Send(tt.req)
 			_, err := dp.Recv()
 			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {

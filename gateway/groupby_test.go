@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/xds-relay/xds-relay/config"
-	"github.com/xds-relay/xds-relay/internal/gatewaycp"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
@@ -17,7 +16,7 @@ func TestEmptyGroupByIsOneGroup(t *testing.T) {
 	}))
 	snap, v := e.publish("xds-relay", 0) // the relay's node cluster (xdstest)
 	for _, n := range []struct{ node, cluster string }{{"blue-1", "blue"}, {"green-1", "green"}} {
-		dp := gatewaycp.DialSotW(t, e.relay.Addr())
+		dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 		dp.Send(subscribe(n.node, n.cluster, ""))
 		resp := dp.MustRecv()
 		wantSnapshot(t, resp, snap, v)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
-	"github.com/xds-relay/xds-relay/internal/gatewaycp"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
@@ -26,11 +25,11 @@ func TestWarmRestart(t *testing.T) {
 	e := start(t, xdstest.WithConfig(persist))
 	noSecrets := []string{controlv1.ListenerType, controlv1.HttpRouteType, controlv1.BackendClusterType}
 	e.publish("blue", 0)
-	sotw := gatewaycp.DialSotW(t, e.relay.Addr())
+	sotw := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	sotw.Send(subscribe("s-1", "blue", "", noSecrets...))
 	r1 := sotw.MustRecv()
 	sotw.Send(ack(r1))
-	secret := gatewaycp.DialSotW(t, e.relay.Addr()) // a snapshot with the secrets
+	secret := xdstest.DialGatewaySotW(t, e.relay.Addr()) // a snapshot with the secrets
 	secret.Send(subscribe("s-2", "blue", ""))
 	secret.MustRecv()
 	delta := dialDelta(t, e, "d-1", "blue", []string{controlv1.HttpRouteType}, nil)
@@ -54,7 +53,7 @@ func TestWarmRestart(t *testing.T) {
 	r2 := xdstest.StartRelay(t, e.cp.Addr(), xdstest.WithConfig(persist), xdstest.WithConfig(func(c *config.Config) {
 		c.Authorization = &config.Authorization{AllowSecretsWithoutMTLS: true}
 	}))
-	s2 := gatewaycp.DialSotW(t, r2.Addr())
+	s2 := xdstest.DialGatewaySotW(t, r2.Addr())
 	s2.Send(subscribe("s-1", "blue", "", noSecrets...))
 	if got := s2.MustRecv(); got.GetVersion() != r1.GetVersion() || !proto.Equal(got.GetSnapshot(), r1.GetSnapshot()) {
 		t.Fatalf("after the restart: version %q, want the cached %q", got.GetVersion(), r1.GetVersion())

@@ -84,7 +84,7 @@ func TestReportStatus(t *testing.T) {
 		"dp-2's report marked forwarded", nil)
 	// /debug/clients shows it with dp-2's stream.
 	e.publish("blue", 0)
-	dp := gatewaycp.DialSotW(t, e.relay.Addr())
+	dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	dp.Send(subscribe("dp-2", "blue", ""))
 	dp.Send(ack(dp.MustRecv()))
 	var streams []relay.ClientInfo
@@ -117,11 +117,11 @@ func TestReportStatus(t *testing.T) {
 func TestVanishedDataPlanes(t *testing.T) {
 	e := start(t)
 	e.publish("blue", 0)
-	stay := gatewaycp.DialSotW(t, e.relay.Addr())
+	stay := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	stay.Send(subscribe("stay", "blue", ""))
 	stay.Send(ack(stay.MustRecv()))
 	for i := range 20 {
-		dp := gatewaycp.DialSotW(t, e.relay.Addr())
+		dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 		dp.Send(subscribe("gone-"+string(rune('a'+i)), "blue", ""))
 		dp.MustRecv()
 		dp.Close() // without an ACK
@@ -135,7 +135,7 @@ func TestVanishedDataPlanes(t *testing.T) {
 	xdstest.Eventually(t, func() bool { return e.cp.OpenStreams() == 0 && len(e.relay.DebugGateway("").Groups) == 0 },
 		"the idle group closed after its linger", func() any { return e.relay.DebugGateway("") })
 	// A data plane of the cluster later gets a new group and upstream stream.
-	back := gatewaycp.DialSotW(t, e.relay.Addr())
+	back := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	back.Send(subscribe("back", "blue", ""))
 	wantSnapshot(t, back.MustRecv(), snap, v)
 }

@@ -22,10 +22,10 @@ func TestSotWFanOut(t *testing.T) {
 	blue, v1 := e.publish("blue", 0)
 	green, g1 := e.publish("green", 0)
 
-	dps := map[string]*gatewaycp.SotW{}
+	dps := map[string]*xdstest.GatewaySotW{}
 	for _, n := range []string{"blue-1", "blue-2", "green-1"} {
 		cluster := n[:len(n)-2]
-		dp := gatewaycp.DialSotW(t, e.relay.Addr())
+		dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 		dp.Send(subscribe(n, cluster, "")) // no subscriptions: every type
 		dps[n] = dp
 	}
@@ -84,7 +84,7 @@ func TestSotWFanOut(t *testing.T) {
 func TestSotWNACKStaleAndReconnect(t *testing.T) {
 	e := start(t)
 	_, v1 := e.publish("blue", 0)
-	dp := gatewaycp.DialSotW(t, e.relay.Addr())
+	dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	dp.Send(subscribe("blue-1", "blue", "", controlv1.ListenerType, controlv1.HttpRouteType))
 	r1 := dp.MustRecv()
 	if r1.GetVersion() != v1 || len(r1.GetSnapshot().GetListeners()) != spec.Listeners || len(r1.GetSnapshot().GetBackends()) != 0 {
@@ -111,7 +111,7 @@ func TestSotWNACKStaleAndReconnect(t *testing.T) {
 
 	// Reconnect with the current version: nothing to send.
 	dp.Close()
-	dp2 := gatewaycp.DialSotW(t, e.relay.Addr())
+	dp2 := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	dp2.Send(subscribe("blue-1", "blue", v2, controlv1.ListenerType, controlv1.HttpRouteType))
 	dp2.ExpectNone(quiet)
 	_, v3 := e.publish("blue", 1)
@@ -126,7 +126,7 @@ func TestSotWNACKStaleAndReconnect(t *testing.T) {
 func TestSotWFailStatic(t *testing.T) {
 	e := start(t)
 	snap, v1 := e.publish("blue", 0)
-	dp := gatewaycp.DialSotW(t, e.relay.Addr())
+	dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	dp.Send(subscribe("blue-1", "blue", ""))
 	r := dp.MustRecv()
 	wantSnapshot(t, r, snap, v1)
@@ -135,7 +135,7 @@ func TestSotWFailStatic(t *testing.T) {
 	e.cp.Stop()
 	xdstest.Eventually(t, func() bool { return !e.relay.DebugGateway("").Groups[0].Connected }, "the group disconnected", nil)
 	dp.ExpectNone(quiet) // the stream stays, nothing is taken back
-	late := gatewaycp.DialSotW(t, e.relay.Addr())
+	late := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	late.Send(subscribe("blue-2", "blue", ""))
 	wantSnapshot(t, late.MustRecv(), snap, v1)
 
@@ -154,7 +154,7 @@ func TestSotWFailStatic(t *testing.T) {
 func TestSotWBadRequests(t *testing.T) {
 	e := start(t)
 	e.publish("blue", 0)
-	good := gatewaycp.DialSotW(t, e.relay.Addr())
+	good := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	good.Send(subscribe("good", "blue", ""))
 	good.Send(ack(good.MustRecv()))
 
@@ -176,7 +176,7 @@ func TestSotWBadRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dp := gatewaycp.DialSotW(t, e.relay.Addr())
+			dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 			for _, r := range tt.reqs {
 				dp.Send(r)
 			}
@@ -203,14 +203,14 @@ func TestSotWSecretsNeedMTLS(t *testing.T) {
 	e := start(t, xdstest.WithConfig(func(c *config.Config) { c.Authorization = nil }))
 	_, v1 := e.publish("blue", 0)
 	for _, types := range [][]string{nil, {controlv1.SecretMaterialType}} {
-		dp := gatewaycp.DialSotW(t, e.relay.Addr())
+		dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 		dp.Send(subscribe("n", "blue", "", types...))
 		_, err := dp.Recv()
 		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "secrets are served over mTLS only") {
 			t.Fatalf("subscriptions %v over plaintext: %v, want PermissionDenied", types, err)
 		}
 	}
-	dp := gatewaycp.DialSotW(t, e.relay.Addr())
+	dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
 	dp.Send(subscribe("n", "blue", "", controlv1.ListenerType, controlv1.BackendClusterType))
 	r := dp.MustRecv()
 	if r.GetVersion() != v1 || len(r.GetSnapshot().GetSecrets()) != 0 {

@@ -181,6 +181,8 @@ func TestDoNotCacheMoveCarriesItsUpdate(t *testing.T) {
 	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
 	resp := wild.MustRecv()
 	wantDelta(t, resp, []string{"shared"}, nil)
+	held := xdstest.DeltaHolds{}
+	held.Apply(resp)
 	wild.Ack(resp)
 
 	mu.Lock()
@@ -188,20 +190,13 @@ func TestDoNotCacheMoveCarriesItsUpdate(t *testing.T) {
 	mu.Unlock()
 	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "other"})
 	other.Subscribe(resource.ClusterType, "other") // the shared scope asks again: extra and personal arrive
-	held := map[string]bool{"shared": true}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(held) != 3 {
 		resp, ok := wild.TryRecv(time.Until(deadline))
 		if !ok {
 			t.Fatalf("the wildcard client holds %v, want extra, personal and shared", held)
 		}
-		got, removed := deltaNames(resp)
-		for _, n := range got {
-			held[n] = true
-		}
-		for _, n := range removed {
-			delete(held, n)
-		}
+		held.Apply(resp)
 		wild.Ack(resp)
 	}
 }

@@ -145,20 +145,14 @@ func receiveAll(t *testing.T, c *xdstest.DeltaClient, n int) {
 // want; it fails after 5 s: the rest was deleted upstream.
 func convergeTo(t *testing.T, c *xdstest.DeltaClient, want string) {
 	t.Helper()
-	held := map[string]bool{}
+	held := xdstest.DeltaHolds{}
 	deadline := time.Now().Add(5 * time.Second)
-	for !(len(held) == 1 && held[want]) {
+	for !(len(held) == 1 && held.Has(want)) {
 		resp, ok := c.TryRecv(time.Until(deadline))
 		if !ok {
 			t.Fatalf("the client holds %v, want only %q: the rest was deleted upstream", held, want)
 		}
-		got, removed := deltaNames(resp)
-		for _, n := range got {
-			held[n] = true
-		}
-		for _, n := range removed {
-			delete(held, n)
-		}
+		held.Apply(resp)
 		c.Ack(resp)
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -22,7 +22,7 @@ import (
 // new stream resubscribes with the relay's initial_resource_versions.
 func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
 	rec := &recorder{}
 	var (
 		mu      sync.Mutex
@@ -38,11 +38,11 @@ func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
 			}
 			return maps.Clone(initial)
 		},
-	}, rec, cp.addr)
+	}, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, "b", "a")
 	cur, ucur, scur := 0, 0, 0
-	req := cp.nextDelta(t, &cur, keying.ClusterType)
+	req := cp.NextDelta(t, &cur, keying.ClusterType)
 	if !proto.Equal(req.GetNode(), testNode()) {
 		t.Errorf("first request node = %v", req.GetNode())
 	}
@@ -60,26 +60,26 @@ func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
 		}
 		versions[r.Name] = r.Version
 	}
-	ack := cp.nextDelta(t, &cur, keying.ClusterType)
+	ack := cp.NextDelta(t, &cur, keying.ClusterType)
 	if ack.GetResponseNonce() == "" || ack.GetErrorDetail() != nil || ack.GetNode() != nil ||
 		len(ack.GetResourceNamesSubscribe())+len(ack.GetResourceNamesUnsubscribe()) != 0 {
 		t.Errorf("ACK = %v", ack)
 	}
 
-	cp.del(t, keying.ClusterType, "b")
+	cp.DeleteResources(keying.ClusterType, "b")
 	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if len(u.Resources) != 0 || !slices.Equal(u.Removed, []string{"b"}) {
 		t.Errorf("after delete: names %q removed %q, want none and [b]", names(u), u.Removed)
 	}
-	cp.nextDelta(t, &cur, keying.ClusterType) // ACK
+	cp.NextDelta(t, &cur, keying.ClusterType) // ACK
 
 	c.Unsubscribe(keying.ClusterType, "a")
-	req = cp.nextDelta(t, &cur, keying.ClusterType)
+	req = cp.NextDelta(t, &cur, keying.ClusterType)
 	if !slices.Equal(req.GetResourceNamesUnsubscribe(), []string{"a"}) || len(req.GetResourceNamesSubscribe()) != 0 {
 		t.Errorf("unsubscribe request = %v", req)
 	}
 	c.Subscribe(keying.ClusterType, "c")
-	req = cp.nextDelta(t, &cur, keying.ClusterType)
+	req = cp.NextDelta(t, &cur, keying.ClusterType)
 	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"c"}) {
 		t.Errorf("subscribe request = %v", req)
 	}
@@ -96,12 +96,11 @@ func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
 	mu.Lock()
 	initial = map[string]string{"c": cVersion, "gone": "v0"}
 	mu.Unlock()
-	rec.nextState(t, &scur, cp.addr, true)
-	cp.stop()
-	rec.nextState(t, &scur, cp.addr, false)
-	cp.restart()
-	r := cp.next(t, &cur, "delta request on the new stream", func(r request) bool { return r.stream > 1 && r.delta != nil })
-	req = r.delta
+	rec.nextState(t, &scur, cp.Addr(), true)
+	cp.Stop()
+	rec.nextState(t, &scur, cp.Addr(), false)
+	cp.Restart()
+	req = cp.NextRequest(t, &cur, "delta request on the new stream", func(r xdstest.Request) bool { return r.StreamID > 1 && r.Delta != nil }).Delta
 	if !proto.Equal(req.GetNode(), testNode()) || !slices.Equal(req.GetResourceNamesSubscribe(), []string{"b", "c"}) ||
 		!maps.Equal(req.GetInitialResourceVersions(), map[string]string{"c": cVersion}) {
 		t.Errorf("resubscription = %v, want node, subscribe [b c], initial versions {c: %s}", req, cVersion)
@@ -115,7 +114,7 @@ func TestDeltaSubscribeRemoveUnsubscribeReconnect(t *testing.T) {
 // nonce with the handler's reason.
 func TestDeltaWildcardAndNack(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ListenerType, listener("l1"), listener("l2"))
+	cp.UpdateResources(keying.ListenerType, listener("l1"), listener("l2"))
 	rec := &recorder{}
 	rec.setReject(func(u upstream.Update) error {
 		if slices.Contains(names(u), "bad") {
@@ -123,10 +122,10 @@ func TestDeltaWildcardAndNack(t *testing.T) {
 		}
 		return nil
 	})
-	c := newClient(t, upstream.ModeDelta, rec, cp.addr)
+	c := newClient(t, upstream.ModeDelta, rec, cp.Addr())
 	c.Subscribe(keying.ListenerType, keying.Wildcard)
 	cur, ucur := 0, 0
-	req := cp.nextDelta(t, &cur, keying.ListenerType)
+	req := cp.NextDelta(t, &cur, keying.ListenerType)
 	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"*"}) {
 		t.Errorf("subscribe = %q, want [*]", req.GetResourceNamesSubscribe())
 	}
@@ -134,14 +133,14 @@ func TestDeltaWildcardAndNack(t *testing.T) {
 	if !u.Complete || !slices.Equal(sorted(names(u)), []string{"l1", "l2"}) {
 		t.Errorf("update = wildcard %v names %q", u.Complete, names(u))
 	}
-	ack := cp.nextDelta(t, &cur, keying.ListenerType)
+	ack := cp.NextDelta(t, &cur, keying.ListenerType)
 	if ack.GetErrorDetail() != nil {
 		t.Errorf("want ACK, got %v", ack)
 	}
 
-	cp.set(t, keying.ListenerType, listener("bad"))
+	cp.UpdateResources(keying.ListenerType, listener("bad"))
 	rec.nextUpdate(t, &ucur, keying.ListenerType)
-	nack := cp.nextDelta(t, &cur, keying.ListenerType)
+	nack := cp.NextDelta(t, &cur, keying.ListenerType)
 	if codes.Code(nack.GetErrorDetail().GetCode()) != codes.InvalidArgument ||
 		!strings.Contains(nack.GetErrorDetail().GetMessage(), "listener bad rejected") ||
 		nack.GetResponseNonce() == "" || nack.GetResponseNonce() == ack.GetResponseNonce() {
@@ -154,16 +153,16 @@ func TestDeltaWildcardAndNack(t *testing.T) {
 // ADS method).
 func TestAutoFallsBackToSotW(t *testing.T) {
 	cp := startControlPlane(t, true)
-	cp.set(t, keying.ClusterType, cluster("a"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeAuto, rec, cp.addr)
+	c := newClient(t, upstream.ModeAuto, rec, cp.Addr())
 	c.Subscribe(keying.ClusterType, "a")
 	ucur, cur := 0, 0
 	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if u.Delta || !slices.Equal(names(u), []string{"a"}) {
 		t.Errorf("update = delta %v names %q, want SotW [a]", u.Delta, names(u))
 	}
-	cp.nextSotW(t, &cur, keying.ClusterType)
+	cp.NextSotW(t, &cur, keying.ClusterType)
 	if st := c.Status(); st.Mode != upstream.ModeSotW {
 		t.Errorf("mode = %v, want sotw", st.Mode)
 	}
@@ -178,9 +177,9 @@ func TestAutoFallsBackToSotW(t *testing.T) {
 // ModeAuto uses Delta when the server has it.
 func TestAutoUsesDelta(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("a"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeAuto, rec, cp.addr)
+	c := newClient(t, upstream.ModeAuto, rec, cp.Addr())
 	c.Subscribe(keying.ClusterType, "a")
 	ucur := 0
 	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); !u.Delta {
@@ -189,9 +188,9 @@ func TestAutoUsesDelta(t *testing.T) {
 	if st := c.Status(); st.Mode != upstream.ModeDelta {
 		t.Errorf("mode = %v, want delta", st.Mode)
 	}
-	for _, r := range cp.requests() {
-		if r.sotw != nil {
-			t.Errorf("unexpected SotW request %v", r.sotw)
+	for _, r := range cp.Requests() {
+		if r.SotW != nil {
+			t.Errorf("unexpected SotW request %v", r.SotW)
 		}
 	}
 }
@@ -201,20 +200,20 @@ func TestAutoUsesDelta(t *testing.T) {
 func TestDeltaTP2Locators(t *testing.T) {
 	cp := startControlPlane(t, false)
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeDelta, rec, cp.addr)
+	c := newClient(t, upstream.ModeDelta, rec, cp.Addr())
 	key := keying.SubscriptionKey("r", keying.CanonicalParams(map[string]string{"env": "prod"}))
 	c.Subscribe(keying.ClusterType, "plain", key)
 	cur := 0
-	req := cp.nextDelta(t, &cur, keying.ClusterType)
+	req := cp.NextDelta(t, &cur, keying.ClusterType)
 	locs := req.GetResourceLocatorsSubscribe()
 	if !slices.Equal(req.GetResourceNamesSubscribe(), []string{"plain"}) || len(locs) != 1 || locs[0].GetName() != "r" ||
 		locs[0].GetDynamicParameters()["env"] != "prod" {
 		t.Fatalf("subscribe names %v, locators %v", req.GetResourceNamesSubscribe(), locs)
 	}
 	c.Unsubscribe(keying.ClusterType, key)
-	req = cp.nextDelta(t, &cur, keying.ClusterType)
+	req = cp.NextDelta(t, &cur, keying.ClusterType)
 	for len(req.GetResourceLocatorsUnsubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
-		req = cp.nextDelta(t, &cur, keying.ClusterType) // an ACK first
+		req = cp.NextDelta(t, &cur, keying.ClusterType) // an ACK first
 	}
 	if locs := req.GetResourceLocatorsUnsubscribe(); len(req.GetResourceNamesUnsubscribe()) != 0 || len(locs) != 1 ||
 		locs[0].GetName() != "r" || locs[0].GetDynamicParameters()["env"] != "prod" {
@@ -228,9 +227,9 @@ func TestDeltaTP2Locators(t *testing.T) {
 // got the cluster back).
 func TestDeltaForgetThenSubscribe(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"), cluster("b"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeDelta, rec, cp.addr)
+	c := newClient(t, upstream.ModeDelta, rec, cp.Addr())
 	c.Subscribe(keying.ClusterType, "*")
 	ucur := 0
 	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); !slices.Equal(sorted(names(u)), []string{"a", "b"}) {
@@ -241,34 +240,6 @@ func TestDeltaForgetThenSubscribe(t *testing.T) {
 	for {
 		if u := rec.nextUpdate(t, &ucur, keying.ClusterType); slices.Contains(names(u), "b") {
 			return
-		}
-	}
-}
-
-// scriptedDelta is a Delta ADS server that sends what the test pushes.
-type scriptedDelta struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	resp chan *discoveryv3.DeltaDiscoveryResponse
-}
-
-func (f *scriptedDelta) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := st.Recv(); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case r := <-f.resp:
-			if err := st.Send(r); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return err
 		}
 	}
 }
@@ -284,10 +255,10 @@ func (f *scriptedDelta) DeltaAggregatedResources(st discoveryv3.AggregatedDiscov
 // reaches the cache all the same: the relay may still hold it, and the
 // server will not say so again.
 func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
-	f := &scriptedDelta{resp: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
-	s := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, f) })
+	f := &scriptedADS{delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+	s := xdstest.StartUpstream(t, xdstest.WithADS(f))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeDelta, rec, s.addr)
+	c := newClient(t, upstream.ModeDelta, rec, s.Addr())
 	answer := func(nonce string, names ...string) {
 		r := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: nonce}
 		if nonce == "2" {
@@ -296,31 +267,31 @@ func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 		for _, n := range names {
 			r.Resources = append(r.Resources, &discoveryv3.Resource{Name: n, Version: "1", Resource: mustAny(t, cluster(n))})
 		}
-		f.resp <- r
+		f.delta <- r
 	}
 	cur := 0
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
-	s.nextDelta(t, &cur, keying.ClusterType)
+	s.NextDelta(t, &cur, keying.ClusterType)
 	answer("1", "a")
 	ucur := 0
 	rec.nextUpdate(t, &ucur, keying.ClusterType)
 	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
-	for req := s.nextDelta(t, &cur, keying.ClusterType); !slices.Contains(req.GetResourceNamesUnsubscribe(), keying.Wildcard); {
-		req = s.nextDelta(t, &cur, keying.ClusterType)
+	for req := s.NextDelta(t, &cur, keying.ClusterType); !slices.Contains(req.GetResourceNamesUnsubscribe(), keying.Wildcard); {
+		req = s.NextDelta(t, &cur, keying.ClusterType)
 	}
 	answer("2", "b") // in flight when "*" was dropped
 	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); len(u.Resources) > 0 || !slices.Equal(u.Removed, []string{"a"}) {
 		t.Fatalf("the ignored answer reached the handler as %q -%q, want only the removal of a", names(u), u.Removed)
 	}
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
-	req := s.nextDelta(t, &cur, keying.ClusterType)
+	req := s.NextDelta(t, &cur, keying.ClusterType)
 	for len(req.GetResourceNamesSubscribe()) == 0 { // the ACK
-		req = s.nextDelta(t, &cur, keying.ClusterType)
+		req = s.NextDelta(t, &cur, keying.ClusterType)
 	}
 	if got := sorted(req.GetResourceNamesSubscribe()); !slices.Equal(got, []string{"*", "b"}) {
 		t.Fatalf("subscribed %q again, want * and b", got)
 	}
-	if req := s.nextDelta(t, &cur, keying.ClusterType); !slices.Equal(req.GetResourceNamesUnsubscribe(), []string{"b"}) {
+	if req := s.NextDelta(t, &cur, keying.ClusterType); !slices.Equal(req.GetResourceNamesUnsubscribe(), []string{"b"}) {
 		t.Fatalf("then %v, want b unsubscribed", req)
 	}
 }

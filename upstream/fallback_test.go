@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -14,36 +15,36 @@ import (
 func TestFallbackAndReturnToPrimary(t *testing.T) {
 	primary := startControlPlane(t, false)
 	secondary := startControlPlane(t, false)
-	for _, cp := range []*controlPlane{primary, secondary} {
-		cp.set(t, keying.ClusterType, cluster("a"))
+	for _, cp := range []*xdstest.Upstream{primary, secondary} {
+		cp.UpdateResources(keying.ClusterType, cluster("a"))
 	}
-	primary.stop()
+	primary.Stop()
 
 	rec := &recorder{}
 	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeSotW, PrimaryRetryInterval: 20 * time.Millisecond},
-		rec, primary.addr, secondary.addr)
+		rec, primary.Addr(), secondary.Addr())
 	c.Subscribe(keying.ClusterType, "a")
 	scur, ucur := 0, 0
-	rec.nextState(t, &scur, secondary.addr, true)
-	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); u.Server != secondary.addr {
-		t.Errorf("update from %q, want the secondary %q", u.Server, secondary.addr)
+	rec.nextState(t, &scur, secondary.Addr(), true)
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); u.Server != secondary.Addr() {
+		t.Errorf("update from %q, want the secondary %q", u.Server, secondary.Addr())
 	}
 
-	primary.restart()
-	if ev := rec.nextState(t, &scur, secondary.addr, false); ev.err == nil {
+	primary.Restart()
+	if ev := rec.nextState(t, &scur, secondary.Addr(), false); ev.err == nil {
 		t.Errorf("switch back reported without a cause")
 	}
-	rec.nextState(t, &scur, primary.addr, true)
-	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); u.Server != primary.addr {
-		t.Errorf("update from %q, want the primary %q", u.Server, primary.addr)
+	rec.nextState(t, &scur, primary.Addr(), true)
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); u.Server != primary.Addr() {
+		t.Errorf("update from %q, want the primary %q", u.Server, primary.Addr())
 	}
 	cur := 0
-	primary.nextSotW(t, &cur, keying.ClusterType)
-	if st := c.Status(); st.Server != primary.addr || st.State != upstream.StateConnected {
+	primary.NextSotW(t, &cur, keying.ClusterType)
+	if st := c.Status(); st.Server != primary.Addr() || st.State != upstream.StateConnected {
 		t.Errorf("status = %+v, want connected to the primary", st)
 	}
 
 	// The primary goes away again: back to the secondary.
-	primary.stop()
-	rec.nextState(t, &scur, secondary.addr, true)
+	primary.Stop()
+	rec.nextState(t, &scur, secondary.Addr(), true)
 }

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -16,42 +17,42 @@ import (
 // first request, every type with its names, empty version and nonce.
 func TestSotWReconnectResubscribes(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("c1"), cluster("c2"))
-	cp.set(t, keying.ListenerType, listener("l1"))
+	cp.UpdateResources(keying.ClusterType, cluster("c1"), cluster("c2"))
+	cp.UpdateResources(keying.ListenerType, listener("l1"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
 	c.Subscribe(keying.ListenerType, "l1")
 	cur, ucur, lcur, scur := 0, 0, 0, 0
-	rec.nextState(t, &scur, cp.addr, true)
+	rec.nextState(t, &scur, cp.Addr(), true)
 	rec.nextUpdate(t, &ucur, keying.ClusterType)
 	rec.nextUpdate(t, &lcur, keying.ListenerType)
 
-	cp.stop()
-	if ev := rec.nextState(t, &scur, cp.addr, false); ev.err == nil {
+	cp.Stop()
+	if ev := rec.nextState(t, &scur, cp.Addr(), false); ev.err == nil {
 		t.Errorf("disconnect reported without a cause")
 	}
-	cp.restart()
-	rec.nextState(t, &scur, cp.addr, true)
+	cp.Restart()
+	rec.nextState(t, &scur, cp.Addr(), true)
 
 	var first *upstream.Update
 	got := map[string][]string{}
 	for range 2 {
-		r := cp.next(t, &cur, "request on the new stream", func(r request) bool { return r.stream > 1 && r.sotw != nil })
+		r := cp.NextRequest(t, &cur, "request on the new stream", func(r xdstest.Request) bool { return r.StreamID > 1 && r.SotW != nil })
 		if first == nil {
-			if !proto.Equal(r.sotw.GetNode(), testNode()) {
-				t.Errorf("first request on the new stream has node %v", r.sotw.GetNode())
+			if !proto.Equal(r.SotW.GetNode(), testNode()) {
+				t.Errorf("first request on the new stream has node %v", r.SotW.GetNode())
 			}
 			first = &upstream.Update{}
-		} else if r.sotw.GetNode() != nil {
+		} else if r.SotW.GetNode() != nil {
 			t.Errorf("second request on the new stream carries the node")
 		}
-		if r.sotw.GetVersionInfo() != "" || r.sotw.GetResponseNonce() != "" {
+		if r.SotW.GetVersionInfo() != "" || r.SotW.GetResponseNonce() != "" {
 			t.Errorf("resubscription for %s has version/nonce %q/%q, want empty",
-				r.sotw.GetTypeUrl(), r.sotw.GetVersionInfo(), r.sotw.GetResponseNonce())
+				r.SotW.GetTypeUrl(), r.SotW.GetVersionInfo(), r.SotW.GetResponseNonce())
 		}
-		got[r.sotw.GetTypeUrl()] = r.sotw.GetResourceNames()
+		got[r.SotW.GetTypeUrl()] = r.SotW.GetResourceNames()
 	}
 	// A wildcard alone goes out as the legacy empty list.
 	if ct, ok := got[keying.ClusterType]; !ok || len(ct) != 0 || !slices.Equal(got[keying.ListenerType], []string{"l1"}) {
@@ -68,8 +69,8 @@ func TestSotWReconnectResubscribes(t *testing.T) {
 // is a no-op.
 func TestCloseDuringBackoff(t *testing.T) {
 	cp := startControlPlane(t, false)
-	addr := cp.addr
-	cp.stop()
+	addr := cp.Addr()
+	cp.Stop()
 	backingOff := make(chan struct{}, 1)
 	c := newClientCfg(t, upstream.Config{Backoff: func(int) time.Duration {
 		select {
@@ -81,7 +82,7 @@ func TestCloseDuringBackoff(t *testing.T) {
 	c.Subscribe(keying.ClusterType, "a")
 	select {
 	case <-backingOff:
-	case <-time.After(waitTimeout):
+	case <-time.After(xdstest.WaitTimeout):
 		t.Fatal("timed out waiting for the first backoff")
 	}
 	st := c.Status()
@@ -95,7 +96,7 @@ func TestCloseDuringBackoff(t *testing.T) {
 // A client that was never used dials nothing and reports idle.
 func TestIdleUntilSubscribe(t *testing.T) {
 	cp := startControlPlane(t, false)
-	c := newClient(t, upstream.ModeSotW, &recorder{}, cp.addr)
+	c := newClient(t, upstream.ModeSotW, &recorder{}, cp.Addr())
 	if st := c.Status(); st.State != upstream.StateIdle {
 		t.Errorf("state = %q, want idle", st.State)
 	}
@@ -104,14 +105,14 @@ func TestIdleUntilSubscribe(t *testing.T) {
 	c.Close()
 	// Whether or not [a] made it out before the Unsubscribe, no stream may
 	// start a type with an empty list (a legacy wildcard for CDS).
-	requested := map[int]bool{}
-	for _, r := range cp.requests() {
-		if r.sotw == nil {
+	requested := map[int64]bool{}
+	for _, r := range cp.Requests() {
+		if r.SotW == nil {
 			continue
 		}
-		if len(r.sotw.GetResourceNames()) == 0 && !requested[r.stream] {
-			t.Errorf("first request of a stream has no names: %v", r.sotw)
+		if len(r.SotW.GetResourceNames()) == 0 && !requested[r.StreamID] {
+			t.Errorf("first request of a stream has no names: %v", r.SotW)
 		}
-		requested[r.stream] = true
+		requested[r.StreamID] = true
 	}
 }

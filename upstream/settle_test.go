@@ -8,9 +8,9 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -36,9 +36,9 @@ func TestWildcardAddedMidStream(t *testing.T) {
 					for _, n := range tc.upstream {
 						rs = append(rs, cluster(n))
 					}
-					cp.set(t, keying.ClusterType, rs...)
+					cp.UpdateResources(keying.ClusterType, rs...)
 					rec := &recorder{}
-					c := newClient(t, mode, rec, cp.addr)
+					c := newClient(t, mode, rec, cp.Addr())
 					c.Subscribe(keying.ClusterType, "a")
 					cur := 0
 					if u := rec.nextUpdate(t, &cur, keying.ClusterType); u.Complete {
@@ -96,9 +96,9 @@ func (lateADS) DeltaAggregatedResources(s discoveryv3.AggregatedDiscoveryService
 // request that still named it (it was taken for the wildcard's full set,
 // and wildcard clients were told the rest was gone).
 func TestWildcardNotProvenByADroppedName(t *testing.T) {
-	srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, lateADS{}) })
+	srv := xdstest.StartUpstream(t, xdstest.WithADS(lateADS{}))
 	rec := &recorder{}
-	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, Settle: time.Minute}, rec, srv.addr)
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, Settle: time.Minute}, rec, srv.Addr())
 	c.Subscribe(keying.ClusterType, "a")
 	cur := 0
 	rec.nextUpdate(t, &cur, keying.ClusterType)
@@ -137,16 +137,16 @@ func drain(recv func() error) error {
 // the type stayed unconfirmed for good, and clients that came from another
 // replica were never answered; oracle seed 4101837).
 func TestTypeSettlesAfterAWildcardCameAndWent(t *testing.T) {
-	srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, silentADS{}) })
+	srv := xdstest.StartUpstream(t, xdstest.WithADS(silentADS{}))
 	rec := &recorder{}
-	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, Settle: 100 * time.Millisecond}, rec, srv.addr)
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, Settle: 100 * time.Millisecond}, rec, srv.Addr())
 	cur, ucur := 0, 0
 	c.Subscribe(keying.ListenerType, "l4")
-	srv.nextDelta(t, &cur, keying.ListenerType)
+	srv.NextDelta(t, &cur, keying.ListenerType)
 	c.Subscribe(keying.ListenerType, keying.Wildcard)
-	srv.nextDelta(t, &cur, keying.ListenerType)
+	srv.NextDelta(t, &cur, keying.ListenerType)
 	c.Unsubscribe(keying.ListenerType, keying.Wildcard)
-	srv.nextDelta(t, &cur, keying.ListenerType)
+	srv.NextDelta(t, &cur, keying.ListenerType)
 	u := rec.nextUpdate(t, &ucur, keying.ListenerType)
 	if u.Event != upstream.Settle || u.Complete {
 		t.Fatalf("the type's update after the server said nothing: %+v, want settled, not complete", u)
@@ -168,17 +168,17 @@ func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
 		{"wildcard again", keying.ListenerType, keying.Wildcard, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, silentADS{}) })
+			srv := xdstest.StartUpstream(t, xdstest.WithADS(silentADS{}))
 			rec := &recorder{}
-			c := newClientCfg(t, upstream.Config{Mode: upstream.ModeSotW, Settle: 300 * time.Millisecond}, rec, srv.addr)
+			c := newClientCfg(t, upstream.Config{Mode: upstream.ModeSotW, Settle: 300 * time.Millisecond}, rec, srv.Addr())
 			cur, ucur := 0, 0
 			c.Subscribe(tc.typeURL, tc.sub)
-			srv.nextSotW(t, &cur, tc.typeURL)
+			srv.NextSotW(t, &cur, tc.typeURL)
 			if tc.again {
 				c.Unsubscribe(tc.typeURL, tc.sub)
-				srv.nextSotW(t, &cur, tc.typeURL)
+				srv.NextSotW(t, &cur, tc.typeURL)
 				c.Subscribe(tc.typeURL, tc.sub)
-				srv.nextSotW(t, &cur, tc.typeURL)
+				srv.NextSotW(t, &cur, tc.typeURL)
 			}
 			u := rec.nextUpdate(t, &ucur, tc.typeURL)
 			if u.Event != upstream.Settle || u.Complete != (tc.sub == keying.Wildcard && !tc.again) {

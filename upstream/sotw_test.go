@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
@@ -16,14 +16,14 @@ import (
 // request of the stream carries the configured node.
 func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, "b", "a")
 	cur, ucur := 0, 0
 
-	req := cp.nextSotW(t, &cur, keying.ClusterType)
+	req := cp.NextSotW(t, &cur, keying.ClusterType)
 	if !proto.Equal(req.GetNode(), testNode()) {
 		t.Errorf("first request node = %v, want %v", req.GetNode(), testNode())
 	}
@@ -34,12 +34,12 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 		t.Errorf("first request version/nonce = %q/%q, want empty", req.GetVersionInfo(), req.GetResponseNonce())
 	}
 
-	u := cp.nextUpdateOf(t, rec, &ucur, keying.ClusterType)
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if got := sorted(names(u)); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("update names = %q, want [a b]", got)
 	}
-	if u.Delta || u.Complete || len(u.Removed) != 0 || u.Server != cp.addr {
-		t.Errorf("update = %+v, want SotW, not wildcard, nothing removed, from %s", u, cp.addr)
+	if u.Delta || u.Complete || len(u.Removed) != 0 || u.Server != cp.Addr() {
+		t.Errorf("update = %+v, want SotW, not wildcard, nothing removed, from %s", u, cp.Addr())
 	}
 	for _, r := range u.Resources {
 		if r.Any.GetTypeUrl() != keying.ClusterType || r.Version != "" {
@@ -47,7 +47,7 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 		}
 	}
 
-	ack := cp.nextSotW(t, &cur, keying.ClusterType)
+	ack := cp.NextSotW(t, &cur, keying.ClusterType)
 	if ack.GetVersionInfo() == "" || ack.GetResponseNonce() == "" || ack.GetErrorDetail() != nil {
 		t.Errorf("ACK = %v, want version and nonce, no error", ack)
 	}
@@ -59,7 +59,7 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 	}
 
 	st := c.Status()
-	if st.State != upstream.StateConnected || st.Server != cp.addr || st.Mode != upstream.ModeSotW {
+	if st.State != upstream.StateConnected || st.Server != cp.Addr() || st.Mode != upstream.ModeSotW {
 		t.Errorf("status = %+v", st)
 	}
 	if len(st.Types) != 1 || !slices.Equal(st.Types[0].Names, []string{"a", "b"}) ||
@@ -68,7 +68,7 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 	}
 
 	c.Unsubscribe(keying.ClusterType, "b")
-	req = cp.nextSotW(t, &cur, keying.ClusterType)
+	req = cp.NextSotW(t, &cur, keying.ClusterType)
 	if got := req.GetResourceNames(); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("after Unsubscribe names = %q, want [a]", got)
 	}
@@ -78,15 +78,16 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 	}
 
 	// A full-state response omitting a subscribed name removes it.
-	cp.waitWatches(t, keying.ClusterType, "a watch on a only", func(lc *cachev3.LinearCache) bool {
+	xdstest.Eventually(t, func() bool {
+		lc := cp.LinearCache(keying.ClusterType)
 		return lc.NumWatches("a") == 1 && lc.NumWatches("b") == 0
-	})
-	cp.del(t, keying.ClusterType, "a")
-	u = cp.nextUpdateOf(t, rec, &ucur, keying.ClusterType)
+	}, "a watch on a only", nil)
+	cp.DeleteResources(keying.ClusterType, "a")
+	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if len(u.Resources) != 0 || !slices.Equal(u.Removed, []string{"a"}) {
 		t.Errorf("after delete: resources %q removed %q, want none and [a]", names(u), u.Removed)
 	}
-	ack2 := cp.nextSotW(t, &cur, keying.ClusterType)
+	ack2 := cp.NextSotW(t, &cur, keying.ClusterType)
 	if ack2.GetVersionInfo() == ack.GetVersionInfo() || ack2.GetErrorDetail() != nil {
 		t.Errorf("second ACK = %v, want a new version", ack2)
 	}
@@ -94,16 +95,10 @@ func TestSotWSubscribeAckUnsubscribe(t *testing.T) {
 	// Unsubscribing the last name sends an empty list (not a legacy
 	// wildcard: the stream has named resources before).
 	c.Unsubscribe(keying.ClusterType, "a")
-	req = cp.nextSotW(t, &cur, keying.ClusterType)
+	req = cp.NextSotW(t, &cur, keying.ClusterType)
 	if len(req.GetResourceNames()) != 0 {
 		t.Errorf("after last Unsubscribe names = %q, want none", req.GetResourceNames())
 	}
-}
-
-// nextUpdateOf is a shorthand for rec.nextUpdate.
-func (cp *controlPlane) nextUpdateOf(t *testing.T, rec *recorder, cur *int, typeURL string) upstream.Update {
-	t.Helper()
-	return rec.nextUpdate(t, cur, typeURL)
 }
 
 // A wildcard subscription is sent as an explicit "*" merged with the
@@ -111,13 +106,13 @@ func (cp *controlPlane) nextUpdateOf(t *testing.T, rec *recorder, cur *int, type
 // the wildcard brought.
 func TestSotWWildcardMergedWithNames(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"), cluster("b"), cluster("c"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, "b", keying.Wildcard)
 	cur, ucur := 0, 0
-	req := cp.nextSotW(t, &cur, keying.ClusterType)
+	req := cp.NextSotW(t, &cur, keying.ClusterType)
 	if got := req.GetResourceNames(); !slices.Equal(got, []string{"*", "b"}) {
 		t.Errorf("names = %q, want [* b]", got)
 	}
@@ -125,26 +120,27 @@ func TestSotWWildcardMergedWithNames(t *testing.T) {
 	if !u.Complete || !slices.Equal(sorted(names(u)), []string{"a", "b", "c"}) {
 		t.Errorf("update wildcard=%v names=%q, want true [a b c]", u.Complete, names(u))
 	}
-	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
+	cp.NextSotW(t, &cur, keying.ClusterType) // ACK
 
-	cp.del(t, keying.ClusterType, "c")
+	cp.DeleteResources(keying.ClusterType, "c")
 	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if !slices.Equal(u.Removed, []string{"c"}) {
 		t.Errorf("removed = %q, want [c]", u.Removed)
 	}
-	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
+	cp.NextSotW(t, &cur, keying.ClusterType) // ACK
 
 	// Dropping the wildcard keeps only the explicit name of interest: a
 	// response without "a" does not report it removed.
 	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
-	req = cp.nextSotW(t, &cur, keying.ClusterType)
+	req = cp.NextSotW(t, &cur, keying.ClusterType)
 	if got := req.GetResourceNames(); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("names after dropping wildcard = %q, want [b]", got)
 	}
-	cp.waitWatches(t, keying.ClusterType, "a watch on b only", func(lc *cachev3.LinearCache) bool {
+	xdstest.Eventually(t, func() bool {
+		lc := cp.LinearCache(keying.ClusterType)
 		return lc.NumWatches("b") == 1 && lc.NumWildcardWatches() == 0
-	})
-	cp.set(t, keying.ClusterType, cluster("b"), cluster("d"))
+	}, "a watch on b only", nil)
+	cp.UpdateResources(keying.ClusterType, cluster("b"), cluster("d"))
 	u = rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if u.Complete || !slices.Equal(names(u), []string{"b"}) || len(u.Removed) != 0 {
 		t.Errorf("update = wildcard %v names %q removed %q, want false [b] []", u.Complete, names(u), u.Removed)
@@ -157,11 +153,11 @@ func TestSotWWildcardMergedWithNames(t *testing.T) {
 // Several types share the one ADS stream; the node is sent once.
 func TestSotWSeveralTypesOneStream(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("c1"))
-	cp.set(t, keying.EndpointType, endpoints("c1"))
-	cp.set(t, keying.ListenerType, listener("l1"))
+	cp.UpdateResources(keying.ClusterType, cluster("c1"))
+	cp.UpdateResources(keying.EndpointType, endpoints("c1"))
+	cp.UpdateResources(keying.ListenerType, listener("l1"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
 	c.Subscribe(keying.EndpointType, "c1")
@@ -174,10 +170,10 @@ func TestSotWSeveralTypesOneStream(t *testing.T) {
 			t.Errorf("%s: names %q, want [%s]", typ, names(u), want)
 		}
 	}
-	streams, nodes := map[int]bool{}, 0
-	for _, r := range cp.requests() {
-		streams[r.stream] = true
-		if r.sotw.GetNode() != nil {
+	streams, nodes := map[int64]bool{}, 0
+	for _, r := range cp.Requests() {
+		streams[r.StreamID] = true
+		if r.SotW.GetNode() != nil {
 			nodes++
 		}
 	}
@@ -193,20 +189,20 @@ func TestSotWSeveralTypesOneStream(t *testing.T) {
 // would never fill.
 func TestSotWWildcardAgainAfterDropped(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("a"))
+	cp.UpdateResources(keying.ClusterType, cluster("a"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
 	cur, ucur := 0, 0
-	cp.nextSotW(t, &cur, keying.ClusterType)
+	cp.NextSotW(t, &cur, keying.ClusterType)
 	rec.nextUpdate(t, &ucur, keying.ClusterType)
-	cp.nextSotW(t, &cur, keying.ClusterType) // ACK
+	cp.NextSotW(t, &cur, keying.ClusterType) // ACK
 
 	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
-	cp.nextSotW(t, &cur, keying.ClusterType)
-	cp.set(t, keying.ClusterType, cluster("a"), cluster("b")) // answered, ignored
-	cp.nextSotW(t, &cur, keying.ClusterType)                  // its ACK
+	cp.NextSotW(t, &cur, keying.ClusterType)
+	cp.UpdateResources(keying.ClusterType, cluster("a"), cluster("b")) // answered, ignored
+	cp.NextSotW(t, &cur, keying.ClusterType)                           // its ACK
 
 	c.Subscribe(keying.ClusterType, keying.Wildcard)
 	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
@@ -221,9 +217,9 @@ func TestSotWWildcardAgainAfterDropped(t *testing.T) {
 // upstream deleted it meanwhile), though this stream never received it.
 func TestSotWFirstRequestNameMissingIsRemoved(t *testing.T) {
 	cp := startControlPlane(t, false)
-	cp.set(t, keying.ClusterType, cluster("b"))
+	cp.UpdateResources(keying.ClusterType, cluster("b"))
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, cp.addr)
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
 
 	c.Subscribe(keying.ClusterType, "a", "b")
 	ucur := 0

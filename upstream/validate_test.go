@@ -9,51 +9,24 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// fakeADS is a SotW ADS server that sends whatever the test pushes, for the
-// malformed responses go-control-plane cannot produce.
-type fakeADS struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	resp chan *discoveryv3.DiscoveryResponse
-}
-
-func (f *fakeADS) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := st.Recv(); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case r := <-f.resp:
-			if err := st.Send(r); err != nil {
-				return err
-			}
-		case err := <-errc:
-			return err
-		}
-	}
-}
-
-func startFake(t *testing.T) (*testServer, chan<- *discoveryv3.DiscoveryResponse) {
+// startFake starts a SotW server that sends whatever the test pushes, for
+// the malformed responses go-control-plane cannot produce.
+func startFake(t *testing.T) (*xdstest.Upstream, chan<- *discoveryv3.DiscoveryResponse) {
 	t.Helper()
-	f := &fakeADS{resp: make(chan *discoveryv3.DiscoveryResponse, 10)}
-	s := startServer(t, func(g *grpc.Server) { discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, f) })
-	return s, f.resp
+	f := &scriptedADS{sotw: make(chan *discoveryv3.DiscoveryResponse, 10)}
+	s := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	return s, f.sotw
 }
 
 func mustAny(t *testing.T, m proto.Message) *anypb.Any {
@@ -189,10 +162,10 @@ func TestSotWNackInvalidResponses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, resp := startFake(t)
 			rec := &recorder{}
-			c := newClient(t, upstream.ModeSotW, rec, s.addr)
+			c := newClient(t, upstream.ModeSotW, rec, s.Addr())
 			c.Subscribe(tc.typeURL, "a")
 			cur := 0
-			s.nextSotW(t, &cur, tc.typeURL)
+			s.NextSotW(t, &cur, tc.typeURL)
 
 			// A valid first response, accepted.
 			good := rawAny(tc.typeURL, stringField(1, "a"))
@@ -200,14 +173,14 @@ func TestSotWNackInvalidResponses(t *testing.T) {
 				good = mustAny(t, cluster("a"))
 			}
 			resp <- &discoveryv3.DiscoveryResponse{TypeUrl: tc.typeURL, VersionInfo: "v1", Nonce: "n1", Resources: []*anypb.Any{good}}
-			if ack := s.nextSotW(t, &cur, tc.typeURL); ack.GetVersionInfo() != "v1" || ack.GetErrorDetail() != nil {
+			if ack := s.NextSotW(t, &cur, tc.typeURL); ack.GetVersionInfo() != "v1" || ack.GetErrorDetail() != nil {
 				t.Fatalf("first response not ACKed: %v", ack)
 			}
 			accepted := rec.numUpdates()
 
 			rec.setReject(func(upstream.Update) error { return tc.reject })
 			resp <- &discoveryv3.DiscoveryResponse{TypeUrl: tc.typeURL, VersionInfo: "v2", Nonce: "n2", Resources: tc.resources(t)}
-			nack := s.nextSotW(t, &cur, tc.typeURL)
+			nack := s.NextSotW(t, &cur, tc.typeURL)
 			if nack.GetErrorDetail() == nil {
 				t.Fatalf("want a NACK, got %v", nack)
 			}
@@ -239,7 +212,7 @@ func TestSotWNackInvalidResponses(t *testing.T) {
 			// The next valid response is ACKed normally.
 			rec.setReject(nil)
 			resp <- &discoveryv3.DiscoveryResponse{TypeUrl: tc.typeURL, VersionInfo: "v3", Nonce: "n3", Resources: []*anypb.Any{good}}
-			if ack := s.nextSotW(t, &cur, tc.typeURL); ack.GetVersionInfo() != "v3" || ack.GetResponseNonce() != "n3" || ack.GetErrorDetail() != nil {
+			if ack := s.NextSotW(t, &cur, tc.typeURL); ack.GetVersionInfo() != "v3" || ack.GetResponseNonce() != "n3" || ack.GetErrorDetail() != nil {
 				t.Errorf("after NACK, want ACK v3/n3, got %v", ack)
 			}
 		})
@@ -253,12 +226,12 @@ func TestSotWNackInvalidResponses(t *testing.T) {
 func TestSotWAcceptedShapes(t *testing.T) {
 	s, resp := startFake(t)
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, s.addr)
+	c := newClient(t, upstream.ModeSotW, rec, s.Addr())
 	c.Subscribe(keying.ClusterType, "a", "w")
 	c.Subscribe(unknownType, "u")
 	cur, ucur := 0, 0
-	s.nextSotW(t, &cur, keying.ClusterType)
-	s.nextSotW(t, &cur, unknownType)
+	s.NextSotW(t, &cur, keying.ClusterType)
+	s.NextSotW(t, &cur, unknownType)
 
 	// Field order reversed on purpose: the bytes must survive as sent.
 	odd := append(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1), stringField(1, "a")...)
@@ -280,7 +253,7 @@ func TestSotWAcceptedShapes(t *testing.T) {
 		w.TTL != 5*time.Second || !w.DoNotCache || w.Heartbeat {
 		t.Errorf("wrapped resource = %+v", w)
 	}
-	s.nextSotW(t, &cur, keying.ClusterType) // ACK
+	s.NextSotW(t, &cur, keying.ClusterType) // ACK
 
 	// A heartbeat for w: a response of heartbeats only refreshes TTLs, it
 	// is no full state (a is not removed).
@@ -291,7 +264,7 @@ func TestSotWAcceptedShapes(t *testing.T) {
 	if len(u.Resources) != 1 || !u.Resources[0].Heartbeat || u.Resources[0].Any != nil || len(u.Removed) != 0 {
 		t.Errorf("heartbeat update = %+v", u)
 	}
-	s.nextSotW(t, &cur, keying.ClusterType) // ACK
+	s.NextSotW(t, &cur, keying.ClusterType) // ACK
 
 	// w resent: a full state that omits a.
 	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v2", Nonce: "n4", Resources: []*anypb.Any{
@@ -309,7 +282,7 @@ func TestSotWAcceptedShapes(t *testing.T) {
 	if !slices.Equal(names(u), []string{"u"}) {
 		t.Errorf("unknown type names = %q, want [u]", names(u))
 	}
-	if ack := s.nextSotW(t, &cur, unknownType); ack.GetVersionInfo() != "x1" || ack.GetErrorDetail() != nil {
+	if ack := s.NextSotW(t, &cur, unknownType); ack.GetVersionInfo() != "x1" || ack.GetErrorDetail() != nil {
 		t.Errorf("unknown type not ACKed: %v", ack)
 	}
 }
@@ -318,14 +291,14 @@ func TestSotWAcceptedShapes(t *testing.T) {
 func TestSotWUnsolicitedTypeAckedAndIgnored(t *testing.T) {
 	s, resp := startFake(t)
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, s.addr)
+	c := newClient(t, upstream.ModeSotW, rec, s.Addr())
 	c.Subscribe(keying.ClusterType, "a")
 	cur := 0
-	s.nextSotW(t, &cur, keying.ClusterType)
+	s.NextSotW(t, &cur, keying.ClusterType)
 
 	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.EndpointType, VersionInfo: "e1", Nonce: "n1",
 		Resources: []*anypb.Any{mustAny(t, endpoints("a"))}}
-	ack := s.nextSotW(t, &cur, keying.EndpointType)
+	ack := s.NextSotW(t, &cur, keying.EndpointType)
 	if ack.GetVersionInfo() != "e1" || ack.GetResponseNonce() != "n1" || ack.GetErrorDetail() != nil || len(ack.GetResourceNames()) != 0 {
 		t.Errorf("ACK = %v, want e1/n1, no names", ack)
 	}
@@ -344,10 +317,10 @@ func envIs(v string) *discoveryv3.DynamicParameterConstraints {
 func TestSotWTP2Locators(t *testing.T) {
 	s, resp := startFake(t)
 	rec := &recorder{}
-	c := newClient(t, upstream.ModeSotW, rec, s.addr)
+	c := newClient(t, upstream.ModeSotW, rec, s.Addr())
 	c.Subscribe(keying.ClusterType, "plain", keying.SubscriptionKey("r", keying.CanonicalParams(map[string]string{"env": "prod"})))
 	cur, ucur := 0, 0
-	req := s.nextSotW(t, &cur, keying.ClusterType)
+	req := s.NextSotW(t, &cur, keying.ClusterType)
 	locs := req.GetResourceLocators()
 	if !slices.Equal(req.GetResourceNames(), []string{"plain"}) || len(locs) != 1 || locs[0].GetName() != "r" ||
 		locs[0].GetDynamicParameters()["env"] != "prod" || len(locs[0].GetDynamicParameters()) != 1 {
@@ -365,7 +338,7 @@ func TestSotWTP2Locators(t *testing.T) {
 		keying.CanonicalConstraints(u.Resources[1].Constraints) != "env=test" || u.Resources[0].Name != "r" {
 		t.Fatalf("update %+v", u)
 	}
-	if ack := s.nextSotW(t, &cur, keying.ClusterType); ack.GetVersionInfo() != "v1" || ack.GetErrorDetail() != nil {
+	if ack := s.NextSotW(t, &cur, keying.ClusterType); ack.GetVersionInfo() != "v1" || ack.GetErrorDetail() != nil {
 		t.Fatalf("not ACKed: %v", ack)
 	}
 }

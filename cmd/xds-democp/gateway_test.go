@@ -11,6 +11,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/gatewaycp"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the logger's writes.
@@ -59,7 +60,7 @@ func TestRunGateway(t *testing.T) {
 			t.Fatalf("not serving:\n%s", errOut)
 		}
 	}
-	dp := gatewaycp.DialSotW(t, addr)
+	dp := xdstest.DialGatewaySotW(t, addr)
 	dp.Send(&controlv1.DiscoveryRequest{NodeId: "dp", Cluster: "gw-1"})
 	first := dp.MustRecv()
 	if len(first.GetSnapshot().GetHttpRoutes()) != 4 || len(first.GetSnapshot().GetSecrets()) != 1 {

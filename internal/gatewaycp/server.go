@@ -1,10 +1,10 @@
-// Package gatewaycp is a small gateway.control.v1 control plane and data
-// plane clients, built from the project's own proto (no third-party gateway
-// binaries exist here). The control plane serves per-cluster snapshots over
+// Package gatewaycp is a small gateway.control.v1 control plane, built from
+// the project's own proto (no third-party gateway binaries exist here). The control plane serves per-cluster snapshots over
 // StreamConfiguration, their resources over DeltaStreamConfiguration, and
 // records status reports; it is the upstream of the gateway tests and of
-// xds-democp --dialect gateway. The clients (dataplane.go) are the data
-// planes of the tests.
+// xds-democp --dialect gateway. The tests' data planes are in internal/xdstest
+// (DialGatewaySotW, DialGatewayDelta), so this package, which xds-democp
+// ships, does not import testing.
 //
 // Server methods are safe for concurrent use. Each stream has its handler
 // goroutine (the only sender) and a receive pump; Set wakes streams through
@@ -28,6 +28,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
+)
+
+// ACK and NACK are the result statuses a data plane sends.
+const (
+	ACK  = controlv1.DiscoveryResultStatus_DISCOVERY_RESULT_STATUS_ACK
+	NACK = controlv1.DiscoveryResultStatus_DISCOVERY_RESULT_STATUS_NACK
 )
 
 // maxRecorded bounds the requests and reports kept for Requests and Reports.

@@ -162,3 +162,43 @@ func describeDelta(r deltaResult) string {
 	}
 	return fmt.Sprintf("type %s resources %v removed %v", r.resp.GetTypeUrl(), names, r.resp.GetRemovedResources())
 }
+
+// DeltaHolds is what a Delta client holds of one type: name → version.
+type DeltaHolds map[string]string
+
+// Apply applies resp to h (see ApplyDelta) and returns the names resp both
+// sent and removed.
+func (h DeltaHolds) Apply(resp *discoverygrpc.DeltaDiscoveryResponse) (sentAndRemoved []string) {
+	return ApplyDelta(h, resp.GetResources(), resp.GetRemovedResources())
+}
+
+// Has reports whether h holds name.
+func (h DeltaHolds) Has(name string) bool {
+	_, ok := h[name]
+	return ok
+}
+
+// deltaResource is a resource of a Delta response.
+type deltaResource interface {
+	GetName() string
+	GetVersion() string
+}
+
+// ApplyDelta applies one Delta response of xDS or of gateway.control.v1 to
+// h: its resources are added or replaced at their versions, its
+// removed_resources deleted. It returns the names the response both sent and
+// removed (xDS forbids it: Envoy NACKs such a response).
+func ApplyDelta[R deltaResource](h DeltaHolds, resources []R, removed []string) (sentAndRemoved []string) {
+	sent := make(map[string]bool, len(resources))
+	for _, r := range resources {
+		h[r.GetName()] = r.GetVersion()
+		sent[r.GetName()] = true
+	}
+	for _, n := range removed {
+		if sent[n] {
+			sentAndRemoved = append(sentAndRemoved, n)
+		}
+		delete(h, n)
+	}
+	return sentAndRemoved
+}

@@ -207,6 +207,31 @@ func (u *Upstream) WaitRequest(tb testing.TB, from int, what string, match func(
 	return found
 }
 
+// NextRequest is WaitRequest from *cur, moving *cur past the request found:
+// a test that reads the requests in order keeps one cursor.
+func (u *Upstream) NextRequest(tb testing.TB, cur *int, what string, match func(Request) bool) Request {
+	tb.Helper()
+	r := u.WaitRequest(tb, *cur, what, match)
+	*cur = r.Seq + 1
+	return r
+}
+
+// NextSotW waits for the next SotW request of typeURL (see NextRequest).
+func (u *Upstream) NextSotW(tb testing.TB, cur *int, typeURL string) *discoverygrpc.DiscoveryRequest {
+	tb.Helper()
+	return u.NextRequest(tb, cur, "SotW request for "+typeURL, func(r Request) bool {
+		return r.SotW != nil && r.SotW.GetTypeUrl() == typeURL
+	}).SotW
+}
+
+// NextDelta waits for the next Delta request of typeURL (see NextRequest).
+func (u *Upstream) NextDelta(tb testing.TB, cur *int, typeURL string) *discoverygrpc.DeltaDiscoveryRequest {
+	tb.Helper()
+	return u.NextRequest(tb, cur, "Delta request for "+typeURL, func(r Request) bool {
+		return r.Delta != nil && r.Delta.GetTypeUrl() == typeURL
+	}).Delta
+}
+
 // WaitStreams waits (WaitTimeout) until open streams are open.
 func (u *Upstream) WaitStreams(tb testing.TB, open int) {
 	tb.Helper()

@@ -50,8 +50,11 @@ type upstreamOptions struct {
 	log       *zap.Logger
 	hash      func(*core.Node) string
 	ordered   bool
-	creds     credentials.TransportCredentials // WithTLS; nil: plaintext
-	heartbeat time.Duration                    // WithHeartbeat
+	creds     credentials.TransportCredentials               // WithTLS; nil: plaintext
+	heartbeat time.Duration                                  // WithHeartbeat
+	linear    bool                                           // Linear
+	sotwOnly  bool                                           // SotWOnly
+	ads       discoverygrpc.AggregatedDiscoveryServiceServer // WithADS
 }
 
 // WithHeartbeat makes the Upstream send TTL heartbeats every interval for
@@ -86,6 +89,21 @@ func Ordered() UpstreamOption {
 	return func(o *upstreamOptions) { o.ordered = true }
 }
 
+// SotWOnly makes the Upstream offer only the SotW ADS method, as a server
+// does that predates Delta: Delta streams are answered with
+// codes.Unimplemented.
+func SotWOnly() UpstreamOption {
+	return func(o *upstreamOptions) { o.sotwOnly = true }
+}
+
+// WithADS makes the Upstream serve ads as its only service instead of
+// go-control-plane's, for responses go-control-plane cannot produce. Requests
+// and streams are recorded and Stop and Restart work as usual; responses are
+// not recorded, and the snapshot methods do not apply.
+func WithADS(ads discoverygrpc.AggregatedDiscoveryServiceServer) UpstreamOption {
+	return func(o *upstreamOptions) { o.ads = ads }
+}
+
 // nodeHash adapts a function to go-control-plane's cache.NodeHash.
 type nodeHash func(*core.Node) string
 
@@ -93,18 +111,23 @@ func (h nodeHash) ID(n *core.Node) string { return h(n) }
 
 // Upstream is an authoritative xDS server for tests: go-control-plane's
 // server (ADS SotW and Delta plus every per-type service) over a
-// SnapshotCache, listening on 127.0.0.1. It records every request exactly as
+// SnapshotCache (or per-type LinearCaches with Linear, or the test's own ADS
+// with WithADS), listening on 127.0.0.1. It records every request exactly as
 // received (before go-control-plane fills in the stream's node) and every
 // response it sends, counts streams, and can be stopped and restarted on the
 // same port with its snapshots intact.
 type Upstream struct {
 	// Set at creation, read-only.
-	tb      testing.TB
-	log     *zap.Logger
-	cache   cache.SnapshotCache
-	addr    string
-	ordered bool
-	creds   credentials.TransportCredentials // nil: plaintext
+	tb       testing.TB
+	log      *zap.Logger
+	cache    cache.SnapshotCache
+	addr     string
+	ordered  bool
+	creds    credentials.TransportCredentials               // nil: plaintext
+	served   cache.Cache                                    // what go-control-plane serves: cache, or the Linear caches
+	linear   map[resource.Type]*cache.LinearCache           // Linear; nil otherwise
+	sotwOnly bool                                           // SotWOnly
+	ads      discoverygrpc.AggregatedDiscoveryServiceServer // WithADS; nil: go-control-plane's
 
 	// snapMu serialises snapshot updates (SetSnapshot*). Lock order: snapMu
 	// before mu.
@@ -153,12 +176,17 @@ func StartUpstream(tb testing.TB, opts ...UpstreamOption) *Upstream {
 	}
 	u.ordered = o.ordered
 	u.creds = o.creds
+	u.sotwOnly, u.ads = o.sotwOnly, o.ads
 	if o.heartbeat > 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		tb.Cleanup(cancel) // after Stop: the heartbeat goroutine ends
 		u.cache = cache.NewSnapshotCacheWithHeartbeating(ctx, o.ordered, nodeHash(o.hash), gcpLogger(u.log), o.heartbeat)
 	} else {
 		u.cache = cache.NewSnapshotCache(o.ordered, nodeHash(o.hash), gcpLogger(u.log))
+	}
+	u.served = wildcardCache{u.cache}
+	if o.linear {
+		u.served, u.linear = newLinear()
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -204,7 +232,7 @@ func (u *Upstream) serve(lis net.Listener) {
 	if u.ordered {
 		sotwOpts = append(sotwOpts, sotw.WithOrderedADS())
 	}
-	c := wildcardCache{u.cache}
+	c := u.served
 	xds := xdsserver.NewServerAdvanced(
 		rest.NewServer(c, cbs),
 		sotw.NewServer(ctx, c, cbs, sotwOpts...),
@@ -220,16 +248,7 @@ func (u *Upstream) serve(lis net.Listener) {
 		opts = append(opts, grpc.Creds(u.creds))
 	}
 	srv := grpc.NewServer(opts...)
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(srv, xds)
-	listenerservice.RegisterListenerDiscoveryServiceServer(srv, xds)
-	routeservice.RegisterRouteDiscoveryServiceServer(srv, xds)
-	routeservice.RegisterScopedRoutesDiscoveryServiceServer(srv, xds)
-	routeservice.RegisterVirtualHostDiscoveryServiceServer(srv, xds)
-	clusterservice.RegisterClusterDiscoveryServiceServer(srv, xds)
-	endpointservice.RegisterEndpointDiscoveryServiceServer(srv, xds)
-	secretservice.RegisterSecretDiscoveryServiceServer(srv, xds)
-	runtimeservice.RegisterRuntimeDiscoveryServiceServer(srv, xds)
-	extensionservice.RegisterExtensionConfigDiscoveryServiceServer(srv, xds)
+	u.register(srv, xds)
 
 	done := make(chan struct{})
 	u.mu.Lock()
@@ -242,6 +261,39 @@ func (u *Upstream) serve(lis net.Listener) {
 		}
 	}()
 	u.log.Info("upstream serving", zap.String("addr", u.addr))
+}
+
+// register registers go-control-plane's xds for every xDS service, only its
+// SotW ADS method (SotWOnly), or the test's own ADS (WithADS).
+func (u *Upstream) register(srv *grpc.Server, xds xdsserver.Server) {
+	switch {
+	case u.ads != nil:
+		discoverygrpc.RegisterAggregatedDiscoveryServiceServer(srv, u.ads)
+		return
+	case u.sotwOnly:
+		discoverygrpc.RegisterAggregatedDiscoveryServiceServer(srv, sotwOnlyADS{xds: xds})
+		return
+	}
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(srv, xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(srv, xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(srv, xds)
+	routeservice.RegisterScopedRoutesDiscoveryServiceServer(srv, xds)
+	routeservice.RegisterVirtualHostDiscoveryServiceServer(srv, xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(srv, xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(srv, xds)
+	secretservice.RegisterSecretDiscoveryServiceServer(srv, xds)
+	runtimeservice.RegisterRuntimeDiscoveryServiceServer(srv, xds)
+	extensionservice.RegisterExtensionConfigDiscoveryServiceServer(srv, xds)
+}
+
+// sotwOnlyADS is go-control-plane's ADS without DeltaAggregatedResources.
+type sotwOnlyADS struct {
+	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
+	xds xdsserver.Server
+}
+
+func (s sotwOnlyADS) StreamAggregatedResources(st discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return s.xds.StreamAggregatedResources(st)
 }
 
 // Stop stops the server: every stream ends (clients see UNAVAILABLE) and the
@@ -314,6 +366,7 @@ func (u *Upstream) SetResourcesTTL(res Resources, ttls map[string]time.Duration)
 
 func (u *Upstream) setSnapshot(key string, res Resources, ttls map[string]time.Duration) string {
 	u.tb.Helper()
+	u.mustSnapshot()
 	u.snapMu.Lock()
 	defer u.snapMu.Unlock()
 	u.gen++
@@ -360,6 +413,7 @@ func (u *Upstream) setSnapshot(key string, res Resources, ttls map[string]time.D
 // version, changed or not (to test how a change of version alone is handled).
 func (u *Upstream) SetSnapshotVersion(key, version string, res Resources) {
 	u.tb.Helper()
+	u.mustSnapshot()
 	u.snapMu.Lock()
 	defer u.snapMu.Unlock()
 	snap, err := cache.NewSnapshot(version, res)
@@ -375,6 +429,15 @@ func (u *Upstream) SetSnapshotVersion(key, version string, res Resources) {
 	u.versions[key] = versions
 	u.record() // before any client can see it (see setSnapshot)
 	u.set(key, snap)
+}
+
+// mustSnapshot fails the test if u does not serve its SnapshotCache: a
+// snapshot set there would reach no client.
+func (u *Upstream) mustSnapshot() {
+	u.tb.Helper()
+	if u.linear != nil || u.ads != nil {
+		u.tb.Fatalf("xdstest: a snapshot set on an Upstream started with Linear or WithADS")
+	}
 }
 
 func (u *Upstream) set(key string, snap *cache.Snapshot) {
