@@ -24,7 +24,8 @@ import (
 )
 
 // Version is the relay's version, reported to upstreams as the node's user
-// agent version. Set by the binaries' -ldflags.
+// agent version. cmd/xds-relay sets it from its main.version, which the
+// build's -ldflags set ("-X main.version=v1.2.3").
 var Version = "dev"
 
 // Relay wires the upstream clients, the cache and the downstream server.
