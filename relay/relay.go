@@ -256,3 +256,9 @@ func protocolMode(p string) upstream.Mode {
 
 // Registry is the relay's own Prometheus registry.
 func (r *Relay) Registry() *prometheus.Registry { return r.m.Registry }
+
+// Config is the configuration the relay runs with. Callers must not modify it.
+func (r *Relay) Config() *config.Config { return r.cfg }
+
+// Logger is the relay's logger; the admin API logs through it.
+func (r *Relay) Logger() *zap.Logger { return r.log }
