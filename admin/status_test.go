@@ -1,4 +1,4 @@
-package relay_test
+package admin_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/relay"
@@ -24,13 +25,13 @@ import (
 
 // statusAdmin serves the admin handler (with opts) of a relay built from cfg
 // but never served; both are closed when the test ends.
-func statusAdmin(t *testing.T, cfg *config.Config, opts ...relay.AdminOption) *httptest.Server {
+func statusAdmin(t *testing.T, cfg *config.Config, opts ...admin.Option) *httptest.Server {
 	t.Helper()
 	r, err := relay.New(cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
 	}
-	srv := httptest.NewServer(r.AdminHandler(opts...))
+	srv := httptest.NewServer(admin.Handler(r, opts...))
 	t.Cleanup(func() {
 		srv.Client().CloseIdleConnections()
 		srv.Close()
@@ -112,7 +113,7 @@ func TestStatusPageNegotiation(t *testing.T) {
 		t.Errorf("GET / (no Accept) = %d %q %q, want the text index", text.code, text.header.Get("Content-Type"), text.body)
 	}
 
-	var o relay.Overview
+	var o admin.Overview
 	js := do(t, http.MethodGet, srv.URL+"/?format=json", nil, "")
 	if err := json.Unmarshal([]byte(js.body), &o); err != nil {
 		t.Fatalf("GET /?format=json: %v in %q", err, js.body)
@@ -127,15 +128,15 @@ func TestStatusPageNegotiation(t *testing.T) {
 	}
 }
 
-// waitOverview polls r.Overview until cond holds, for at most 10 s.
-func waitOverview(t *testing.T, r *xdstest.Relay, what string, cond func(relay.Overview) bool) relay.Overview {
+// waitOverview polls admin.OverviewOf(r) until cond holds, for at most 10 s.
+func waitOverview(t *testing.T, r *xdstest.Relay, what string, cond func(admin.Overview) bool) admin.Overview {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		o := r.Overview()
+		o := admin.OverviewOf(r.Relay)
 		if cond(o) {
 			return o
 		}
@@ -165,14 +166,14 @@ func TestOverviewServingRelay(t *testing.T) {
 	delta.Subscribe(resource.ClusterType, []string{n.Cluster}, nil)
 	delta.Ack(delta.MustRecv())
 
-	o := waitOverview(t, r, "3 streams, 2 ACKs, 1 NACK", func(o relay.Overview) bool {
+	o := waitOverview(t, r, "3 streams, 2 ACKs, 1 NACK", func(o admin.Overview) bool {
 		return o.Fleet.Streams == 3 && o.NACKsTotal == 1 && o.Counters["xds_relay_acks_total"] >= 2 && o.Propagation.Count >= 1
 	})
 	if !o.Ready || o.Fleet.Nodes != 3 || o.Fleet.ByProtocol["sotw"] != 2 || o.Fleet.ByProtocol["delta"] != 1 ||
 		o.Fleet.ByService["ads"] != 3 {
 		t.Errorf("fleet = %+v (ready %v)", o.Fleet, o.Ready)
 	}
-	wantTypes := map[string]relay.TypeStreams{
+	wantTypes := map[string]admin.TypeStreams{
 		resource.ListenerType: {Type: resource.ListenerType, SotW: 1},
 		resource.ClusterType:  {Type: resource.ClusterType, SotW: 1, Delta: 1},
 	}
@@ -187,7 +188,7 @@ func TestOverviewServingRelay(t *testing.T) {
 		t.Errorf("upstreams = %+v, want %s connected with 2 names", o.Upstreams, up.Addr())
 	}
 
-	got := map[string]relay.CacheTypeSummary{}
+	got := map[string]admin.CacheTypeSummary{}
 	for _, c := range o.Cache {
 		got[c.Type] = c
 	}
@@ -214,7 +215,7 @@ func TestOverviewServingRelay(t *testing.T) {
 	}
 
 	// The page escapes what clients send.
-	srv := httptest.NewServer(r.AdminHandler())
+	srv := httptest.NewServer(admin.Handler(r.Relay))
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	page := do(t, http.MethodGet, srv.URL+"/?format=html", nil, "").body
@@ -224,9 +225,9 @@ func TestOverviewServingRelay(t *testing.T) {
 }
 
 func TestPropagationQuantile(t *testing.T) {
-	p := relay.PropagationOverview{
+	p := admin.PropagationOverview{
 		Count:   10,
-		Buckets: []relay.HistogramBucket{{UpperBound: 0.001, Count: 0}, {UpperBound: 0.002, Count: 5}, {UpperBound: 0.004, Count: 4}},
+		Buckets: []admin.HistogramBucket{{UpperBound: 0.001, Count: 0}, {UpperBound: 0.002, Count: 5}, {UpperBound: 0.004, Count: 4}},
 		// one observation above 4ms
 		Overflow: 1,
 	}
@@ -243,7 +244,7 @@ func TestPropagationQuantile(t *testing.T) {
 			t.Errorf("Quantile(%v) = %v, want %v", tt.q, got, tt.want)
 		}
 	}
-	if got := (relay.PropagationOverview{}).Quantile(0.5); got != 0 {
+	if got := (admin.PropagationOverview{}).Quantile(0.5); got != 0 {
 		t.Errorf("Quantile of nothing = %v, want 0", got)
 	}
 }
@@ -283,7 +284,7 @@ tls:
 	if err != nil {
 		t.Fatal(err)
 	}
-	red, err := relay.RedactConfig(cfg)
+	red, err := admin.RedactConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ tls:
 		t.Errorf("secret in the redacted config:\n%s", body)
 	}
 	for _, want := range []string{"/etc/xds-relay/ca.pem", "/etc/xds-relay/relay.pem", "/etc/xds-relay/relay-key.pem",
-		"/etc/xds-relay/server.pem", "/etc/xds-relay/server-key.pem", `"env": "prod"`, `"id": "relay-1"`, relay.Redacted} {
+		"/etc/xds-relay/server.pem", "/etc/xds-relay/server-key.pem", `"env": "prod"`, `"id": "relay-1"`, admin.Redacted} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the redacted config lacks %q:\n%s", want, body)
 		}
@@ -332,7 +333,7 @@ func TestDebugConfigServed(t *testing.T) {
 
 func TestDebugLogLevel(t *testing.T) {
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
-	srv := statusAdmin(t, statusConfig(), relay.WithLogLevel(level))
+	srv := statusAdmin(t, statusConfig(), admin.WithLogLevel(level))
 	u := srv.URL + "/debug/loglevel"
 
 	type answer struct {
