@@ -18,6 +18,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/relay"
 )
@@ -35,8 +36,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	up.SetResources(xdstest.GRPCResources("svc", "127.0.0.1:1"))
 	r := xdstest.StartRelayLogged(t, zaptest.NewLogger(t), up.Addr())
-	admin := httptest.NewServer(r.AdminHandler())
-	defer admin.Close()
+	srv := httptest.NewServer(admin.Handler(r.Relay))
+	defer srv.Close()
 	n := xdstest.NamesFor("svc")
 
 	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy-1"})
@@ -53,7 +54,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	delta.Ack(delta.MustRecv())
 
 	o := waitFleet(t, r)
-	dom := dumpDOM(t, admin.URL+"/")
+	dom := dumpDOM(t, srv.URL+"/")
 
 	checks := []struct{ what, want string }{
 		{"title", "<title>xds-relay status</title>"},
@@ -123,14 +124,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 // waitFleet waits (10 s) until the relay's overview shows the three
 // streams, the NACK and an ACKed update, and returns it.
-func waitFleet(t *testing.T, r *xdstest.Relay) relay.Overview {
+func waitFleet(t *testing.T, r *xdstest.Relay) admin.Overview {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		o := r.Overview()
+		o := admin.OverviewOf(r.Relay)
 		if o.Fleet.Streams == 3 && o.NACKsTotal == 1 && o.Propagation.Count >= 1 &&
 			len(o.Upstreams) == 1 && o.Upstreams[0].Connected {
 			return o

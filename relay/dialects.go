@@ -163,10 +163,3 @@ func (r *Relay) dialectClients(nodeID string) []downstream.StreamInfo {
 // report of each data plane (only nodeID's when it is non-empty; at most
 // 1000).
 func (r *Relay) DebugGateway(nodeID string) gateway.DebugInfo { return r.dx.gw.Debug(nodeID, 1000) }
-
-// dialectRoutes adds the edge servers' admin views to the admin mux.
-func (r *Relay) dialectRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /debug/gateway", func(w http.ResponseWriter, req *http.Request) {
-		r.writeJSON(w, r.DebugGateway(req.URL.Query().Get("node")))
-	})
-}

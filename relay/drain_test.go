@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -58,10 +57,14 @@ func watchEnds(clients []*xdstest.ADSClient) *ended {
 	return e
 }
 
+// readyz is what the admin /readyz answers for r's Readiness: the code and
+// the body.
 func readyz(r *relay.Relay) (int, string) {
-	rec := httptest.NewRecorder()
-	r.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-	return rec.Code, rec.Body.String()
+	ok, why := r.Readiness()
+	if !ok {
+		return http.StatusServiceUnavailable, why + "\n"
+	}
+	return http.StatusOK, why + "\n"
 }
 
 // Contract (Shutdown): /readyz turns 503 at once, the open streams end with
@@ -126,36 +129,31 @@ func TestShutdownDeadline(t *testing.T) {
 	}
 }
 
-// POST /drain takes the relay out of service but keeps it running: readiness
-// 503, streams ended with UNAVAILABLE, new streams refused, the admin API up.
+// Drain (POST /drain) takes the relay out of service but keeps it running:
+// readiness 503, streams ended with UNAVAILABLE, new streams refused. The
+// admin API's side is admin's TestDrainEndpoint.
 func TestManualDrain(t *testing.T) {
 	r, clients := drainFleet(t, 0, 2)
 	e := watchEnds(clients)
-	admin := httptest.NewServer(r.AdminHandler())
-	defer admin.Close()
-	defer admin.Client().CloseIdleConnections()
 
-	if got := get(t, http.MethodPost, admin.URL+"/drain"); got.code != http.StatusAccepted {
-		t.Fatalf("POST /drain = %d %q, want 202", got.code, got.body)
-	}
+	r.Drain()
 	e.wg.Wait()
 	for i := range clients {
 		if c := e.codes[i]; c != codes.Unavailable {
 			t.Errorf("client %d ended with %v, want UNAVAILABLE", i, c)
 		}
 	}
-	if got := get(t, http.MethodGet, admin.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz after POST /drain = %d %q, want 503", got.code, got.body)
-	}
-	if got := get(t, http.MethodGet, admin.URL+"/metrics"); got.code != http.StatusOK {
-		t.Errorf("/metrics after POST /drain = %d, want the admin API up", got.code)
+	if code, body := readyz(r.Relay); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after Drain = %d %q, want 503", code, body)
 	}
 	// GOAWAY, and the listener closed: new clients go elsewhere.
 	if conn, err := net.DialTimeout("tcp", r.Addr(), xdstest.WaitTimeout); err == nil {
 		conn.Close()
 		t.Error("the xDS listener still accepts connections after the drain")
 	}
-	if got := get(t, http.MethodPost, admin.URL+"/drain"); got.code != http.StatusAccepted {
-		t.Errorf("second POST /drain = %d, want 202", got.code)
+	select { // a second drain is the same one
+	case <-r.Drain():
+	case <-time.After(xdstest.WaitTimeout):
+		t.Error("a second Drain did not return the finished drain")
 	}
 }

@@ -122,11 +122,7 @@ func TestGroupByFieldOrder(t *testing.T) {
 	if len(streams) != 1 {
 		t.Fatalf("upstream saw %d streams for one group, want 1", len(streams))
 	}
-	cfg, err := r.EffectiveConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fmt.Sprint(cfg["keying"].(map[string]any)["group_by"]); got != "[metadata.env cluster]" {
+	if got := fmt.Sprint(r.Config().Keying.GroupBy); got != "[metadata.env cluster]" {
 		t.Fatalf("the config's group_by was changed to %v", got)
 	}
 }

@@ -24,7 +24,8 @@ import (
 )
 
 // Version is the relay's version, reported to upstreams as the node's user
-// agent version. Set by the binaries' -ldflags.
+// agent version. cmd/xds-relay sets it from its main.version, which the
+// build's -ldflags set ("-X main.version=v1.2.3").
 var Version = "dev"
 
 // Relay wires the upstream clients, the cache and the downstream server.
@@ -284,3 +285,9 @@ func protocolMode(p string) upstream.Mode {
 
 // Registry is the relay's own Prometheus registry.
 func (r *Relay) Registry() *prometheus.Registry { return r.m.Registry }
+
+// Config is the configuration the relay runs with. Callers must not modify it.
+func (r *Relay) Config() *config.Config { return r.cfg }
+
+// Logger is the relay's logger; the admin API logs through it.
+func (r *Relay) Logger() *zap.Logger { return r.log }

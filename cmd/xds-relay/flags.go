@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
-	"github.com/xds-relay/xds-relay/relay"
 )
 
 // options are the command line of xds-relay.
@@ -239,7 +239,7 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 	})
 	b.WriteString(usageConfig)
 	b.WriteString("\nAdmin HTTP API (on admin):\n")
-	for _, e := range relay.AdminEndpoints {
+	for _, e := range admin.Endpoints {
 		fmt.Fprintf(&b, "  %s\n      %s\n", e.Route, e.Doc)
 	}
 	b.WriteString(usageTail)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zapgrpc"
 	"google.golang.org/grpc/grpclog"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/relay"
 )
 
@@ -137,17 +138,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(lis) }()
 
-	var admin *http.Server
+	var adminHTTP *http.Server
 	adminDone := make(chan error, 1)
 	adminAddr := ""
 	if adminLis != nil {
 		adminAddr = adminLis.Addr().String()
-		admin = &http.Server{
-			Handler:           r.AdminHandler(relay.WithLogLevel(level)),
+		adminHTTP = &http.Server{
+			Handler:           admin.Handler(r, admin.WithLogLevel(level)),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("admin")),
 		}
-		go func() { adminDone <- admin.Serve(adminLis) }()
+		go func() { adminDone <- adminHTTP.Serve(adminLis) }()
 	}
 	restDone := make(chan error, 1)
 	restAddr := ""
@@ -219,12 +220,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error("rest", zap.Error(err))
 		}
 	}
-	if admin != nil && !adminReturned {
+	if adminHTTP != nil && !adminReturned {
 		actx, acancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer acancel()
-		if err := admin.Shutdown(actx); err != nil {
+		if err := adminHTTP.Shutdown(actx); err != nil {
 			log.Warn("admin shutdown", zap.Error(err))
-			_ = admin.Close()
+			_ = adminHTTP.Close()
 		}
 		if err := <-adminDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin", zap.Error(err))

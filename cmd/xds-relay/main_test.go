@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
-	"github.com/xds-relay/xds-relay/relay"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -212,7 +212,7 @@ func TestHelp(t *testing.T) {
 				t.Errorf("%s: help does not mention %q", arg, want)
 			}
 		}
-		for _, e := range relay.AdminEndpoints {
+		for _, e := range admin.Endpoints {
 			if !strings.Contains(stdout, e.Route) {
 				t.Errorf("%s: help does not list the admin endpoint %q", arg, e.Route)
 			}

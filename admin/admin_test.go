@@ -1,4 +1,4 @@
-package relay_test
+package admin_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/relay"
@@ -30,7 +31,7 @@ func newAdmin(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
 	}
-	srv := httptest.NewServer(r.AdminHandler())
+	srv := httptest.NewServer(admin.Handler(r))
 	t.Cleanup(func() {
 		srv.Close()
 		r.Close()
@@ -146,7 +147,7 @@ func TestAdminServingRelay(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	up.SetResources(xdstest.GRPCResources("svc", "127.0.0.1:1"))
 	r := xdstest.StartRelay(t, up.Addr())
-	srv := httptest.NewServer(r.AdminHandler())
+	srv := httptest.NewServer(admin.Handler(r.Relay))
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 
@@ -196,13 +197,41 @@ func TestAdminServingRelay(t *testing.T) {
 	}
 }
 
+// POST /drain drains the relay (202) and keeps the admin API up: /readyz
+// 503, /metrics 200; a second POST is 202 too. What the drain does to the
+// streams is relay's TestManualDrain.
+func TestDrainEndpoint(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Shutdown.DrainWindow = 0 }))
+	srv := httptest.NewServer(admin.Handler(r.Relay))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+
+	if got := get(t, http.MethodPost, srv.URL+"/drain"); got.code != http.StatusAccepted {
+		t.Fatalf("POST /drain = %d %q, want 202", got.code, got.body)
+	}
+	if !r.Draining() {
+		t.Error("the relay does not drain after POST /drain")
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after POST /drain = %d %q, want 503", got.code, got.body)
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/metrics"); got.code != http.StatusOK {
+		t.Errorf("/metrics after POST /drain = %d, want the admin API up", got.code)
+	}
+	if got := get(t, http.MethodPost, srv.URL+"/drain"); got.code != http.StatusAccepted {
+		t.Errorf("second POST /drain = %d, want 202", got.code)
+	}
+}
+
 // /debug/clients is paged and filtered: its answer is bounded whatever the
 // fleet, and following "next" visits every stream once.
 func TestAdminClientsPaged(t *testing.T) {
 	up := xdstest.StartUpstream(t)
-	up.SetResources(clusters("c1", "c2", "c3"))
+	up.SetResources(xdstest.Resources{resource.ClusterType: {
+		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster("c2", "eds-c2"), xdstest.EDSCluster("c3", "eds-c3")}})
 	r := xdstest.StartRelay(t, up.Addr())
-	srv := httptest.NewServer(r.AdminHandler())
+	srv := httptest.NewServer(admin.Handler(r.Relay))
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 
@@ -256,12 +285,12 @@ func TestAdminClientsPaged(t *testing.T) {
 	}
 }
 
-// Every route of relay.AdminEndpoints is served, and the index lists them.
+// Every route of admin.Endpoints is served, and the index lists them.
 func TestAdminEndpointsListed(t *testing.T) {
 	srv := newAdmin(t)
 	defer srv.Client().CloseIdleConnections()
 	index := get(t, http.MethodGet, srv.URL+"/").body
-	for _, e := range relay.AdminEndpoints {
+	for _, e := range admin.Endpoints {
 		methods, path, _ := strings.Cut(e.Route, " ")
 		path, _, _ = strings.Cut(path, "?")
 		if !strings.Contains(index, e.Route) {

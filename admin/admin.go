@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"encoding/json"
@@ -10,21 +10,50 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/gateway"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
-// AdminEndpoint documents one path of the admin HTTP API.
-type AdminEndpoint struct {
+// Source is what the admin API reads of a relay; *relay.Relay satisfies it.
+// Drain is its one method that changes anything (POST /drain).
+type Source interface {
+	// Readiness is the answer of /readyz.
+	Readiness() (ready bool, reason string)
+	// Draining and Drain serve POST /drain.
+	Draining() bool
+	Drain() <-chan struct{}
+	// Config is the configuration the relay runs with; it is not modified.
+	Config() *config.Config
+	// Logger is the relay's logger: the admin API logs through it.
+	Logger() *zap.Logger
+	// Registry holds the relay's metrics (/metrics and the status page).
+	Registry() *prometheus.Registry
+	DebugCache(relay.CacheFilter) []relay.CacheEntryInfo
+	DebugClients(nodeID string) []relay.ClientInfo
+	DebugClientsPage(relay.ClientQuery) relay.ClientPage
+	DebugUpstreams() []relay.UpstreamInfo
+	DebugRollouts() []relay.RolloutInfo
+	DebugGateway(nodeID string) gateway.DebugInfo
+}
+
+var _ Source = (*relay.Relay)(nil)
+
+// Endpoint documents one path of the admin HTTP API.
+type Endpoint struct {
 	// Route is the methods and path, with the query parameters it reads.
 	Route string
 	// Doc says what it answers.
 	Doc string
 }
 
-// AdminEndpoints lists every path of AdminHandler, as the admin index (GET /
-// from curl) and `xds-relay --help` show them.
-var AdminEndpoints = []AdminEndpoint{
+// Endpoints lists every path of Handler, as the admin index (GET / from curl)
+// and `xds-relay --help` show them.
+var Endpoints = []Endpoint{
 	{"GET /", "status page (HTML in a browser, ?format=json), this index otherwise"},
 	{"GET /healthz", `200 "ok" while the process runs (liveness)`},
 	{"GET /readyz", "200 when serving and synced with an upstream (or warm from cache.persist_path); " +
@@ -44,20 +73,32 @@ var AdminEndpoints = []AdminEndpoint{
 	{"GET /debug/pprof/", "Go profiles"},
 }
 
-// AdminHandler returns the admin HTTP API (docs/INTERFACE.md, "Admin HTTP"): the
-// paths of AdminEndpoints. Every other method gets 405, every other path
-// 404. The handler has its own mux (pprof is not served from
+// server is the state of one Handler: the relay it reads and its options.
+type server struct {
+	// set at creation, read-only
+	src Source
+	log *zap.Logger
+	o   options
+}
+
+// Handler returns the admin HTTP API of src (docs/INTERFACE.md, "Admin
+// HTTP"): the paths of Endpoints. Every other method gets 405, every other
+// path 404. The handler has its own mux (pprof is not served from
 // http.DefaultServeMux) and is safe for concurrent use; each call returns a
 // new handler.
-func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
+func Handler(src Source, opts ...Option) http.Handler {
+	s := &server{src: src, log: src.Logger()}
+	for _, opt := range opts {
+		opt(&s.o)
+	}
 	mux := http.NewServeMux()
 	// Method patterns make the mux answer 405 (with Allow) to other methods.
-	r.statusRoutes(mux, opts) // /, /debug/config, /debug/loglevel (status.go)
+	s.statusRoutes(mux) // /, /debug/config, /debug/loglevel (status.go)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := r.Readiness()
+		ok, why := s.src.Readiness()
 		code := http.StatusOK
 		if !ok {
 			code = http.StatusServiceUnavailable
@@ -65,21 +106,21 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 		writeText(w, code, why+"\n")
 	})
 	mux.HandleFunc("POST /drain", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Draining() {
-			r.log.Info("drain requested on the admin API")
+		if !s.src.Draining() {
+			s.log.Info("drain requested on the admin API")
 		}
-		r.Drain()
+		s.src.Drain()
 		writeText(w, http.StatusAccepted, fmt.Sprintf("draining: client connections close over %v; /readyz answers 503\n",
-			r.cfg.Shutdown.DrainWindow))
+			s.src.Config().Shutdown.DrainWindow))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(r.Registry(), promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(r.log.Named("admin")),
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.src.Registry(), promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(s.log.Named("admin")),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 
 	mux.HandleFunc("GET /debug/cache", func(w http.ResponseWriter, req *http.Request) {
 		q := req.URL.Query()
-		r.writeJSON(w, r.DebugCache(CacheFilter{
+		s.writeJSON(w, s.src.DebugCache(relay.CacheFilter{
 			Type:       q.Get("type"),
 			NamePrefix: q.Get("prefix"),
 			Authority:  q.Get("authority"),
@@ -91,15 +132,18 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 			http.Error(w, "admin: /debug/clients: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.writeJSON(w, r.DebugClientsPage(q))
+		s.writeJSON(w, s.src.DebugClientsPage(q))
 	})
 	mux.HandleFunc("GET /debug/upstreams", func(w http.ResponseWriter, _ *http.Request) {
-		r.writeJSON(w, r.DebugUpstreams())
+		s.writeJSON(w, s.src.DebugUpstreams())
 	})
 	mux.HandleFunc("GET /debug/rollouts", func(w http.ResponseWriter, _ *http.Request) {
-		r.writeJSON(w, r.DebugRollouts())
+		s.writeJSON(w, s.src.DebugRollouts())
 	})
-	r.dialectRoutes(mux) // /debug/gateway
+	// The edge servers' admin views.
+	mux.HandleFunc("GET /debug/gateway", func(w http.ResponseWriter, req *http.Request) {
+		s.writeJSON(w, s.src.DebugGateway(req.URL.Query().Get("node")))
+	})
 
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // also serves the named profiles
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -110,8 +154,8 @@ func (r *Relay) AdminHandler(opts ...AdminOption) http.Handler {
 }
 
 // clientQuery reads the query of /debug/clients.
-func clientQuery(v url.Values) (ClientQuery, error) {
-	q := ClientQuery{Node: v.Get("node"), Type: v.Get("type"), Name: v.Get("name")}
+func clientQuery(v url.Values) (relay.ClientQuery, error) {
+	q := relay.ClientQuery{Node: v.Get("node"), Type: v.Get("type"), Name: v.Get("name")}
 	var err error
 	if s := v.Get("after"); s != "" {
 		if q.After, err = strconv.ParseUint(s, 10, 64); err != nil {
@@ -135,7 +179,7 @@ func clientQuery(v url.Values) (ClientQuery, error) {
 var adminIndexText = func() string {
 	var b strings.Builder
 	b.WriteString("xds-relay admin\n")
-	for _, e := range AdminEndpoints {
+	for _, e := range Endpoints {
 		fmt.Fprintf(&b, "%s\n    %s\n", e.Route, e.Doc)
 	}
 	return b.String()
@@ -149,13 +193,13 @@ func writeText(w http.ResponseWriter, code int, body string) {
 }
 
 // writeJSON writes v as indented JSON; a nil list is written "[]", not "null".
-func (r *Relay) writeJSON(w http.ResponseWriter, v any) {
+func (s *server) writeJSON(w http.ResponseWriter, v any) {
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
 		v = []struct{}{}
 	}
 	body, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		r.log.Error("admin: encode JSON", zap.Error(err))
+		s.log.Error("admin: encode JSON", zap.Error(err))
 		http.Error(w, "admin: encode JSON: "+err.Error(), http.StatusInternalServerError)
 		return
 	}

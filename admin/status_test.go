@@ -1,4 +1,4 @@
-package relay_test
+package admin_test
 
 import (
 	"context"
@@ -7,34 +7,33 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 
+	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/relay"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// statusAdmin serves the admin handler (with opts) of a relay built from cfg
-// but never served; both are closed when the test ends.
-func statusAdmin(t *testing.T, cfg *config.Config, opts ...relay.AdminOption) *httptest.Server {
+// statusAdmin serves the admin handler (with opts) of a fake idle relay of
+// cfg (newFake); it is closed when the test ends.
+func statusAdmin(t *testing.T, cfg *config.Config, opts ...admin.Option) *httptest.Server {
 	t.Helper()
-	r, err := relay.New(cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatalf("relay.New: %v", err)
-	}
-	srv := httptest.NewServer(r.AdminHandler(opts...))
+	srv := httptest.NewServer(admin.Handler(newFake(t, cfg), opts...))
 	t.Cleanup(func() {
 		srv.Client().CloseIdleConnections()
 		srv.Close()
-		r.Close()
 	})
 	return srv
 }
@@ -112,7 +111,7 @@ func TestStatusPageNegotiation(t *testing.T) {
 		t.Errorf("GET / (no Accept) = %d %q %q, want the text index", text.code, text.header.Get("Content-Type"), text.body)
 	}
 
-	var o relay.Overview
+	var o admin.Overview
 	js := do(t, http.MethodGet, srv.URL+"/?format=json", nil, "")
 	if err := json.Unmarshal([]byte(js.body), &o); err != nil {
 		t.Fatalf("GET /?format=json: %v in %q", err, js.body)
@@ -127,15 +126,15 @@ func TestStatusPageNegotiation(t *testing.T) {
 	}
 }
 
-// waitOverview polls r.Overview until cond holds, for at most 10 s.
-func waitOverview(t *testing.T, r *xdstest.Relay, what string, cond func(relay.Overview) bool) relay.Overview {
+// waitOverview polls admin.OverviewOf(r) until cond holds, for at most 10 s.
+func waitOverview(t *testing.T, r *xdstest.Relay, what string, cond func(admin.Overview) bool) admin.Overview {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		o := r.Overview()
+		o := admin.OverviewOf(r.Relay)
 		if cond(o) {
 			return o
 		}
@@ -165,14 +164,14 @@ func TestOverviewServingRelay(t *testing.T) {
 	delta.Subscribe(resource.ClusterType, []string{n.Cluster}, nil)
 	delta.Ack(delta.MustRecv())
 
-	o := waitOverview(t, r, "3 streams, 2 ACKs, 1 NACK", func(o relay.Overview) bool {
+	o := waitOverview(t, r, "3 streams, 2 ACKs, 1 NACK", func(o admin.Overview) bool {
 		return o.Fleet.Streams == 3 && o.NACKsTotal == 1 && o.Counters["xds_relay_acks_total"] >= 2 && o.Propagation.Count >= 1
 	})
 	if !o.Ready || o.Fleet.Nodes != 3 || o.Fleet.ByProtocol["sotw"] != 2 || o.Fleet.ByProtocol["delta"] != 1 ||
 		o.Fleet.ByService["ads"] != 3 {
 		t.Errorf("fleet = %+v (ready %v)", o.Fleet, o.Ready)
 	}
-	wantTypes := map[string]relay.TypeStreams{
+	wantTypes := map[string]admin.TypeStreams{
 		resource.ListenerType: {Type: resource.ListenerType, SotW: 1},
 		resource.ClusterType:  {Type: resource.ClusterType, SotW: 1, Delta: 1},
 	}
@@ -187,7 +186,7 @@ func TestOverviewServingRelay(t *testing.T) {
 		t.Errorf("upstreams = %+v, want %s connected with 2 names", o.Upstreams, up.Addr())
 	}
 
-	got := map[string]relay.CacheTypeSummary{}
+	got := map[string]admin.CacheTypeSummary{}
 	for _, c := range o.Cache {
 		got[c.Type] = c
 	}
@@ -214,7 +213,7 @@ func TestOverviewServingRelay(t *testing.T) {
 	}
 
 	// The page escapes what clients send.
-	srv := httptest.NewServer(r.AdminHandler())
+	srv := httptest.NewServer(admin.Handler(r.Relay))
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	page := do(t, http.MethodGet, srv.URL+"/?format=html", nil, "").body
@@ -223,10 +222,98 @@ func TestOverviewServingRelay(t *testing.T) {
 	}
 }
 
+// The overview and the page of a fake relay: the rows of every configured
+// server (the current one with the client's state, the others standby), the
+// per-server metrics, the fleet, the NACKs escaped, the cache summed by type
+// and the propagation histogram.
+func TestStatusPageOfFake(t *testing.T) {
+	cfg := statusConfig()
+	cfg.Upstream.XDSServers = []config.Server{{ServerURI: "a.example:1"}, {ServerURI: "b.example:2"}}
+	cfg.Upstream.Authorities = map[string]config.Authority{"auth.example": {XDSServers: []config.Server{{ServerURI: "c.example:3"}}}}
+	f := newFake(t, cfg)
+	f.ready, f.reason = true, "ready: serving, synced with an upstream"
+	f.ups = []relay.UpstreamInfo{
+		{Authority: "", Server: "b.example:2", State: "connected", LastError: "a.example:1: refused",
+			Types: []upstream.TypeStatus{{TypeURL: resource.ClusterType, Names: []string{"c1", "c2"}}, {TypeURL: resource.ListenerType, Wildcard: true}}},
+		{Authority: "auth.example", State: "idle"},
+	}
+	f.clients = []relay.ClientInfo{
+		{ID: 1, NodeID: "envoy-1", Protocol: "sotw", Service: "ads", Types: map[string]downstream.TypeInfo{
+			resource.ClusterType: {SentVersion: "v2", AckedVersion: "v1", LastNACK: "cluster <b>bad</b>"}}},
+		{ID: 2, NodeID: "grpc-1", Protocol: "delta", Service: "ads", Types: map[string]downstream.TypeInfo{
+			resource.ClusterType: {}, resource.ListenerType: {}}},
+	}
+	f.cache = []relay.CacheEntryInfo{
+		{Type: resource.ClusterType, Name: "c1", Bytes: 100, Subscribers: 2},
+		{Type: resource.ClusterType, Name: "c2", Bytes: 50},
+		{Type: resource.ListenerType, Name: "l1", Bytes: 2048, Subscribers: 1},
+	}
+	connected := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xds_relay_upstream_connected"}, []string{"authority", "server"})
+	connected.WithLabelValues("", "b.example:2").Set(1)
+	reconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xds_relay_upstream_reconnects_total"}, []string{"authority", "server"})
+	reconnects.WithLabelValues("", "a.example:1").Add(4)
+	nacks := prometheus.NewCounter(prometheus.CounterOpts{Name: "xds_relay_nacks_total"})
+	nacks.Add(3)
+	prop := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "xds_relay_propagation_seconds", Buckets: []float64{0.001, 0.01}})
+	for _, v := range []float64{0.0005, 0.005, 0.005, 0.5} {
+		prop.Observe(v)
+	}
+	f.reg.MustRegister(connected, reconnects, nacks, prop)
+
+	o := admin.OverviewOf(f)
+	wantUps := []admin.UpstreamOverview{
+		{Server: "a.example:1", State: "standby", Reconnects: 4},
+		{Server: "b.example:2", Current: true, State: "connected", Connected: true, LastError: "a.example:1: refused", Subscribed: 3},
+		{Authority: "auth.example", Server: "c.example:3", Current: true, State: "idle"},
+	}
+	if !reflect.DeepEqual(o.Upstreams, wantUps) {
+		t.Errorf("upstreams = %+v, want %+v", o.Upstreams, wantUps)
+	}
+	if !o.Ready || o.Version != relay.Version || o.Fleet.Streams != 2 || o.Fleet.Nodes != 2 ||
+		o.Fleet.ByProtocol["sotw"] != 1 || o.Fleet.ByProtocol["delta"] != 1 || o.Fleet.ByService["ads"] != 2 {
+		t.Errorf("overview = %+v", o)
+	}
+	wantTypes := []admin.TypeStreams{{Type: resource.ClusterType, SotW: 1, Delta: 1}, {Type: resource.ListenerType, Delta: 1}}
+	if !reflect.DeepEqual(o.Fleet.ByType, wantTypes) {
+		t.Errorf("fleet by type = %+v, want %+v", o.Fleet.ByType, wantTypes)
+	}
+	wantCache := []admin.CacheTypeSummary{{Type: resource.ClusterType, Resources: 2, Watched: 1, Bytes: 150},
+		{Type: resource.ListenerType, Resources: 1, Watched: 1, Bytes: 2048}}
+	if !reflect.DeepEqual(o.Cache, wantCache) {
+		t.Errorf("cache = %+v, want %+v", o.Cache, wantCache)
+	}
+	if o.NACKsTotal != 1 || len(o.NACKs) != 1 || o.NACKs[0] != (admin.NACKOverview{StreamID: 1, NodeID: "envoy-1",
+		Protocol: "sotw", Type: resource.ClusterType, SentVersion: "v2", AckedVersion: "v1", Message: "cluster <b>bad</b>"}) {
+		t.Errorf("NACKs = %+v (total %d)", o.NACKs, o.NACKsTotal)
+	}
+	if o.Counters["xds_relay_nacks_total"] != 3 || o.Counters["xds_relay_upstream_reconnects_total"] != 4 {
+		t.Errorf("counters = %v", o.Counters)
+	}
+	wantBuckets := []admin.HistogramBucket{{UpperBound: 0.001, Count: 1}, {UpperBound: 0.01, Count: 2}}
+	if p := o.Propagation; p.Count != 4 || p.Overflow != 1 || !reflect.DeepEqual(p.Buckets, wantBuckets) || p.P50 != p.Quantile(0.5) {
+		t.Errorf("propagation = %+v", p)
+	}
+
+	srv := httptest.NewServer(admin.Handler(f))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	page := do(t, http.MethodGet, srv.URL+"/?format=html", nil, "").body
+	for _, want := range []string{`id="ready" class="ok">ready<`, `id="fleet-streams">2<`, `id="nacks-current">1<`,
+		`id="nacks-total">3<`, `data-server="a.example:1"`, `data-authority="auth.example" data-server="c.example:3"`,
+		`cluster &lt;b&gt;bad&lt;/b&gt;`, `data-bytes="2048">2.0 KiB<`, `id="prop-count">4<`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<b>bad</b>") {
+		t.Errorf("NACK message not escaped in the page")
+	}
+}
+
 func TestPropagationQuantile(t *testing.T) {
-	p := relay.PropagationOverview{
+	p := admin.PropagationOverview{
 		Count:   10,
-		Buckets: []relay.HistogramBucket{{UpperBound: 0.001, Count: 0}, {UpperBound: 0.002, Count: 5}, {UpperBound: 0.004, Count: 4}},
+		Buckets: []admin.HistogramBucket{{UpperBound: 0.001, Count: 0}, {UpperBound: 0.002, Count: 5}, {UpperBound: 0.004, Count: 4}},
 		// one observation above 4ms
 		Overflow: 1,
 	}
@@ -243,7 +330,7 @@ func TestPropagationQuantile(t *testing.T) {
 			t.Errorf("Quantile(%v) = %v, want %v", tt.q, got, tt.want)
 		}
 	}
-	if got := (relay.PropagationOverview{}).Quantile(0.5); got != 0 {
+	if got := (admin.PropagationOverview{}).Quantile(0.5); got != 0 {
 		t.Errorf("Quantile of nothing = %v, want 0", got)
 	}
 }
@@ -283,7 +370,7 @@ tls:
 	if err != nil {
 		t.Fatal(err)
 	}
-	red, err := relay.RedactConfig(cfg)
+	red, err := admin.RedactConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +383,7 @@ tls:
 		t.Errorf("secret in the redacted config:\n%s", body)
 	}
 	for _, want := range []string{"/etc/xds-relay/ca.pem", "/etc/xds-relay/relay.pem", "/etc/xds-relay/relay-key.pem",
-		"/etc/xds-relay/server.pem", "/etc/xds-relay/server-key.pem", `"env": "prod"`, `"id": "relay-1"`, relay.Redacted} {
+		"/etc/xds-relay/server.pem", "/etc/xds-relay/server-key.pem", `"env": "prod"`, `"id": "relay-1"`, admin.Redacted} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the redacted config lacks %q:\n%s", want, body)
 		}
@@ -332,7 +419,7 @@ func TestDebugConfigServed(t *testing.T) {
 
 func TestDebugLogLevel(t *testing.T) {
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
-	srv := statusAdmin(t, statusConfig(), relay.WithLogLevel(level))
+	srv := statusAdmin(t, statusConfig(), admin.WithLogLevel(level))
 	u := srv.URL + "/debug/loglevel"
 
 	type answer struct {

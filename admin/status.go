@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"cmp"
@@ -12,11 +12,14 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
-// This file is the operator's view of a Relay: the status page served at the
+// This file is the operator's view of a relay: the status page served at the
 // admin "/" (Overview and its HTML rendering), the effective configuration at
-// /debug/config (EffectiveConfig, secrets redacted) and the runtime log level
+// /debug/config (RedactConfig, secrets redacted) and the runtime log level
 // at /debug/loglevel.
 // Everything here only reads the relay, through DebugCache, DebugClients,
 // DebugUpstreams and the Prometheus registry; it takes no lock of its own.
@@ -151,37 +154,43 @@ var overviewCounters = []string{
 	"xds_relay_cache_evictions_total",
 }
 
-// Overview collects the status page's figures from DebugClients,
-// DebugUpstreams, DebugCache and the registry. Safe for concurrent use.
-func (r *Relay) Overview() Overview {
-	got, err := r.Registry().Gather()
+// OverviewOf collects the status page's figures from src's DebugClients,
+// DebugUpstreams, DebugCache and registry. Safe for concurrent use.
+func OverviewOf(src Source) Overview {
+	got, err := src.Registry().Gather()
 	if err != nil {
-		r.log.Warn("status: gather metrics", zap.Error(err)) // what was gathered is still shown
+		src.Logger().Warn("status: gather metrics", zap.Error(err)) // what was gathered is still shown
 	}
 	fams := make(map[string]*dto.MetricFamily, len(got))
 	for _, f := range got {
 		fams[f.GetName()] = f
 	}
 	o := Overview{
-		Version:     Version,
-		Ready:       r.Ready(),
+		Version:     relay.Version,
+		Ready:       ready(src),
 		Counters:    make(map[string]float64, len(overviewCounters)),
 		Propagation: propagation(fams[propagationFamily]),
 	}
 	for _, name := range overviewCounters {
 		o.Counters[name] = sumFamily(fams[name])
 	}
-	clients := r.DebugClients("")
+	clients := src.DebugClients("")
 	o.Fleet = fleet(clients)
 	o.Fleet.Connections = int(sumFamily(fams[connectionsFamily]))
 	o.NACKs, o.NACKsTotal = nacks(clients)
-	o.Upstreams = r.upstreamOverview(r.DebugUpstreams(), fams)
-	o.Cache = cacheSummary(r.DebugCache(CacheFilter{}))
+	o.Upstreams = upstreamOverview(src.Config(), src.DebugUpstreams(), fams)
+	o.Cache = cacheSummary(src.DebugCache(relay.CacheFilter{}))
 	// Lists are [] in JSON, never null.
 	o.Fleet.ByType = nonNil(o.Fleet.ByType)
 	o.Upstreams, o.Cache, o.NACKs = nonNil(o.Upstreams), nonNil(o.Cache), nonNil(o.NACKs)
 	o.Propagation.Buckets = nonNil(o.Propagation.Buckets)
 	return o
+}
+
+// ready is relay.Ready: Readiness without the reason.
+func ready(src Source) bool {
+	ok, _ := src.Readiness()
+	return ok
 }
 
 func nonNil[T any](s []T) []T {
@@ -191,7 +200,7 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-func fleet(clients []ClientInfo) FleetOverview {
+func fleet(clients []relay.ClientInfo) FleetOverview {
 	f := FleetOverview{
 		Streams:    len(clients),
 		ByProtocol: map[string]int{},
@@ -224,7 +233,7 @@ func fleet(clients []ClientInfo) FleetOverview {
 	return f
 }
 
-func nacks(clients []ClientInfo) ([]NACKOverview, int) {
+func nacks(clients []relay.ClientInfo) ([]NACKOverview, int) {
 	var out []NACKOverview
 	for _, c := range clients {
 		for t, ti := range c.Types {
@@ -248,7 +257,7 @@ func nacks(clients []ClientInfo) ([]NACKOverview, int) {
 
 // upstreamOverview lists every configured server of every authority client,
 // with the client's state on the current one and the per-server metrics.
-func (r *Relay) upstreamOverview(ups []UpstreamInfo, fams map[string]*dto.MetricFamily) []UpstreamOverview {
+func upstreamOverview(cfg *config.Config, ups []relay.UpstreamInfo, fams map[string]*dto.MetricFamily) []UpstreamOverview {
 	connected := byAuthorityServer(fams[connectedFamily])
 	reconnects := byAuthorityServer(fams[reconnectsFamily])
 	var out []UpstreamOverview
@@ -260,7 +269,7 @@ func (r *Relay) upstreamOverview(ups []UpstreamInfo, fams map[string]*dto.Metric
 				subscribed++
 			}
 		}
-		for i, server := range r.configuredServers(u.Authority, u.Server) {
+		for i, server := range configuredServers(cfg, u.Authority, u.Server) {
 			k := [2]string{u.Authority, server}
 			row := UpstreamOverview{Authority: u.Authority, Server: server, State: "standby",
 				Connected: connected[k] > 0, Reconnects: reconnects[k]}
@@ -276,9 +285,9 @@ func (r *Relay) upstreamOverview(ups []UpstreamInfo, fams map[string]*dto.Metric
 
 // configuredServers is the server list of authority in the config, in order;
 // current is added when the config does not list it.
-func (r *Relay) configuredServers(authority, current string) []string {
-	servers := r.cfg.Upstream.XDSServers
-	if a, ok := r.cfg.Upstream.Authorities[authority]; ok && authority != "" && len(a.XDSServers) > 0 {
+func configuredServers(cfg *config.Config, authority, current string) []string {
+	servers := cfg.Upstream.XDSServers
+	if a, ok := cfg.Upstream.Authorities[authority]; ok && authority != "" && len(a.XDSServers) > 0 {
 		servers = a.XDSServers
 	}
 	out := make([]string, 0, len(servers)+1)
@@ -291,7 +300,7 @@ func (r *Relay) configuredServers(authority, current string) []string {
 	return out
 }
 
-func cacheSummary(entries []CacheEntryInfo) []CacheTypeSummary {
+func cacheSummary(entries []relay.CacheEntryInfo) []CacheTypeSummary {
 	var out []CacheTypeSummary
 	for _, e := range entries { // sorted by type
 		if len(out) == 0 || out[len(out)-1].Type != e.Type {
@@ -411,15 +420,15 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 // serveStatus answers the admin "/": the HTML status page for browsers (an
 // Accept header with text/html, or ?format=html), the Overview as JSON with
 // ?format=json, else the plain-text index of the admin endpoints.
-func (r *Relay) serveStatus(w http.ResponseWriter, req *http.Request) {
+func (s *server) serveStatus(w http.ResponseWriter, req *http.Request) {
 	format := req.URL.Query().Get("format")
 	switch {
 	case format == "json":
-		r.writeJSON(w, r.Overview())
+		s.writeJSON(w, OverviewOf(s.src))
 	case format == "html" || (format == "" && strings.Contains(req.Header.Get("Accept"), "text/html")):
 		var b strings.Builder
-		if err := statusTemplate.Execute(&b, r.Overview()); err != nil {
-			r.log.Error("status: render page", zap.Error(err))
+		if err := statusTemplate.Execute(&b, OverviewOf(s.src)); err != nil {
+			s.log.Error("status: render page", zap.Error(err))
 			http.Error(w, "relay: status page: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -480,23 +489,18 @@ func formatFloat(v float64) string {
 }
 
 // statusRoutes adds the routes of this file to the admin mux.
-func (r *Relay) statusRoutes(mux *http.ServeMux, opts []AdminOption) {
-	var o adminOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	mux.HandleFunc("GET /{$}", r.serveStatus)
+func (s *server) statusRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", s.serveStatus)
 	mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) {
-		cfg, err := r.EffectiveConfig()
+		cfg, err := RedactConfig(s.src.Config())
 		if err != nil {
-			r.log.Error("admin: effective config", zap.Error(err))
+			s.log.Error("admin: effective config", zap.Error(err))
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		r.writeJSON(w, cfg)
+		s.writeJSON(w, cfg)
 	})
-	level := func(w http.ResponseWriter, req *http.Request) { r.serveLogLevel(w, req, o) }
-	mux.HandleFunc("GET /debug/loglevel", level)
-	mux.HandleFunc("PUT /debug/loglevel", level)
-	mux.HandleFunc("POST /debug/loglevel", level)
+	mux.HandleFunc("GET /debug/loglevel", s.serveLogLevel)
+	mux.HandleFunc("PUT /debug/loglevel", s.serveLogLevel)
+	mux.HandleFunc("POST /debug/loglevel", s.serveLogLevel)
 }

@@ -1,4 +1,4 @@
-package relay
+package admin
 
 // The admin endpoints about the relay's own settings: /debug/config (the
 // effective configuration, secrets redacted) and /debug/loglevel.
@@ -19,10 +19,10 @@ import (
 	"github.com/xds-relay/xds-relay/config"
 )
 
-// AdminOption configures AdminHandler.
-type AdminOption func(*adminOptions)
+// Option configures Handler.
+type Option func(*options)
 
-type adminOptions struct {
+type options struct {
 	level    zap.AtomicLevel
 	hasLevel bool
 }
@@ -30,21 +30,18 @@ type adminOptions struct {
 // WithLogLevel lets /debug/loglevel change the process log level at runtime:
 // level must be the AtomicLevel the relay's logger was built with. Without it
 // /debug/loglevel only reports the level and answers 501 to a change.
-func WithLogLevel(level zap.AtomicLevel) AdminOption {
-	return func(o *adminOptions) {
+func WithLogLevel(level zap.AtomicLevel) Option {
+	return func(o *options) {
 		o.level = level
 		o.hasLevel = true
 	}
 }
 
-// Redacted replaces every secret value in EffectiveConfig.
+// Redacted replaces every secret value in RedactConfig.
 const Redacted = "[redacted]"
 
-// EffectiveConfig is the configuration the relay runs with (RedactConfig of
-// its config), served at /debug/config.
-func (r *Relay) EffectiveConfig() (map[string]any, error) { return RedactConfig(r.cfg) }
-
-// RedactConfig returns cfg keyed as the YAML file, with secrets replaced by
+// RedactConfig returns cfg keyed as the YAML file (the effective
+// configuration served at /debug/config), with secrets replaced by
 // Redacted: every channel_creds config value except file paths (keys ending
 // in _file), every value whose key names a secret (key, secret, password,
 // token, private, cert, pem, ...) unless it is a file path (_file, _path,
@@ -145,22 +142,22 @@ type logLevelAnswer struct {
 // serveLogLevel answers GET /debug/loglevel with the current level, and PUT
 // or POST with a level (query or form "level=debug", or a JSON body
 // {"level":"debug"} as zap's AtomicLevel handler takes) by changing it.
-func (r *Relay) serveLogLevel(w http.ResponseWriter, req *http.Request, o adminOptions) {
-	current := r.log.Level()
-	if o.hasLevel {
-		current = o.level.Level()
+func (s *server) serveLogLevel(w http.ResponseWriter, req *http.Request) {
+	current := s.log.Level()
+	if s.o.hasLevel {
+		current = s.o.level.Level()
 	}
 	if req.Method == http.MethodGet || req.Method == http.MethodHead {
 		name := current.String()
 		if current == zapcore.InvalidLevel {
 			name = "off" // a logger with no level enabled, e.g. zap.NewNop()
 		}
-		r.writeJSON(w, logLevelAnswer{Level: name, Settable: o.hasLevel})
+		s.writeJSON(w, logLevelAnswer{Level: name, Settable: s.o.hasLevel})
 		return
 	}
-	if !o.hasLevel {
+	if !s.o.hasLevel {
 		writeText(w, http.StatusNotImplemented,
-			"relay: the log level is fixed: the relay was built without relay.WithLogLevel\n")
+			"relay: the log level is fixed: the relay was built without admin.WithLogLevel\n")
 		return
 	}
 	name, err := requestedLevel(w, req)
@@ -174,10 +171,10 @@ func (r *Relay) serveLogLevel(w http.ResponseWriter, req *http.Request, o adminO
 			name, strings.Join(logLevels, ", ")))
 		return
 	}
-	o.level.SetLevel(lvl)
-	r.log.Info("log level changed", zap.Stringer("from", current), zap.Stringer("to", lvl),
+	s.o.level.SetLevel(lvl)
+	s.log.Info("log level changed", zap.Stringer("from", current), zap.Stringer("to", lvl),
 		zap.String("remote", req.RemoteAddr))
-	r.writeJSON(w, logLevelAnswer{Level: lvl.String(), Previous: current.String(), Settable: true})
+	s.writeJSON(w, logLevelAnswer{Level: lvl.String(), Previous: current.String(), Settable: true})
 }
 
 // requestedLevel reads the level of a PUT or POST /debug/loglevel.
