@@ -16,7 +16,7 @@ func (st *stream) runDelta() error {
 	for {
 		req := new(discoverypb.DeltaDiscoveryRequest)
 		if err := st.ss.RecvMsg(req); err != nil {
-			return recvErr(err)
+			return RecvErr(err)
 		}
 		if err := st.handleDelta(req); err != nil {
 			return err

@@ -18,7 +18,7 @@ func (st *stream) runSotW() error {
 	for {
 		req := new(discoverypb.DiscoveryRequest)
 		if err := st.ss.RecvMsg(req); err != nil {
-			return recvErr(err)
+			return RecvErr(err)
 		}
 		if err := st.handleSotW(req); err != nil {
 			return err

@@ -739,12 +739,11 @@ func (st *stream) reject(reason string, code codes.Code, format string, args ...
 	return status.Errorf(code, format, args...)
 }
 
-// recvErr maps the end of the request stream to the handler's result.
-func recvErr(err error) error {
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+// RecvErr maps the end of a request stream (the error of RecvMsg) to the
+// handler's result: a client that closed its side or went away ends the
+// stream cleanly.
+func RecvErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
 		return nil
 	}
 	return err
