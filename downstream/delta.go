@@ -43,12 +43,10 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	if st.acknowledged(req.GetResponseNonce()) {
 		defer st.kick()
 	}
-	var verdict Rollout
-	var carried []string
-	sent := ts.canarySent
+	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
 	if nonce := req.GetResponseNonce(); nonce != "" {
-		carried = ts.carried()
-		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
+		verdict.carried = ts.carried()
+		verdict.rollout = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
 			// resent; the next change of a resource is.
@@ -60,7 +58,9 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, carried, sent, req.GetErrorDetail())
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	st.mu.Unlock()
+	return st.finish(cm, verdict)
 }
 
 // subscribeDelta applies a request's subscription changes and returns them.

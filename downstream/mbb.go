@@ -334,22 +334,23 @@ func (st *stream) cameBack() {
 	st.graceUntil = time.Now().Add(referrerGrace)
 	time.AfterFunc(referrerGrace, func() {
 		st.mu.Lock()
-		if st.closed {
-			st.mu.Unlock()
-			return
-		}
-		queued := false
-		for _, t := range slices.Sorted(maps.Keys(st.types)) {
-			ts := st.types[t]
-			if ts.latest != nil && (len(ts.kept) > 0 || ts.holding == "referenced") {
-				st.q.pushNames(ts.latest, slices.Collect(maps.Keys(ts.kept)))
-				queued = true
-			}
-		}
-		if !queued {
-			st.mu.Unlock()
-			return
-		}
-		st.scheduleLocked(false)
+		sched := !st.closed && st.recheckKeptLocked() && st.claimFlushLocked()
+		st.mu.Unlock()
+		st.schedule(sched, false)
 	})
+}
+
+// recheckKeptLocked queues every type that keeps something back to be
+// looked at again; it reports whether it queued anything. Called with mu
+// held.
+func (st *stream) recheckKeptLocked() bool {
+	queued := false
+	for _, t := range slices.Sorted(maps.Keys(st.types)) {
+		ts := st.types[t]
+		if ts.latest != nil && (len(ts.kept) > 0 || ts.holding == "referenced") {
+			st.q.pushNames(ts.latest, slices.Collect(maps.Keys(ts.kept)))
+			queued = true
+		}
+	}
+	return queued
 }

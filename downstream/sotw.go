@@ -55,10 +55,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
 	}
-	var verdict Rollout
-	sent := ts.canarySent
+	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
 	if ts.lastNonce != "" {
-		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
+		verdict.rollout = ts.verdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
 			// Its version_info is what the client runs: the last version it
@@ -84,7 +83,9 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		delete(ts.unanswered, n)
 		delete(ts.answeredWith, n)
 	}
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, sent, req.GetErrorDetail())
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	st.mu.Unlock()
+	return st.finish(cm, verdict)
 }
 
 // subscribeSotW replaces the subscription with names and returns the change.

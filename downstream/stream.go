@@ -249,32 +249,34 @@ func (st *stream) ID() uint64 { return st.id }
 // urgently for the answer to a subscription.
 func (st *stream) Notify(v *View, force []string) {
 	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		return
+	sched := false
+	if !st.closed {
+		st.q.push(v, force)
+		if ts := st.types[v.TypeURL]; ts != nil {
+			ts.latest = v
+		}
+		sched = st.claimFlushLocked()
 	}
-	st.q.push(v, force)
-	if ts := st.types[v.TypeURL]; ts != nil {
-		ts.latest = v
-	}
-	st.scheduleLocked(force != nil)
+	st.mu.Unlock()
+	st.schedule(sched, force != nil)
 }
 
 // NotifyRollout implements Watcher.
 func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
 	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		return
-	}
-	st.q.pushRollout(v, r, canary)
-	if ts := st.types[v.TypeURL]; ts != nil {
-		ts.latest = v
-		if canary && changesAny(v, r.Names()) {
-			ts.canaryWant = v.Seq
+	sched := false
+	if !st.closed {
+		st.q.pushRollout(v, r, canary)
+		if ts := st.types[v.TypeURL]; ts != nil {
+			ts.latest = v
+			if canary && changesAny(v, r.Names()) {
+				ts.canaryWant = v.Seq
+			}
 		}
+		sched = st.claimFlushLocked()
 	}
-	st.scheduleLocked(false)
+	st.mu.Unlock()
+	st.schedule(sched, false)
 }
 
 // changesAny reports whether v changes one of names.
@@ -288,14 +290,7 @@ func changesAny(v *View, names []string) bool {
 }
 
 // Wake implements Watcher: a rollout the stream waits on has resolved.
-func (st *stream) Wake() {
-	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		return
-	}
-	st.scheduleLocked(false)
-}
+func (st *stream) Wake() { st.wake(false) }
 
 // wrapFor returns how the stream's responses of ts's type wrap resources.
 // Called with mu held.
@@ -304,21 +299,29 @@ func (st *stream) wrapFor(ts *typeState) wrap {
 }
 
 // kick schedules a flush of what the stream queued itself.
-func (st *stream) kick() {
+func (st *stream) kick() { st.wake(true) }
+
+// wake schedules a flush of an open stream. Called without mu.
+func (st *stream) wake(urgent bool) {
 	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		return
-	}
-	st.scheduleLocked(true)
+	sched := !st.closed && st.claimFlushLocked()
+	st.mu.Unlock()
+	st.schedule(sched, urgent)
 }
 
-// scheduleLocked schedules a flush unless one is pending or the stream
-// waits for acknowledgements, and unlocks mu.
-func (st *stream) scheduleLocked(urgent bool) {
+// claimFlushLocked marks the stream scheduled unless a flush is pending or
+// the stream waits for acknowledgements; it reports whether the caller must
+// hand the stream to the pool (with schedule, once mu is released). Called
+// with mu held.
+func (st *stream) claimFlushLocked() bool {
 	sched := !st.scheduled && !st.gated
 	st.scheduled = st.scheduled || sched
-	st.mu.Unlock()
+	return sched
+}
+
+// schedule hands the stream to the pool when claimFlushLocked said so.
+// Called without mu: the pool may run the flush at once.
+func (st *stream) schedule(sched, urgent bool) {
 	if sched {
 		st.srv.pool.schedule(st, urgent)
 	}
@@ -419,94 +422,126 @@ func (st *stream) barrier() (stop bool) {
 }
 
 // flush sends queued changes until the queue is empty or waits on a
-// rollout. Run by a pool worker.
+// rollout. Run by a pool worker. Each round is three steps: take the next
+// change and build its response (under mu), send it (without mu: a send
+// may block on the client), and account for the send (under mu).
 func (st *stream) flush() {
 	for {
-		st.mu.Lock()
-		if !st.closed && st.barrier() {
-			st.scheduled = false
-			st.mu.Unlock()
+		out, more := st.next()
+		if !more {
 			return
 		}
-		if st.inflightBytes >= sendBudget && st.q.len() > 0 {
-			st.gated = true // resumed by acknowledged
-			st.srv.m.StreamsWaiting.Inc()
-			st.scheduled = false
-			st.mu.Unlock()
-			return
-		}
-		it, ok := st.q.pop()
-		if !ok || st.closed {
-			st.scheduled = false
-			st.mu.Unlock()
-			return
-		}
-		ts := st.types[it.view.TypeURL]
-		if ts != nil && len(it.halted) > 0 {
-			ts.halted = append(ts.halted, it.halted...) // barriers the queue collapsed
-		}
-		if ts != nil && it.view == ts.lastItem && len(it.force) == 0 && len(it.beats) == 0 && !it.recheck {
-			st.mu.Unlock()
-			continue // this very change was looked at already: nothing new
-		}
-		if ts != nil {
-			ts.lastItem = it.view
-		}
-		if ts != nil && len(ts.halted) > 0 {
-			it.view = ts.revert(it.view)
-		}
-		var msg *encoded
-		if st.delta {
-			msg = st.buildDelta(it)
-		} else {
-			msg = st.buildSotW(it)
-		}
-		// Make before break: what the client holds of the type changed, or
-		// the stream learnt what it is: what it kept back may go now.
-		st.releaseKept(it.view.TypeURL)
-		var sent typeCounters
-		if ts := st.types[it.view.TypeURL]; ts != nil {
-			sent = ts.counters
-		}
-		st.sending = msg != nil
-		if msg != nil {
-			st.inflight = append(st.inflight, flight{nonce: st.nonce, size: msg.size(), typeURL: it.view.TypeURL})
-			if ts != nil {
-				ts.updated = time.Now()
-			}
-			st.inflightBytes += msg.size()
-			if ce := st.srv.log.Check(zap.DebugLevel, "response"); ce != nil {
-				ce.Write(zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", it.view.TypeURL),
-					zap.Uint64("view", it.view.Seq), zap.Int("names", len(it.names)), zap.Int("forced", len(it.force)),
-					zap.Int("beats", len(it.beats)), zap.Int("bytes", msg.size()))
-			}
-		}
-		st.mu.Unlock()
-		if msg == nil {
+		if out.msg == nil {
 			continue
 		}
-		err := st.ss.SendMsg(msg)
-		// Let the connection's writer, which the send just woke, run now rather
-		// than queue behind the rest of a fan-out: the runnable goroutines stay
-		// few, so a new client's stream or an admin request is not scheduled
-		// behind thousands of them.
-		runtime.Gosched()
-		st.mu.Lock()
-		st.sending = false
-		if st.closed {
-			st.done <- struct{}{} // close waits for this send (buffered: never blocks)
-		}
-		if err != nil {
-			st.closed = true
-		}
-		st.mu.Unlock()
-		if err != nil {
-			st.srv.log.Debug("send failed", zap.Uint64("stream", st.id), zap.Error(err))
-			continue
-		}
-		sent.responses.Inc()
-		sent.bytes.Add(float64(msg.size()))
+		err := st.send(out.msg)
+		st.sent(out, err)
 	}
+}
+
+// outgoing is a response built by next, on its way to the client.
+type outgoing struct {
+	msg      *encoded // nil: the change had nothing for the client
+	counters typeCounters
+}
+
+// next takes the next queued change and builds its response; more is false
+// when the flush ends (queue empty, a rollout pending, the stream gated or
+// closed).
+func (st *stream) next() (out outgoing, more bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.nextLocked()
+}
+
+// nextLocked is next under mu. Called with mu held.
+func (st *stream) nextLocked() (out outgoing, more bool) {
+	if !st.closed && st.barrier() {
+		st.scheduled = false
+		return out, false
+	}
+	if st.inflightBytes >= sendBudget && st.q.len() > 0 {
+		st.gated = true // resumed by acknowledged
+		st.srv.m.StreamsWaiting.Inc()
+		st.scheduled = false
+		return out, false
+	}
+	it, ok := st.q.pop()
+	if !ok || st.closed {
+		st.scheduled = false
+		return out, false
+	}
+	ts := st.types[it.view.TypeURL]
+	if ts != nil && len(it.halted) > 0 {
+		ts.halted = append(ts.halted, it.halted...) // barriers the queue collapsed
+	}
+	if ts != nil && it.view == ts.lastItem && len(it.force) == 0 && len(it.beats) == 0 && !it.recheck {
+		return out, true // this very change was looked at already: nothing new
+	}
+	if ts != nil {
+		ts.lastItem = it.view
+	}
+	if ts != nil && len(ts.halted) > 0 {
+		it.view = ts.revert(it.view)
+	}
+	var msg *encoded
+	if st.delta {
+		msg = st.buildDelta(it)
+	} else {
+		msg = st.buildSotW(it)
+	}
+	// Make before break: what the client holds of the type changed, or
+	// the stream learnt what it is: what it kept back may go now.
+	st.releaseKept(it.view.TypeURL)
+	if ts := st.types[it.view.TypeURL]; ts != nil {
+		out.counters = ts.counters
+	}
+	st.sending = msg != nil
+	if msg != nil {
+		st.inflight = append(st.inflight, flight{nonce: st.nonce, size: msg.size(), typeURL: it.view.TypeURL})
+		if ts != nil {
+			ts.updated = time.Now()
+		}
+		st.inflightBytes += msg.size()
+		if ce := st.srv.log.Check(zap.DebugLevel, "response"); ce != nil {
+			ce.Write(zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", it.view.TypeURL),
+				zap.Uint64("view", it.view.Seq), zap.Int("names", len(it.names)), zap.Int("forced", len(it.force)),
+				zap.Int("beats", len(it.beats)), zap.Int("bytes", msg.size()))
+		}
+	}
+	out.msg = msg
+	return out, true
+}
+
+// send writes a response to the client. Called without mu.
+func (st *stream) send(msg *encoded) error {
+	err := st.ss.SendMsg(msg)
+	// Let the connection's writer, which the send just woke, run now rather
+	// than queue behind the rest of a fan-out: the runnable goroutines stay
+	// few, so a new client's stream or an admin request is not scheduled
+	// behind thousands of them.
+	runtime.Gosched()
+	return err
+}
+
+// sent accounts for a send: it lets close return, ends the stream when the
+// send failed, and counts the response.
+func (st *stream) sent(out outgoing, err error) {
+	st.mu.Lock()
+	st.sending = false
+	if st.closed {
+		st.done <- struct{}{} // close waits for this send (buffered: never blocks)
+	}
+	if err != nil {
+		st.closed = true
+	}
+	st.mu.Unlock()
+	if err != nil {
+		st.srv.log.Debug("send failed", zap.Uint64("stream", st.id), zap.Error(err))
+		return
+	}
+	out.counters.responses.Inc()
+	out.counters.bytes.Add(float64(out.msg.size()))
 }
 
 // typeCounters are a stream type's counters, looked up once (not per
@@ -662,38 +697,72 @@ func (st *stream) acked(ts *typeState, version string) {
 	}
 }
 
-// commit finishes a request: it authorizes the subscription change and
-// checks the stream's limit, unlocks mu (held on entry), reports a canary's
-// verdict, and hands the change to the Source. An error ends the stream;
-// its watches are dropped by close.
-func (st *stream) commit(ts *typeState, typeURL string, c Change, verdict Rollout, carried []string, sent uint64, nack *statuspb.Status) error {
-	if len(c.Remove) > 0 || c.Wildcard != nil {
-		if !ts.wildcard && len(ts.names) == 0 && st.unsubscribedAll(typeURL) {
-			defer st.kick()
-		}
+// canaryVerdict is a canary's ACK or NACK that a request carries, reported
+// to its rollout once mu is released.
+type canaryVerdict struct {
+	rollout Rollout // nil: nothing to report
+	carried []string
+	sent    uint64
+	nack    *statuspb.Status
+}
+
+// report reports the verdict to its rollout. Called without mu.
+func (v canaryVerdict) report(st *stream) {
+	if v.rollout != nil {
+		v.rollout.Report(st, v.nack != nil, v.nack.GetMessage(), v.carried, v.sent)
 	}
-	c = st.authorize(ts, typeURL, c)
-	err := st.checkSubscriptions()
-	wildcardDenied := ts.wildcardDenied
+}
+
+// commitment is what a request leaves to do once mu is released.
+type commitment struct {
+	typeURL string
+	c       Change // the subscription change, authorized
+	err     error  // the stream's limit is exceeded
+	// wildcardDenied: the stream may not subscribe to the wildcard.
+	wildcardDenied bool
+	// unsubscribedAll: the type's unacknowledged responses were forgotten;
+	// released: what the stream kept back may go now. Both schedule a flush.
+	unsubscribedAll, released bool
+}
+
+// commitLocked applies the subscription change of a request to the
+// stream's state: it authorizes it and checks the stream's limit. Called
+// with mu held; the caller then releases mu and calls finish.
+func (st *stream) commitLocked(ts *typeState, typeURL string, c Change) commitment {
+	out := commitment{typeURL: typeURL}
+	if len(c.Remove) > 0 || c.Wildcard != nil {
+		out.unsubscribedAll = !ts.wildcard && len(ts.names) == 0 && st.unsubscribedAll(typeURL)
+	}
+	out.c = st.authorize(ts, typeURL, c)
+	out.err = st.checkSubscriptions()
+	out.wildcardDenied = ts.wildcardDenied
 	// Make before break: what the client stopped subscribing to no longer
 	// holds back the removal of what it referred to.
-	released := len(c.Remove) > 0 && st.releaseKept(typeURL)
-	st.mu.Unlock()
-	if released {
+	out.released = len(out.c.Remove) > 0 && st.releaseKept(typeURL)
+	return out
+}
+
+// finish ends a request after commitLocked: it reports a canary's verdict
+// and hands the change to the Source. An error ends the stream; its watches
+// are dropped by close. Called without mu.
+func (st *stream) finish(cm commitment, verdict canaryVerdict) error {
+	if cm.unsubscribedAll {
+		defer st.kick()
+	}
+	if cm.released {
 		st.kick()
 	}
-	if verdict != nil {
-		verdict.Report(st, nack != nil, nack.GetMessage(), carried, sent)
+	verdict.report(st)
+	if cm.err != nil {
+		return cm.err
 	}
-	if err != nil {
-		return err
-	}
-	if c.Wildcard != nil && *c.Wildcard && wildcardDenied {
+	c := cm.c
+	if c.Wildcard != nil && *c.Wildcard && cm.wildcardDenied {
 		return st.reject("permission_denied", codes.PermissionDenied,
-			"xds-relay: not allowed to subscribe to every %s", typeURL)
+			"xds-relay: not allowed to subscribe to every %s", cm.typeURL)
 	}
 	if !c.empty() {
-		st.srv.src.Watch(st, typeURL, c)
+		st.srv.src.Watch(st, cm.typeURL, c)
 	}
 	return nil
 }
