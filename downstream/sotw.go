@@ -267,27 +267,54 @@ func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) 
 // buildSotW turns a queued change into a response, or nil when the stream
 // has nothing new to learn from it. Called with mu held.
 func (st *stream) buildSotW(it item) *encoded {
-	v := it.view
-	ts := st.types[v.TypeURL]
+	ts := st.types[it.view.TypeURL]
 	if ts == nil {
 		return nil
 	}
+	sw := &sotwBuilder{st: st, ts: ts, it: it, v: it.view}
+	return sw.build()
+}
+
+// sotwBuilder builds one State-of-the-World response of a stream from a
+// queued change. Used with the stream's mu held.
+type sotwBuilder struct {
+	st *stream
+	ts *typeState
+	it item
+	v  *View
+
+	// partial's selection: the resources and the errors the response carries.
+	sel  []*Resource
+	errs []*ResourceError
+}
+
+// build returns the response, or nil when the client has nothing new to
+// learn from the change.
+func (sw *sotwBuilder) build() *encoded {
+	st, ts, it, v := sw.st, sw.ts, sw.it, sw.v
 	var b *body
 	if keying.FullState(v.TypeURL) {
-		b = st.fullState(ts, it)
+		b = sw.fullState()
 	} else {
-		b = st.partial(ts, it)
+		b = sw.partial()
 		ts.keepGone(it)
 	}
 	if b == nil {
 		// Nothing changed for the client; TTL heartbeats still go out.
-		if b = st.heartbeatsSotW(ts, it); b == nil {
+		if b = sw.heartbeats(); b == nil {
 			return nil
 		}
 		nonce := st.nextNonce()
 		ts.lastNonce, ts.lastKeys = nonce, nil
 		return newEncoded(b.bytes, sotwNonce, nonce)
 	}
+	return sw.record(b)
+}
+
+// record notes the response b about to be sent in the type's ACK, make
+// before break and canary bookkeeping and returns it with a fresh nonce.
+func (sw *sotwBuilder) record(b *body) *encoded {
+	st, ts, it, v := sw.st, sw.ts, sw.it, sw.v
 	nonce := st.nextNonce()
 	ts.lastNonce, ts.lastKeys = nonce, b.keys
 	ts.sentVersion, ts.nackedSent = b.version, false
@@ -314,11 +341,12 @@ func (st *stream) buildSotW(it item) *encoded {
 	return newEncoded(b.bytes, sotwNonce, nonce)
 }
 
-// fullState answers LDS/CDS: every subscribed resource in every response.
-func (st *stream) fullState(ts *typeState, it item) *body {
-	v := it.view
-	forced := false
-	for n := range it.force {
+// forcedFull reports whether the change must be answered even when the
+// client has its version: a newly subscribed name (or wildcard) that no
+// response answered since.
+func (sw *sotwBuilder) forcedFull() bool {
+	ts, v := sw.ts, sw.v
+	for n := range sw.it.force {
 		_, named := ts.names[n]
 		_, present := v.Resources[n]
 		_, failed := ts.errorFor(v, n)
@@ -326,11 +354,17 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 			continue // answered since it was subscribed
 		}
 		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
-			forced = true
-			break
+			return true
 		}
 	}
-	sel := st.fullSelection(ts, v)
+	return false
+}
+
+// fullState answers LDS/CDS: every subscribed resource in every response.
+func (sw *sotwBuilder) fullState() *body {
+	st, ts, v := sw.st, sw.ts, sw.v
+	forced := sw.forcedFull()
+	sel := sw.fullSelection()
 	if ts.wildcard && !v.Complete {
 		// The upstream has not answered the wildcard yet: the client waits
 		// rather than lose what it holds.
@@ -352,6 +386,14 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 		ts.kept = nil
 		return b
 	}
+	return sw.fullKeeping(sel, b, forced)
+}
+
+// fullKeeping answers LDS/CDS when the response b of the selection sel
+// may drop something the client holds: make before break keeps what the
+// client still refers to, or holds the response back.
+func (sw *sotwBuilder) fullKeeping(sel *namedState, b *body, forced bool) *body {
+	st, ts, v := sw.st, sw.ts, sw.v
 	kept, ok := st.keptFull(ts, v, b)
 	if !ok {
 		// Make before break, where the stream cannot send what the client
@@ -396,7 +438,8 @@ func (st *stream) fullState(ts *typeState, it item) *body {
 // stream: shared by every stream of the same interned subscription when it
 // names resources plainly (View.namedFull), else the stream's own.
 // Called with mu held.
-func (st *stream) fullSelection(ts *typeState, v *View) *namedState {
+func (sw *sotwBuilder) fullSelection() *namedState {
+	st, ts, v := sw.st, sw.ts, sw.v
 	w := st.wrapFor(ts)
 	if !ts.wildcard && ts.set != nil && len(ts.denied) == 0 && !ts.hasGlobs && len(w.tp2) == 0 {
 		return v.namedFull(ts.set, w.ttl)
@@ -527,30 +570,12 @@ func keptKey(keep []*Resource) string {
 
 // partial answers the other types: the changed and the newly subscribed
 // resources the stream watches.
-func (st *stream) partial(ts *typeState, it item) *body {
-	v := it.view
-	var sel []*Resource
-	var errs []*ResourceError
-	pick := func(n string) {
-		if !ts.watches(v, n) {
-			return
-		}
-		if isGlob(n) {
-			sel = append(sel, v.members(n)...) // a new glob subscription: all its members
-			return
-		}
-		if e, ok := ts.denied[n]; ok {
-			errs = append(errs, e)
-		} else if r, ok := v.Resources[n]; ok {
-			sel = append(sel, r)
-		} else if e, ok := v.Errors[n]; ok {
-			errs = append(errs, e)
-		}
-	}
+func (sw *sotwBuilder) partial() *body {
+	st, ts, it, v := sw.st, sw.ts, sw.it, sw.v
 	for n := range it.names {
-		pick(n)
+		sw.pick(n)
 	}
-	changed := len(sel) + len(errs)
+	changed := len(sw.sel) + len(sw.errs)
 	for n := range it.force {
 		_, dup := it.names[n]
 		_, asked := ts.unanswered[n]
@@ -563,9 +588,10 @@ func (st *stream) partial(ts *typeState, it item) *body {
 			asked = asked || !ok || r.Version != ver
 		}
 		if asked && !dup {
-			pick(n)
+			sw.pick(n)
 		}
 	}
+	sel, errs := sw.sel, sw.errs
 	if len(sel) == 0 && len(errs) == 0 {
 		return nil
 	}
@@ -581,11 +607,31 @@ func (st *stream) partial(ts *typeState, it item) *body {
 	return b
 }
 
-// heartbeatsSotW returns the response carrying the TTL heartbeats of it
-// that the client holds (xds.config.supports-resource-in-sotw), nil for none.
-// It changes nothing the client holds: its version is the last one sent.
-// Called with mu held.
-func (st *stream) heartbeatsSotW(ts *typeState, it item) *body {
+// pick adds what the stream watches of n to partial's selection.
+func (sw *sotwBuilder) pick(n string) {
+	ts, v := sw.ts, sw.v
+	if !ts.watches(v, n) {
+		return
+	}
+	if isGlob(n) {
+		sw.sel = append(sw.sel, v.members(n)...) // a new glob subscription: all its members
+		return
+	}
+	if e, ok := ts.denied[n]; ok {
+		sw.errs = append(sw.errs, e)
+	} else if r, ok := v.Resources[n]; ok {
+		sw.sel = append(sw.sel, r)
+	} else if e, ok := v.Errors[n]; ok {
+		sw.errs = append(sw.errs, e)
+	}
+}
+
+// heartbeats returns the response carrying the TTL heartbeats of the
+// change that the client holds (xds.config.supports-resource-in-sotw), nil
+// for none. It changes nothing the client holds: its version is the last
+// one sent.
+func (sw *sotwBuilder) heartbeats() *body {
+	st, ts, it := sw.st, sw.ts, sw.it
 	w := st.wrapFor(ts)
 	if !w.ttl || len(it.beats) == 0 || ts.sentVersion == "" {
 		return nil
