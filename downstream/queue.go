@@ -154,15 +154,13 @@ func (q *queue) collapse() {
 	}
 	for _, it := range q.items {
 		if it.hold != nil {
-			switch it.hold.State() {
-			case RolloutPending:
+			pending, halted := ResolveBarrier(it.hold, nil, slices.Clip(it.halted))
+			if pending {
 				flush()
 				out = append(out, it)
 				continue
-			case RolloutHalted:
-				it.halted = append(slices.Clip(it.halted), it.hold)
 			}
-			it.hold = nil
+			it.hold, it.halted = nil, halted
 		}
 		run = append(run, it)
 	}

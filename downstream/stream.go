@@ -405,19 +405,19 @@ func (st *stream) barrier() (stop bool) {
 		if h == nil || h.hold == nil {
 			return false
 		}
-		switch h.hold.State() {
-		case RolloutPending:
-			if h.hold.Wait(st) {
-				return true
-			}
-		case RolloutReleased:
-			h.hold = nil
-		case RolloutHalted:
-			if ts := st.types[h.view.TypeURL]; ts != nil {
-				ts.halted = append(ts.halted, h.hold)
-			}
-			h.hold = nil
+		ts := st.types[h.view.TypeURL]
+		var halted []Rollout
+		if ts != nil {
+			halted = ts.halted
 		}
+		pending, halted := ResolveBarrier(h.hold, st, halted)
+		if pending {
+			return true
+		}
+		if ts != nil {
+			ts.halted = halted
+		}
+		h.hold = nil
 	}
 }
 
@@ -482,7 +482,10 @@ func (st *stream) nextLocked() (out outgoing, more bool) {
 		ts.lastItem = it.view
 	}
 	if ts != nil && len(ts.halted) > 0 {
-		it.view = ts.revert(it.view)
+		// Items leave in View order and every item behind a barrier is at
+		// least as new as the rollout, so a rollout that no longer covers
+		// this View is forgotten.
+		it.view, ts.halted = Reverted(it.view, ts.halted)
 	}
 	var msg *encoded
 	if st.delta {
@@ -601,23 +604,6 @@ func (st *stream) bind(node *corev3.Node) error {
 		return status.Errorf(codes.InvalidArgument, "node changed mid-stream: first %q, now %q", st.node.GetId(), node.GetId())
 	}
 	return nil
-}
-
-// revert returns v as this stream must see it after halted rollouts, and
-// forgets rollouts that no longer cover what arrives.
-func (ts *typeState) revert(v *View) *View {
-	// Items leave in View order and every item behind a barrier is at least
-	// as new as the rollout, so a rollout that no longer covers v is done.
-	keep := ts.halted[:0]
-	out := v
-	for _, r := range ts.halted {
-		if r.Covers(v) {
-			out = r.Revert(out)
-			keep = append(keep, r)
-		}
-	}
-	ts.halted = keep
-	return out
 }
 
 // verdict returns the rollout to report an ACK or NACK (nack) of nonce to,
