@@ -68,8 +68,8 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 // that names nothing (legacy). initial_resource_versions, on the first
 // request of a type, tell what the client already holds.
 func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb.DeltaDiscoveryRequest) (add, remove []string, wildcard *bool) {
-	if ts.has == nil {
-		ts.has = make(map[string]string)
+	if ts.holds == nil {
+		ts.holds = make(map[string]string)
 		ts.names = make(map[string]struct{})
 	}
 	first := !ts.requested
@@ -88,7 +88,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 				keys = []string{st.key(n)}
 			}
 			for _, k := range keys {
-				ts.has[k] = v
+				ts.holds[k] = v
 				if ts.initial == nil {
 					ts.initial = make(map[string]struct{})
 				}
@@ -140,10 +140,10 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 			if _, ok := ts.names[n]; ok {
 				delete(ts.names, n)
 				delete(ts.wrapped, n)
-				delete(ts.heldTP2, n)
+				delete(ts.holdsTP2, n)
 				// The client drops what it unsubscribed; if the wildcard still
 				// covers it, the answer to the unsubscription resends it.
-				delete(ts.has, n)
+				delete(ts.holds, n)
 				remove = append(remove, n)
 			}
 		}
@@ -154,9 +154,9 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 		if wild {
 			ts.wildPending = true
 		} else {
-			for n := range ts.has {
+			for n := range ts.holds {
 				if _, named := ts.names[n]; !named {
-					delete(ts.has, n)
+					delete(ts.holds, n)
 					ts.unwild = append(ts.unwild, n)
 				}
 			}
@@ -170,7 +170,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 // Called with mu held.
 func (st *stream) buildDelta(it item) *encoded {
 	ts := st.types[it.view.TypeURL]
-	if ts == nil || ts.has == nil {
+	if ts == nil || ts.holds == nil {
 		return nil
 	}
 	b := &deltaBuilder{st: st, ts: ts, it: it, v: it.view}
@@ -207,13 +207,13 @@ func (b *deltaBuilder) build() *encoded {
 	sortErrors(b.errs)
 	body := v.delta(b.send, beats, rms, b.errs, w)
 	if len(rms) > 0 || len(b.send) > 0 {
-		b.st.released(ts, v.TypeURL)
+		b.st.endWithholding(ts, v.TypeURL)
 	}
 	return b.record(body)
 }
 
 // considerChange looks at the names the change carries, the names newly
-// subscribed and the names whose removal was held back.
+// subscribed and the names whose removal was withheld.
 func (b *deltaBuilder) considerChange() {
 	it, ts := b.it, b.ts
 	for n := range it.names {
@@ -227,11 +227,11 @@ func (b *deltaBuilder) considerChange() {
 			b.consider(n, true)
 		}
 	}
-	for n := range ts.heldBack {
+	for n := range ts.withheld {
 		_, named := it.names[n]
 		_, forced := it.force[n]
-		if _, held := ts.has[n]; !held {
-			delete(ts.heldBack, n) // settled meanwhile
+		if _, held := ts.holds[n]; !held {
+			delete(ts.withheld, n) // settled meanwhile
 		} else if !named && !forced {
 			b.consider(n, false)
 		}
@@ -243,26 +243,26 @@ func (b *deltaBuilder) sendIfNew(r *Resource) {
 	ts := b.ts
 	k := r.key()
 	delete(ts.initial, k)
-	delete(ts.kept, k)
-	if ts.has[k] == r.Version {
+	delete(ts.withheldRefs, k)
+	if ts.holds[k] == r.Version {
 		return
 	}
-	ts.has[k] = r.Version
+	ts.holds[k] = r.Version
 	b.send = append(b.send, r)
 	if _, tp2 := ts.wrapped[k]; tp2 {
-		if old := ts.heldTP2[k]; old != nil && old.Constraints != r.Constraints {
+		if old := ts.holdsTP2[k]; old != nil && old.Constraints != r.Constraints {
 			b.swapped = append(b.swapped, old.removal())
 		}
-		if ts.heldTP2 == nil {
-			ts.heldTP2 = make(map[string]*Resource)
+		if ts.holdsTP2 == nil {
+			ts.holdsTP2 = make(map[string]*Resource)
 		}
-		ts.heldTP2[k] = r.Root()
+		ts.holdsTP2[k] = r.Root()
 	}
 }
 
 // drop tells the client n is gone.
 func (b *deltaBuilder) drop(n string) {
-	delete(b.ts.has, n)
+	delete(b.ts.holds, n)
 	delete(b.ts.initial, n)
 	b.removed = append(b.removed, n)
 }
@@ -293,7 +293,7 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 		// by the resource or by its removal.
 		b.removed = append(b.removed, n)
 	case covered:
-		if _, held := ts.has[n]; held && b.st.mayRemove(ts, v, n) && !b.st.keepReferenced(ts, v, n) {
+		if _, held := ts.holds[n]; held && b.st.mayRemove(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
 	}
@@ -304,22 +304,22 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named bool) {
 	st, ts, v := b.st, b.ts, b.v
 	if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
-		if _, held := ts.has[n]; held && e.NotFound() && st.keepReferenced(ts, v, n) {
+		if _, held := ts.holds[n]; held && e.NotFound() && st.withholdReferenced(ts, v, n) {
 			return // make before break: the client still refers to it
 		}
 		// TP3: the error, and for NOT_FOUND also a removal. A transient
 		// error (UNAVAILABLE) leaves the client its copy.
 		b.errs = append(b.errs, e)
 		if e.dataError() {
-			delete(ts.has, n)
+			delete(ts.holds, n)
 		}
 		if e.NotFound() {
 			b.drop(n)
 		}
 	} else if present {
 		b.sendIfNew(r)
-	} else if _, held := ts.has[n]; held {
-		if st.mayRemove(ts, v, n) && !st.keepReferenced(ts, v, n) {
+	} else if _, held := ts.holds[n]; held {
+		if st.mayRemove(ts, v, n) && !st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
 	} else if named && v.Gone(n) {
@@ -354,10 +354,10 @@ func (b *deltaBuilder) answerWildcard() bool {
 	for _, r := range v.wildcard() {
 		b.sendIfNew(r)
 	}
-	for n := range ts.has {
+	for n := range ts.holds {
 		if _, named := ts.names[n]; !named {
 			if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.mayRemove(ts, v, n) &&
-				!st.keepReferenced(ts, v, n) {
+				!st.withholdReferenced(ts, v, n) {
 				b.drop(n)
 			}
 		}
@@ -381,9 +381,9 @@ func (b *deltaBuilder) removals() []removal {
 	})
 	rms := b.swapped
 	for _, k := range b.removed {
-		if old := ts.heldTP2[k]; old != nil {
+		if old := ts.holdsTP2[k]; old != nil {
 			rms = append(rms, old.removal()) // TP2: the variant the client holds
-			delete(ts.heldTP2, k)
+			delete(ts.holdsTP2, k)
 			continue
 		}
 		n, _ := keying.SplitSubscriptionKey(k)
@@ -431,7 +431,7 @@ func heartbeats(it item, ts *typeState, w wrap, send []*Resource) []*Resource {
 	var out []*Resource
 	for n := range it.beats {
 		r, ok := it.view.Resources[n]
-		if !ok || r.TTL == 0 || ts.has[n] != r.Version || slices.Contains(send, r) {
+		if !ok || r.TTL == 0 || ts.holds[n] != r.Version || slices.Contains(send, r) {
 			continue
 		}
 		out = append(out, r)

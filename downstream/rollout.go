@@ -44,9 +44,9 @@ type Rollout interface {
 }
 
 // ResolveBarrier settles a barrier of the rollout r for the watcher w.
-// pending reports that r still holds back what is behind the barrier; w,
+// pending reports that r still withholds what is behind the barrier; w,
 // unless nil, is woken when r resolves. Otherwise the barrier is gone and
-// halted comes back with r appended if r halted: what the barrier held back
+// halted comes back with r appended if r halted: what the barrier withheld
 // is then seen reverted (Reverted). A released barrier is an ordinary
 // change.
 func ResolveBarrier(r Rollout, w Watcher, halted []Rollout) (pending bool, _ []Rollout) {

@@ -79,7 +79,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
 	for _, n := range remove {
-		delete(ts.goneHeld, n)
+		delete(ts.holdsGone, n)
 		delete(ts.unanswered, n)
 		delete(ts.answeredWith, n)
 	}
@@ -297,7 +297,7 @@ func (sw *sotwBuilder) build() *encoded {
 		b = sw.fullState()
 	} else {
 		b = sw.partial()
-		ts.keepGone(it)
+		ts.noteHoldsGone(it)
 	}
 	if b == nil {
 		// Nothing changed for the client; TTL heartbeats still go out.
@@ -320,7 +320,7 @@ func (sw *sotwBuilder) record(b *body) *encoded {
 	ts.sentVersion, ts.nackedSent = b.version, false
 	ts.sentOnce = true
 	if keying.FullState(v.TypeURL) {
-		ts.held, ts.heldKeys, ts.fromElsewhere = b, b.keys, false
+		ts.holdsBody, ts.holdsKeys, ts.fromElsewhere = b, b.keys, false
 		if ts.wildcard && v.Complete {
 			delete(ts.unanswered, keying.Wildcard)
 		}
@@ -329,7 +329,7 @@ func (sw *sotwBuilder) record(b *body) *encoded {
 		ts.noteAnswered(it, b.keys)
 	}
 	ts.lastView = v
-	st.released(ts, v.TypeURL)
+	st.endWithholding(ts, v.TypeURL)
 	if it.canary != nil {
 		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
 		ts.canaryDoubt = ts.rejecting
@@ -368,22 +368,22 @@ func (sw *sotwBuilder) fullState() *body {
 	if ts.wildcard && !v.Complete {
 		// The upstream has not answered the wildcard yet: the client waits
 		// rather than lose what it holds.
-		return st.holdFull(ts, v, "unknown")
+		return st.withholdFull(ts, v, "unknown")
 	}
 	if ts.fromElsewhere && ts.staleIn(v) {
-		return st.holdFull(ts, v, "stale")
+		return st.withholdFull(ts, v, "stale")
 	}
 	if !ts.wildcard && sel.present == 0 && sel.errors == 0 && !ts.sentOnce && !sel.gone {
 		return nil // nothing known yet: let the client wait rather than think it is gone
 	}
 	b := sel.body
-	if !ts.fromElsewhere && len(ts.kept) == 0 && b.covers(ts.held) {
+	if !ts.fromElsewhere && len(ts.withheldRefs) == 0 && b.covers(ts.holdsBody) {
 		// The common change: the client loses nothing it holds, so nothing is
-		// held back (transitions.go, mbb.go).
-		if ts.holds(b.version) && !forced {
+		// withheld (transitions.go, mbb.go).
+		if ts.holdsVersion(b.version) && !forced {
 			return nil
 		}
-		ts.kept = nil
+		ts.withheldRefs = nil
 		return b
 	}
 	return sw.fullKeeping(sel, b, forced)
@@ -394,42 +394,42 @@ func (sw *sotwBuilder) fullState() *body {
 // client still refers to, or holds the response back.
 func (sw *sotwBuilder) fullKeeping(sel *namedState, b *body, forced bool) *body {
 	st, ts, v := sw.st, sw.ts, sw.v
-	kept, ok := st.keptFull(ts, v, b)
+	kept, ok := st.withheldFull(ts, v, b)
 	if !ok {
 		// Make before break, where the stream cannot send what the client
 		// holds as it holds it, or cannot read what refers to it: the
 		// client keeps what it has until that is over.
-		ts.kept = kept
-		if ts.kept == nil {
-			ts.kept = map[string]*Resource{} // (looked at again when referrers change)
+		ts.withheldRefs = kept
+		if ts.withheldRefs == nil {
+			ts.withheldRefs = map[string]*Resource{} // (looked at again when referrers change)
 		}
-		return st.holdFull(ts, v, "referenced")
+		return st.withholdFull(ts, v, "referenced")
 	}
 	keep := slices.Collect(maps.Values(kept))
 	if len(keep) > 0 {
 		// Make before break: what the client still refers to stays.
 		slices.SortFunc(keep, byName)
-		b = v.sotw(sel.key+keptKey(keep), func() []*Resource {
+		b = v.sotw(sel.key+withheldKey(keep), func() []*Resource {
 			all := append(slices.Clone(sel.pick()), keep...)
 			slices.SortFunc(all, byName)
 			return all
 		}, sel.errs, st.wrapFor(ts))
 	}
-	if ts.holds(b.version) && !forced {
+	if ts.holdsVersion(b.version) && !forced {
 		if len(keep) > 0 {
 			// The client holds just this: what it keeps is looked at again
-			// when what refers to it changes (releaseKept).
-			ts.kept = kept
-			st.hold(ts, v.TypeURL, "referenced")
+			// when what refers to it changes (releaseWithheld).
+			ts.withheldRefs = kept
+			st.noteWithheld(ts, v.TypeURL, "referenced")
 		}
 		return nil
 	}
-	if !ts.keepsHeld(v, b) {
-		return st.holdFull(ts, v, "unknown")
+	if !ts.losesNothing(v, b) {
+		return st.withholdFull(ts, v, "unknown")
 	}
-	ts.kept = kept
+	ts.withheldRefs = kept
 	if len(keep) > 0 {
-		st.hold(ts, v.TypeURL, "referenced")
+		st.noteWithheld(ts, v.TypeURL, "referenced")
 	}
 	return b
 }
@@ -489,23 +489,23 @@ func (sw *sotwBuilder) fullSelection() *namedState {
 	return sel
 }
 
-// keepGone records the subscribed names of a change that its View no longer
+// noteHoldsGone records the subscribed names of a change that its View no longer
 // has but the View last sent from did: the client keeps them (see
-// goneHeld). Called with mu held, before lastView moves on.
-func (ts *typeState) keepGone(it item) {
+// holdsGone). Called with mu held, before lastView moves on.
+func (ts *typeState) noteHoldsGone(it item) {
 	for n := range it.names {
 		if _, sub := ts.names[n]; !sub {
 			continue
 		}
 		if _, now := it.view.Resources[n]; now {
-			delete(ts.goneHeld, n)
+			delete(ts.holdsGone, n)
 			continue
 		}
 		if r, was := ts.lastView.resource(n); was {
-			if ts.goneHeld == nil {
-				ts.goneHeld = make(map[string]*Resource)
+			if ts.holdsGone == nil {
+				ts.holdsGone = make(map[string]*Resource)
 			}
-			ts.goneHeld[n] = r
+			ts.holdsGone[n] = r
 		}
 	}
 }
@@ -550,16 +550,16 @@ func (ts *typeState) toAnswer(add []string, wildcard *bool) {
 	}
 }
 
-// holds reports whether a SotW response at version is what the client has:
+// holdsVersion reports whether a SotW response at version is what the client has:
 // the latest response sent (xDS: a NACKed version is not resent either), or,
 // when that was NACKed, the one it still runs.
-func (ts *typeState) holds(version string) bool {
+func (ts *typeState) holdsVersion(version string) bool {
 	return version == ts.sentVersion || (ts.nackedSent && version == ts.ackedVersion)
 }
 
-// keptKey extends a memo key with the resources a response keeps beyond its
+// withheldKey extends a memo key with the resources a response keeps beyond its
 // View (make before break).
-func keptKey(keep []*Resource) string {
+func withheldKey(keep []*Resource) string {
 	var sb strings.Builder
 	sb.WriteString("\x00+")
 	for _, r := range keep {
@@ -601,7 +601,7 @@ func (sw *sotwBuilder) partial() *body {
 	sortErrors(errs)
 	w := st.wrapFor(ts)
 	b := v.sotw(selectionKey(false, sel, w), func() []*Resource { return sel }, errs, w)
-	if ts.holds(b.version) && !asked {
+	if ts.holdsVersion(b.version) && !asked {
 		return nil // the client has just this (a change it was sent with a request's answer)
 	}
 	return b
@@ -638,7 +638,7 @@ func (sw *sotwBuilder) heartbeats() *body {
 	}
 	held := ts.names
 	if keying.FullState(it.view.TypeURL) {
-		held = ts.heldKeys
+		held = ts.holdsKeys
 	}
 	var rs []*Resource
 	for n := range it.beats {

@@ -106,7 +106,7 @@ type stream struct {
 //
 // One word, one meaning: what the client *holds* is what it has (Delta:
 // holds; SotW LDS/CDS: holdsKeys); what the relay *withholds* is a removal
-// it keeps back from the client (withheld, withheldRefs, withholding).
+// it withholds from the client (withheld, withheldRefs, withholding).
 type typeState struct {
 	counters typeCounters // set at creation
 
@@ -180,21 +180,21 @@ type sotwState struct {
 	// (transitions.go). fromElsewhere: the client's first request of the
 	// type carried a version, so it holds config from an earlier stream (to
 	// this relay or another), and nothing was sent to it here yet.
-	// heldKeys (LDS/CDS): the keys of the last response sent, what the
+	// holdsKeys (LDS/CDS): the keys of the last response sent, what the
 	// client holds; shared, read-only.
 	fromElsewhere bool
-	heldKeys      map[string]struct{}
-	held          *body // the response heldKeys come from
-	// goneHeld (RDS/EDS): subscribed names sent here that a later View sent
+	holdsKeys     map[string]struct{}
+	holdsBody     *body // the response holdsKeys come from
+	// holdsGone (RDS/EDS): subscribed names sent here that a later View sent
 	// from no longer has, as the client still holds them — SotW cannot
 	// remove them; the client drops them when it unsubscribes.
-	goneHeld map[string]*Resource
+	holdsGone map[string]*Resource
 }
 
 // deltaState is what only a Delta stream keeps: what the client holds.
 type deltaState struct {
-	// has is what the client holds, name → version.
-	has map[string]string
+	// holds is what the client holds, name → version.
+	holds map[string]string
 	// wildPending: a wildcard subscription still waits for its first answer.
 	wildPending bool
 	// unwild are names the client held through a wildcard it dropped: they
@@ -203,23 +203,23 @@ type deltaState struct {
 	// initial: the names of initial_resource_versions not answered on this
 	// stream yet (transitions.go).
 	initial map[string]struct{}
-	// heldTP2 is the variant the client holds for each wrapped key.
-	heldTP2 map[string]*Resource
+	// holdsTP2 is the variant the client holds for each wrapped key.
+	holdsTP2 map[string]*Resource
 }
 
-// withholdState is what the relay keeps back from the client: removals
-// held back by make before break (mbb.go) and by transitions
+// withholdState is what the relay withholds from the client: removals
+// withheld by make before break (mbb.go) and by transitions
 // (transitions.go), and the Views they are judged against.
 type withholdState struct {
-	// holding: why a removal is held back now ("" for none), counted once
-	// per episode.
-	holding string
-	// heldBack (Delta): names whose removal is held back: looked at again
+	// withholding: why a removal is withheld now ("" for none), counted
+	// once per episode.
+	withholding string
+	// withheld (Delta): names whose removal is withheld: looked at again
 	// with every later change of the type.
-	heldBack map[string]struct{}
-	// kept holds the resources whose removal is held back because the
-	// client still refers to them.
-	kept map[string]*Resource
+	withheld map[string]struct{}
+	// withheldRefs holds the resources whose removal is withheld because
+	// the client still refers to them.
+	withheldRefs map[string]*Resource
 
 	// lastView is the View of the last response sent, latest the last View
 	// queued, lastItem the View of the last queued change looked at.
@@ -404,15 +404,15 @@ func (st *stream) acknowledged(nonce string) bool {
 // without acknowledging it (grpc-go, Envoy). It reports whether the stream
 // must be scheduled. Called with mu held.
 func (st *stream) unsubscribedAll(typeURL string) bool {
-	kept := st.inflight[:0]
+	others := st.inflight[:0]
 	for _, f := range st.inflight {
 		if f.typeURL == typeURL {
 			st.inflightBytes -= f.size
 			continue
 		}
-		kept = append(kept, f)
+		others = append(others, f)
 	}
-	st.inflight = kept
+	st.inflight = others
 	return st.ungateLocked()
 }
 
@@ -437,7 +437,7 @@ func (st *stream) ungateLocked() bool {
 func (st *stream) barrier() (stop bool) {
 	for {
 		h := st.q.head()
-		if h == nil || h.hold == nil {
+		if h == nil || h.barrier == nil {
 			return false
 		}
 		ts := st.types[h.view.TypeURL]
@@ -445,14 +445,14 @@ func (st *stream) barrier() (stop bool) {
 		if ts != nil {
 			halted = ts.halted
 		}
-		pending, halted := ResolveBarrier(h.hold, st, halted)
+		pending, halted := ResolveBarrier(h.barrier, st, halted)
 		if pending {
 			return true
 		}
 		if ts != nil {
 			ts.halted = halted
 		}
-		h.hold = nil
+		h.barrier = nil
 	}
 }
 
@@ -529,8 +529,8 @@ func (st *stream) nextLocked() (out outgoing, more bool) {
 		msg = st.buildSotW(it)
 	}
 	// Make before break: what the client holds of the type changed, or
-	// the stream learnt what it is: what it kept back may go now.
-	st.releaseKept(it.view.TypeURL)
+	// the stream learnt what it is: what it withheld may go now.
+	st.releaseWithheld(it.view.TypeURL)
 	if ts := st.types[it.view.TypeURL]; ts != nil {
 		out.counters = ts.counters
 	}
@@ -742,7 +742,7 @@ type commitment struct {
 	// wildcardDenied: the stream may not subscribe to the wildcard.
 	wildcardDenied bool
 	// unsubscribedAll: the type's unacknowledged responses were forgotten;
-	// released: what the stream kept back may go now. Both schedule a flush.
+	// released: what the stream withheld may go now. Both schedule a flush.
 	unsubscribedAll, released bool
 }
 
@@ -758,8 +758,8 @@ func (st *stream) commitLocked(ts *typeState, typeURL string, c Change) commitme
 	out.err = st.checkSubscriptions()
 	out.wildcardDenied = ts.wildcardDenied
 	// Make before break: what the client stopped subscribing to no longer
-	// holds back the removal of what it referred to.
-	out.released = len(out.c.Remove) > 0 && st.releaseKept(typeURL)
+	// withholds the removal of what it referred to.
+	out.released = len(out.c.Remove) > 0 && st.releaseWithheld(typeURL)
 	return out
 }
 
