@@ -73,29 +73,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 	first := !ts.requested
 	ts.requested = true
 	if first {
-		// initial_resource_versions names resources; a TP2 client's are the
-		// variants its locators select, held under their keys.
-		byLocator := make(map[string][]string)
-		for _, l := range req.GetResourceLocatorsSubscribe() {
-			c := canonical(l.GetName())
-			byLocator[c] = append(byLocator[c], locatorKey(l))
-		}
-		for n, v := range req.GetInitialResourceVersions() {
-			keys := byLocator[canonical(n)]
-			if len(keys) == 0 {
-				keys = []string{st.key(n)}
-			}
-			for _, k := range keys {
-				ts.holds[k] = v
-				if ts.initial == nil {
-					ts.initial = make(map[string]struct{})
-				}
-				ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
-			}
-		}
-		if len(req.GetInitialResourceVersions()) > 0 {
-			st.cameBack()
-		}
+		st.initialVersions(ts, req)
 	}
 	capable := keying.WildcardCapable(typeURL)
 	wild := ts.wildcard
@@ -103,20 +81,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 		len(req.GetResourceLocatorsSubscribe()) == 0 {
 		wild = true
 	}
-	subs, unsubs := keysOf(st, req.GetResourceNamesSubscribe()), keysOf(st, req.GetResourceNamesUnsubscribe())
-	for _, l := range req.GetResourceLocatorsSubscribe() {
-		k := locatorKey(l)
-		subs = append(subs, k)
-		if k != keying.Wildcard {
-			if ts.wrapped == nil {
-				ts.wrapped = make(map[string]struct{})
-			}
-			ts.wrapped[k] = struct{}{}
-		}
-	}
-	for _, l := range req.GetResourceLocatorsUnsubscribe() {
-		unsubs = append(unsubs, locatorKey(l))
-	}
+	subs, unsubs := st.deltaKeys(ts, req)
 	for _, n := range subs {
 		switch {
 		case n == keying.Wildcard:
@@ -161,6 +126,56 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 		}
 	}
 	return add, remove, wildcard
+}
+
+// initialVersions records what the client holds from elsewhere, as the
+// first request of a type tells in initial_resource_versions. Called with
+// mu held.
+func (st *stream) initialVersions(ts *typeState, req *discoverypb.DeltaDiscoveryRequest) {
+	// initial_resource_versions names resources; a TP2 client's are the
+	// variants its locators select, held under their keys.
+	byLocator := make(map[string][]string)
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		c := canonical(l.GetName())
+		byLocator[c] = append(byLocator[c], locatorKey(l))
+	}
+	for n, v := range req.GetInitialResourceVersions() {
+		keys := byLocator[canonical(n)]
+		if len(keys) == 0 {
+			keys = []string{st.key(n)}
+		}
+		for _, k := range keys {
+			ts.holds[k] = v
+			if ts.initial == nil {
+				ts.initial = make(map[string]struct{})
+			}
+			ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
+		}
+	}
+	if len(req.GetInitialResourceVersions()) > 0 {
+		st.cameBack()
+	}
+}
+
+// deltaKeys returns the subscription keys a request subscribes and
+// unsubscribes, names and TP2 locators, and records the keys that came as
+// locators in wrapped. Called with mu held.
+func (st *stream) deltaKeys(ts *typeState, req *discoverypb.DeltaDiscoveryRequest) (subs, unsubs []string) {
+	subs, unsubs = keysOf(st, req.GetResourceNamesSubscribe()), keysOf(st, req.GetResourceNamesUnsubscribe())
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		k := locatorKey(l)
+		subs = append(subs, k)
+		if k != keying.Wildcard {
+			if ts.wrapped == nil {
+				ts.wrapped = make(map[string]struct{})
+			}
+			ts.wrapped[k] = struct{}{}
+		}
+	}
+	for _, l := range req.GetResourceLocatorsUnsubscribe() {
+		unsubs = append(unsubs, locatorKey(l))
+	}
+	return subs, unsubs
 }
 
 // DeltaDiscoveryResponse and Resource field numbers (envoy.service.discovery.v3).

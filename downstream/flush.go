@@ -147,27 +147,44 @@ func (st *stream) next() (out outgoing, more bool) {
 
 // nextLocked is next under mu. Called with mu held.
 func (st *stream) nextLocked() (out outgoing, more bool) {
+	it, ok := st.dequeueLocked()
+	if !ok {
+		return out, false
+	}
+	return st.buildLocked(it), true
+}
+
+// dequeueLocked takes the next change the stream may send; ok is false when
+// the flush ends. Called with mu held.
+func (st *stream) dequeueLocked() (it item, ok bool) {
 	if !st.closed && st.barrier() {
 		st.scheduled = false
-		return out, false
+		return it, false
 	}
 	if st.inflightBytes >= sendBudget && st.q.len() > 0 {
 		st.gated = true // resumed by acknowledged
 		st.srv.m.StreamsWaiting.Inc()
 		st.scheduled = false
-		return out, false
+		return it, false
 	}
-	it, ok := st.q.pop()
+	it, ok = st.q.pop()
 	if !ok || st.closed {
 		st.scheduled = false
-		return out, false
+		return it, false
 	}
+	return it, true
+}
+
+// buildLocked builds the response to the change it and counts it in
+// flight; its msg is nil when the change has nothing for the client.
+// Called with mu held.
+func (st *stream) buildLocked(it item) (out outgoing) {
 	ts := st.types[it.view.TypeURL]
 	if ts != nil && len(it.halted) > 0 {
 		ts.halted = append(ts.halted, it.halted...) // barriers the queue collapsed
 	}
 	if ts != nil && it.view == ts.lastItem && len(it.force) == 0 && len(it.beats) == 0 && !it.recheck {
-		return out, true // this very change was looked at already: nothing new
+		return out // this very change was looked at already: nothing new
 	}
 	if ts != nil {
 		ts.lastItem = it.view
@@ -204,7 +221,7 @@ func (st *stream) nextLocked() (out outgoing, more bool) {
 		}
 	}
 	out.msg = msg
-	return out, true
+	return out
 }
 
 // send writes a response to the client. Called without mu.
