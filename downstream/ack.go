@@ -27,10 +27,10 @@ type flight struct {
 	typeURL string
 }
 
-// acknowledged records that the client read every response up to nonce
+// ackInflight records that the client read every response up to nonce
 // (the response_nonce of a request) and resumes a stream that waited for
 // it; it reports whether the stream must be scheduled. Called with mu held.
-func (st *stream) acknowledged(nonce string) bool {
+func (st *stream) ackInflight(nonce string) bool {
 	n, err := strconv.ParseUint(nonce, 10, 64)
 	if err != nil || len(st.inflight) == 0 {
 		return false
@@ -46,11 +46,11 @@ func (st *stream) acknowledged(nonce string) bool {
 	return st.ungateLocked()
 }
 
-// unsubscribedAll forgets the unacknowledged responses of a type the client
+// dropInflight forgets the unacknowledged responses of a type the client
 // no longer subscribes to at all: clients ignore a response of such a type
 // without acknowledging it (grpc-go, Envoy). It reports whether the stream
 // must be scheduled. Called with mu held.
-func (st *stream) unsubscribedAll(typeURL string) bool {
+func (st *stream) dropInflight(typeURL string) bool {
 	others := st.inflight[:0]
 	for _, f := range st.inflight {
 		if f.typeURL == typeURL {
@@ -74,8 +74,8 @@ func (st *stream) ungateLocked() bool {
 	return false
 }
 
-// nacked records a NACK of the response nonce. Called with mu held.
-func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
+// recordNACK records a NACK of the response nonce. Called with mu held.
+func (st *stream) recordNACK(ts *typeState, typeURL, nonce, reason string) {
 	ts.lastNACK = reason
 	ts.nackedSent = nonce == ts.lastNonce
 	ts.updated = time.Now()
@@ -86,9 +86,9 @@ func (st *stream) nacked(ts *typeState, typeURL, nonce, reason string) {
 	}
 }
 
-// acked records an ACK of the latest response, at version, and the time the
+// recordACK records an ACK of the latest response, at version, and the time the
 // change took from upstream receipt. Called with mu held.
-func (st *stream) acked(ts *typeState, version string) {
+func (st *stream) recordACK(ts *typeState, version string) {
 	ts.ackedVersion = version
 	ts.updated = time.Now()
 	ts.rejecting = false
@@ -99,9 +99,9 @@ func (st *stream) acked(ts *typeState, version string) {
 	}
 }
 
-// verdict returns the rollout to report an ACK or NACK (nack) of nonce to,
+// takeVerdict returns the rollout to report an ACK or NACK (nack) of nonce to,
 // and clears it. Called with mu held.
-func (ts *typeState) verdict(nonce string, nack bool) Rollout {
+func (ts *typeState) takeVerdict(nonce string, nack bool) Rollout {
 	r := ts.canary
 	if r == nil || nonce == "" || ts.canarySent < ts.canaryWant {
 		return nil // (a newer version of the rollout is on its way)

@@ -38,19 +38,19 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	}
 	st.mu.Lock()
 	ts := st.state(typeURL)
-	if st.acknowledged(req.GetResponseNonce()) {
+	if st.ackInflight(req.GetResponseNonce()) {
 		defer st.kick()
 	}
 	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
 	if nonce := req.GetResponseNonce(); nonce != "" {
 		verdict.carried = ts.carried()
-		verdict.rollout = ts.verdict(nonce, req.GetErrorDetail() != nil)
+		verdict.rollout = ts.takeVerdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
 			// resent; the next change of a resource is.
-			st.nacked(ts, typeURL, nonce, d.GetMessage())
+			st.recordNACK(ts, typeURL, nonce, d.GetMessage())
 		} else if nonce == ts.lastNonce {
-			st.acked(ts, ts.sentVersion)
+			st.recordACK(ts, ts.sentVersion)
 		} else {
 			ts.counters.acks.Inc()
 		}

@@ -162,7 +162,7 @@ func (st *stream) dequeueLocked() (it item, ok bool) {
 		return it, false
 	}
 	if st.inflightBytes >= sendBudget && st.q.len() > 0 {
-		st.gated = true // resumed by acknowledged
+		st.gated = true // resumed by ackInflight
 		st.srv.m.StreamsWaiting.Inc()
 		st.scheduled = false
 		return it, false

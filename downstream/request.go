@@ -103,9 +103,9 @@ type commitment struct {
 	err     error  // the stream's limit is exceeded
 	// wildcardDenied: the stream may not subscribe to the wildcard.
 	wildcardDenied bool
-	// unsubscribedAll: the type's unacknowledged responses were forgotten;
+	// droppedInflight: the type's unacknowledged responses were forgotten;
 	// released: what the stream withheld may go now. Both schedule a flush.
-	unsubscribedAll, released bool
+	droppedInflight, released bool
 }
 
 // commitLocked applies the subscription change of a request to the
@@ -114,7 +114,7 @@ type commitment struct {
 func (st *stream) commitLocked(ts *typeState, typeURL string, c Change) commitment {
 	out := commitment{typeURL: typeURL}
 	if len(c.Remove) > 0 || c.Wildcard != nil {
-		out.unsubscribedAll = !ts.wildcard && len(ts.names) == 0 && st.unsubscribedAll(typeURL)
+		out.droppedInflight = !ts.wildcard && len(ts.names) == 0 && st.dropInflight(typeURL)
 	}
 	out.c = st.authorize(ts, typeURL, c)
 	out.err = st.checkSubscriptions()
@@ -129,7 +129,7 @@ func (st *stream) commitLocked(ts *typeState, typeURL string, c Change) commitme
 // and hands the change to the Source. An error ends the stream; its watches
 // are dropped by close. Called without mu.
 func (st *stream) finish(cm commitment, verdict canaryVerdict) error {
-	if cm.unsubscribedAll {
+	if cm.droppedInflight {
 		defer st.kick()
 	}
 	if cm.released {

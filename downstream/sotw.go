@@ -37,7 +37,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	st.mu.Lock()
 	ts := st.state(typeURL)
 	nonce := req.GetResponseNonce()
-	if st.acknowledged(nonce) {
+	if st.ackInflight(nonce) {
 		defer st.kick()
 	}
 	if ts.lastNonce != "" && nonce != ts.lastNonce {
@@ -53,16 +53,16 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	}
 	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
 	if ts.lastNonce != "" {
-		verdict.rollout = ts.verdict(nonce, req.GetErrorDetail() != nil)
+		verdict.rollout = ts.takeVerdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
 			// Its version_info is what the client runs: the last version it
 			// accepted, whose ACK may have been stale (a newer response was
 			// on its way).
-			st.nacked(ts, typeURL, nonce, d.GetMessage())
+			st.recordNACK(ts, typeURL, nonce, d.GetMessage())
 			ts.ackedVersion = req.GetVersionInfo()
 		} else {
-			st.acked(ts, req.GetVersionInfo())
+			st.recordACK(ts, req.GetVersionInfo())
 		}
 	}
 	if !ts.requested && ts.lastNonce == "" {
