@@ -136,7 +136,7 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 		// by the resource or by its removal.
 		b.removed = append(b.removed, n)
 	case covered:
-		if _, held := ts.holds[n]; held && b.st.mayRemove(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
+		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
 	}
@@ -162,7 +162,7 @@ func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named boo
 	} else if present {
 		b.sendIfNew(r)
 	} else if _, held := ts.holds[n]; held {
-		if st.mayRemove(ts, v, n) && !st.withholdReferenced(ts, v, n) {
+		if st.checkRemoval(ts, v, n) && !st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
 	} else if named && v.Gone(n) {
@@ -199,7 +199,7 @@ func (b *deltaBuilder) answerWildcard() bool {
 	}
 	for n := range ts.holds {
 		if _, named := ts.names[n]; !named {
-			if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.mayRemove(ts, v, n) &&
+			if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.checkRemoval(ts, v, n) &&
 				!st.withholdReferenced(ts, v, n) {
 				b.drop(n)
 			}

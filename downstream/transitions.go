@@ -77,11 +77,12 @@ func (ts *typeState) subscribes(v *View, key string) bool {
 	return ts.wildcard && auth == "" && !keying.HasParams(key)
 }
 
-// mayRemove reports whether a Delta stream may tell its client that key,
+// checkRemoval reports whether a Delta stream may tell its client that key,
 // which it holds, is gone: the View knows it, and not from unconfirmed data
-// (View.Stale) when the client brought the resource from elsewhere. Called
-// with mu held.
-func (st *stream) mayRemove(ts *typeState, v *View, key string) bool {
+// (View.Stale) when the client brought the resource from elsewhere. If not,
+// it withholds the removal (looked at again with every later change).
+// Called with mu held.
+func (st *stream) checkRemoval(ts *typeState, v *View, key string) bool {
 	_, brought := ts.initial[key]
 	if v.Gone(key) && !(brought && v.Stale(key)) {
 		delete(ts.withheld, key)
