@@ -50,7 +50,7 @@ func BenchmarkSharedResponsePerStream(b *testing.B) {
 // nonce, bookkeeping.
 func BenchmarkBuildSotWWildcard(b *testing.B) {
 	v := benchView(100)
-	st := &stream{types: map[string]*typeState{v.TypeURL: {wildcard: true, names: map[string]struct{}{}}}}
+	st := &stream{types: map[string]*typeState{v.TypeURL: {subscription: subscription{wildcard: true, names: map[string]struct{}{}}}}}
 	it := item{view: v, names: map[string]struct{}{"cluster-0001": {}}}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -73,7 +73,7 @@ func BenchmarkBuildSotWFleet(b *testing.B) {
 			var sets nameSets
 			streams := make([]*stream, fleet)
 			for i := range streams {
-				ts := &typeState{names: map[string]struct{}{}}
+				ts := &typeState{subscription: subscription{names: map[string]struct{}{}}}
 				if shape == "wildcard" {
 					ts.wildcard = true
 				} else {

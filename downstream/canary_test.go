@@ -13,15 +13,15 @@ func TestVerdictWaitsForTheNewerVersion(t *testing.T) {
 		t.Fatal("changesAny")
 	}
 	r := pendingRollout{}
-	ts := &typeState{canary: r, canaryNonce: "8", canarySent: 12, canaryWant: 14}
-	if ts.verdict("8", true) != nil {
+	ts := &typeState{rolloutState: rolloutState{canary: r, canaryNonce: "8", canarySent: 12, canaryWant: 14}}
+	if ts.takeVerdict("8", true) != nil {
 		t.Fatal("a NACK of the older version judged the rollout while the newer one was queued")
 	}
 	ts.canaryNonce, ts.canarySent = "10", 14 // the newer version went out
-	if ts.verdict("8", true) != nil {
+	if ts.takeVerdict("8", true) != nil {
 		t.Fatal("a late answer to the older response judged the rollout")
 	}
-	if ts.verdict("10", true) == nil {
+	if ts.takeVerdict("10", true) == nil {
 		t.Fatal("the answer to the newer version did not judge the rollout")
 	}
 }
@@ -33,12 +33,12 @@ func TestVerdictWaitsForTheNewerVersion(t *testing.T) {
 // version, and the relay served an older, bad one for good). Its ACK does.
 func TestVerdictOfARejectingCanary(t *testing.T) {
 	r := pendingRollout{}
-	ts := &typeState{canary: r, canaryNonce: "4", canaryDoubt: true}
-	if ts.verdict("4", true) != nil {
+	ts := &typeState{rolloutState: rolloutState{canary: r, canaryNonce: "4", canaryDoubt: true}}
+	if ts.takeVerdict("4", true) != nil {
 		t.Fatal("the NACK of a canary that was rejecting the type judged the rollout")
 	}
-	ts = &typeState{canary: r, canaryNonce: "4", canaryDoubt: true}
-	if ts.verdict("4", false) == nil {
+	ts = &typeState{rolloutState: rolloutState{canary: r, canaryNonce: "4", canaryDoubt: true}}
+	if ts.takeVerdict("4", false) == nil {
 		t.Fatal("the ACK of a canary that was rejecting the type did not judge the rollout")
 	}
 }

@@ -1,9 +1,7 @@
 package downstream
 
 import (
-	"slices"
 	"strings"
-	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -16,7 +14,7 @@ func (st *stream) runDelta() error {
 	for {
 		req := new(discoverypb.DeltaDiscoveryRequest)
 		if err := st.ss.RecvMsg(req); err != nil {
-			return recvErr(err)
+			return RecvErr(err)
 		}
 		if err := st.handleDelta(req); err != nil {
 			return err
@@ -40,27 +38,27 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	}
 	st.mu.Lock()
 	ts := st.state(typeURL)
-	if st.acknowledged(req.GetResponseNonce()) {
+	if st.ackInflight(req.GetResponseNonce()) {
 		defer st.kick()
 	}
-	var verdict Rollout
-	var carried []string
-	sent := ts.canarySent
+	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
 	if nonce := req.GetResponseNonce(); nonce != "" {
-		carried = ts.carried()
-		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
+		verdict.carried = ts.carried()
+		verdict.rollout = ts.takeVerdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: the versions sent stay recorded as held, so they are not
 			// resent; the next change of a resource is.
-			st.nacked(ts, typeURL, nonce, d.GetMessage())
+			st.recordNACK(ts, typeURL, nonce, d.GetMessage())
 		} else if nonce == ts.lastNonce {
-			st.acked(ts, ts.sentVersion)
+			st.recordACK(ts, ts.sentVersion)
 		} else {
 			ts.counters.acks.Inc()
 		}
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, carried, sent, req.GetErrorDetail())
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	st.mu.Unlock()
+	return st.finish(cm, verdict)
 }
 
 // subscribeDelta applies a request's subscription changes and returns them.
@@ -68,36 +66,14 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 // that names nothing (legacy). initial_resource_versions, on the first
 // request of a type, tell what the client already holds.
 func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb.DeltaDiscoveryRequest) (add, remove []string, wildcard *bool) {
-	if ts.has == nil {
-		ts.has = make(map[string]string)
+	if ts.holds == nil {
+		ts.holds = make(map[string]string)
 		ts.names = make(map[string]struct{})
 	}
 	first := !ts.requested
 	ts.requested = true
 	if first {
-		// initial_resource_versions names resources; a TP2 client's are the
-		// variants its locators select, held under their keys.
-		byLocator := make(map[string][]string)
-		for _, l := range req.GetResourceLocatorsSubscribe() {
-			c := canonical(l.GetName())
-			byLocator[c] = append(byLocator[c], locatorKey(l))
-		}
-		for n, v := range req.GetInitialResourceVersions() {
-			keys := byLocator[canonical(n)]
-			if len(keys) == 0 {
-				keys = []string{st.key(n)}
-			}
-			for _, k := range keys {
-				ts.has[k] = v
-				if ts.initial == nil {
-					ts.initial = make(map[string]struct{})
-				}
-				ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
-			}
-		}
-		if len(req.GetInitialResourceVersions()) > 0 {
-			st.cameBack()
-		}
+		st.initialVersions(ts, req)
 	}
 	capable := keying.WildcardCapable(typeURL)
 	wild := ts.wildcard
@@ -105,20 +81,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 		len(req.GetResourceLocatorsSubscribe()) == 0 {
 		wild = true
 	}
-	subs, unsubs := keysOf(st, req.GetResourceNamesSubscribe()), keysOf(st, req.GetResourceNamesUnsubscribe())
-	for _, l := range req.GetResourceLocatorsSubscribe() {
-		k := locatorKey(l)
-		subs = append(subs, k)
-		if k != keying.Wildcard {
-			if ts.wrapped == nil {
-				ts.wrapped = make(map[string]struct{})
-			}
-			ts.wrapped[k] = struct{}{}
-		}
-	}
-	for _, l := range req.GetResourceLocatorsUnsubscribe() {
-		unsubs = append(unsubs, locatorKey(l))
-	}
+	subs, unsubs := st.deltaKeys(ts, req)
 	for _, n := range subs {
 		switch {
 		case n == keying.Wildcard:
@@ -140,10 +103,10 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 			if _, ok := ts.names[n]; ok {
 				delete(ts.names, n)
 				delete(ts.wrapped, n)
-				delete(ts.heldTP2, n)
+				delete(ts.holdsTP2, n)
 				// The client drops what it unsubscribed; if the wildcard still
 				// covers it, the answer to the unsubscription resends it.
-				delete(ts.has, n)
+				delete(ts.holds, n)
 				remove = append(remove, n)
 			}
 		}
@@ -154,9 +117,9 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 		if wild {
 			ts.wildPending = true
 		} else {
-			for n := range ts.has {
+			for n := range ts.holds {
 				if _, named := ts.names[n]; !named {
-					delete(ts.has, n)
+					delete(ts.holds, n)
 					ts.unwild = append(ts.unwild, n)
 				}
 			}
@@ -165,215 +128,54 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 	return add, remove, wildcard
 }
 
-// buildDelta turns a queued change into an incremental response: the
-// resources whose version the client does not hold, and the removals.
-// Called with mu held.
-func (st *stream) buildDelta(it item) *encoded {
-	v := it.view
-	ts := st.types[v.TypeURL]
-	if ts == nil || ts.has == nil {
-		return nil
+// initialVersions records what the client holds from elsewhere, as the
+// first request of a type tells in initial_resource_versions. Called with
+// mu held.
+func (st *stream) initialVersions(ts *typeState, req *discoverypb.DeltaDiscoveryRequest) {
+	// initial_resource_versions names resources; a TP2 client's are the
+	// variants its locators select, held under their keys.
+	byLocator := make(map[string][]string)
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		c := canonical(l.GetName())
+		byLocator[c] = append(byLocator[c], locatorKey(l))
 	}
-	var send []*Resource
-	var removed []string
-	var errs []*ResourceError
-	var swapped []removal // TP2: variants replaced by another variant sent now
-	sendIfNew := func(r *Resource) {
-		k := r.key()
-		delete(ts.initial, k)
-		delete(ts.kept, k)
-		if ts.has[k] == r.Version {
-			return
+	for n, v := range req.GetInitialResourceVersions() {
+		keys := byLocator[canonical(n)]
+		if len(keys) == 0 {
+			keys = []string{st.key(n)}
 		}
-		ts.has[k] = r.Version
-		send = append(send, r)
-		if _, tp2 := ts.wrapped[k]; tp2 {
-			if old := ts.heldTP2[k]; old != nil && old.Constraints != r.Constraints {
-				swapped = append(swapped, old.removal())
+		for _, k := range keys {
+			ts.holds[k] = v
+			if ts.initial == nil {
+				ts.initial = make(map[string]struct{})
 			}
-			if ts.heldTP2 == nil {
-				ts.heldTP2 = make(map[string]*Resource)
-			}
-			ts.heldTP2[k] = r.Root()
+			ts.initial[k] = struct{}{} // brought from elsewhere (transitions.go)
 		}
 	}
-	// drop tells the client n is gone.
-	drop := func(n string) {
-		delete(ts.has, n)
-		delete(ts.initial, n)
-		removed = append(removed, n)
+	if len(req.GetInitialResourceVersions()) > 0 {
+		st.cameBack()
 	}
-	consider := func(n string, forced bool) {
-		if isGlob(n) {
-			if forced {
-				for _, r := range v.members(n) { // a new glob subscription
-					sendIfNew(r)
-				}
-			}
-			return
-		}
-		r, present := v.Resources[n]
-		named := ts.watches(v, n)
-		// The wildcard covers what the default servers list, never a
-		// subscription with TP2 parameters.
-		plainKey := !keying.HasParams(n)
-		covered := plainKey && ts.wildcard && (!present || r.InWildcard())
-		switch {
-		case named || (covered && present):
-			if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
-				if _, held := ts.has[n]; held && e.NotFound() && st.keepReferenced(ts, v, n) {
-					return // make before break: the client still refers to it
-				}
-				// TP3: the error, and for NOT_FOUND also a removal. A transient
-				// error (UNAVAILABLE) leaves the client its copy.
-				errs = append(errs, e)
-				if e.dataError() {
-					delete(ts.has, n)
-				}
-				if e.NotFound() {
-					drop(n)
-				}
-			} else if present {
-				sendIfNew(r)
-			} else if _, held := ts.has[n]; held {
-				if st.mayRemove(ts, v, n) && !st.keepReferenced(ts, v, n) {
-					drop(n)
-				}
-			} else if named && v.Gone(n) {
-				removed = append(removed, n) // the upstream says it does not exist
-			}
-		case forced && ts.wildcard && plainKey:
-			// xDS: unsubscribing a name the wildcard may cover is answered
-			// by the resource or by its removal.
-			removed = append(removed, n)
-		case covered:
-			if _, held := ts.has[n]; held && st.mayRemove(ts, v, n) && !st.keepReferenced(ts, v, n) {
-				drop(n)
-			}
-		}
-	}
-	for n := range it.names {
-		consider(n, false)
-	}
-	for n := range it.force {
-		if n == keying.Wildcard {
-			continue
-		}
-		if _, dup := it.names[n]; !dup {
-			consider(n, true)
-		}
-	}
-	for n := range ts.heldBack {
-		_, named := it.names[n]
-		_, forced := it.force[n]
-		if _, held := ts.has[n]; !held {
-			delete(ts.heldBack, n) // settled meanwhile
-		} else if !named && !forced {
-			consider(n, false)
-		}
-	}
-	if len(ts.unwild) > 0 && hasKey(it.force, keying.Wildcard) {
-		// What only a dropped wildcard covered is removed — unless the
-		// wildcard is back and still covers it: its answer resends it.
-		for _, n := range ts.unwild {
-			if r, ok := v.Resources[n]; ok && ts.wildcard && r.InWildcard() {
-				continue
-			}
-			removed = append(removed, n)
-		}
-		ts.unwild = nil
-	}
-	answerWildcard := false
-	if ts.wildcard && v.Complete && (ts.wildPending || hasKey(it.force, keying.Wildcard)) {
-		for _, r := range v.wildcard() {
-			sendIfNew(r)
-		}
-		for n := range ts.has {
-			if _, named := ts.names[n]; !named {
-				if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.mayRemove(ts, v, n) &&
-					!st.keepReferenced(ts, v, n) {
-					drop(n)
-				}
-			}
-		}
-		answerWildcard = ts.wildPending
-		ts.wildPending = false
-	}
-	w := st.wrapFor(ts)
-	beats := heartbeats(it, ts, w, send)
-	if len(send) == 0 && len(removed) == 0 && len(errs) == 0 && !answerWildcard && len(beats) == 0 {
-		return nil
-	}
-	slices.SortFunc(send, byName)
-	slices.Sort(removed)
-	removed = slices.Compact(removed)
-	// Never a name both sent and removed in one response.
-	removed = slices.DeleteFunc(removed, func(n string) bool {
-		_, sent := slices.BinarySearchFunc(send, n, func(r *Resource, n string) int { return strings.Compare(r.key(), n) })
-		return sent
-	})
-	rms := swapped
-	for _, k := range removed {
-		if old := ts.heldTP2[k]; old != nil {
-			rms = append(rms, old.removal()) // TP2: the variant the client holds
-			delete(ts.heldTP2, k)
-			continue
-		}
-		n, _ := keying.SplitSubscriptionKey(k)
-		rms = append(rms, removal{name: n})
-	}
-	sortErrors(errs)
-	b := v.delta(send, beats, rms, errs, w)
-	if len(rms) > 0 || len(send) > 0 {
-		st.released(ts, v.TypeURL)
-	}
-	ts.lastView = v
-	nonce := st.nextNonce()
-	ts.lastNonce = nonce
-	ts.sentVersion = b.version
-	if it.canary != nil {
-		// Its verdict is about what its responses carried: a Delta client
-		// NACKs the resources of a response, not what it holds.
-		if ts.canary != it.canary || ts.canaryCarried == nil {
-			ts.canaryCarried = make(map[string]struct{})
-		}
-		for _, n := range it.canary.Names() {
-			if _, ok := slices.BinarySearchFunc(send, n, func(r *Resource, n string) int { return strings.Compare(r.key(), n) }); ok {
-				ts.canaryCarried[n] = struct{}{}
-			}
-		}
-		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
-		ts.canaryDoubt = ts.rejecting
-	}
-	ts.sentAt = time.Time{}
-	if len(it.names) > 0 && !v.Received.IsZero() {
-		ts.sentAt = v.Received
-	}
-	return newEncoded(b.bytes, deltaNonce, nonce)
 }
 
-// heartbeats returns the TTL heartbeats of it the Delta client of ts gets:
-// those of resources it holds at their current version, not sent anyway.
-// Called with mu held.
-func heartbeats(it item, ts *typeState, w wrap, send []*Resource) []*Resource {
-	if !w.ttl || len(it.beats) == 0 {
-		return nil
-	}
-	var out []*Resource
-	for n := range it.beats {
-		r, ok := it.view.Resources[n]
-		if !ok || r.TTL == 0 || ts.has[n] != r.Version || slices.Contains(send, r) {
-			continue
+// deltaKeys returns the subscription keys a request subscribes and
+// unsubscribes, names and TP2 locators, and records the keys that came as
+// locators in wrapped. Called with mu held.
+func (st *stream) deltaKeys(ts *typeState, req *discoverypb.DeltaDiscoveryRequest) (subs, unsubs []string) {
+	subs, unsubs = keysOf(st, req.GetResourceNamesSubscribe()), keysOf(st, req.GetResourceNamesUnsubscribe())
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		k := locatorKey(l)
+		subs = append(subs, k)
+		if k != keying.Wildcard {
+			if ts.wrapped == nil {
+				ts.wrapped = make(map[string]struct{})
+			}
+			ts.wrapped[k] = struct{}{}
 		}
-		out = append(out, r)
 	}
-	slices.SortFunc(out, byName)
-	return out
-}
-
-func hasKey(m map[string]struct{}, k string) bool {
-	_, ok := m[k]
-	return ok
+	for _, l := range req.GetResourceLocatorsUnsubscribe() {
+		unsubs = append(unsubs, locatorKey(l))
+	}
+	return subs, unsubs
 }
 
 // DeltaDiscoveryResponse and Resource field numbers (envoy.service.discovery.v3).

@@ -26,5 +26,18 @@
 //
 // Server methods are safe for concurrent use. A stream's state is guarded by
 // its mutex; the lock order is Source lock → stream.mu. Watcher.Notify never
-// blocks and never calls back into the Source.
+// blocks and never calls back into the Source. A function whose name ends
+// in Locked is called with stream.mu held and returns with it held. Nothing
+// is sent and no flush handed to the pool under it: flush sends between its
+// two locked steps, and a request reports a canary's verdict and hands its
+// change to the Source after the lock (finish).
+//
+// # Files
+//
+// server.go, stream.go and typestate.go hold the server, a stream and its
+// per-type state; sotw.go and delta.go read requests; sotw_build.go and
+// delta_build.go build responses; flush.go queues and sends them; ack.go
+// tracks what the client acknowledged; request.go checks and commits a
+// request; mbb.go (make before break) and transitions.go decide which
+// removals a stream withholds.
 package downstream

@@ -107,9 +107,9 @@ func (s *Server) ClientStates(ids []uint64) []ClientState {
 				ct.Names = append(ct.Names, keying.DisplayKey(k))
 			}
 			slices.Sort(ct.Names)
-			if ts.has != nil {
-				ct.Held = make(map[string]string, len(ts.has))
-				for k, v := range ts.has {
+			if ts.holds != nil {
+				ct.Held = make(map[string]string, len(ts.holds))
+				for k, v := range ts.holds {
 					ct.Held[keying.DisplayKey(k)] = v
 				}
 			}

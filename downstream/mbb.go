@@ -18,7 +18,7 @@ import (
 // CDS without c2 arrives before the RDS that moves the route from c2 to c3.
 // So on an ADS stream, where one stream carries every type in order, a
 // removal of a Cluster, RouteConfiguration or ClusterLoadAssignment (SotW
-// LDS/CDS omission, Delta removal) is held back while the client holds a
+// LDS/CDS omission, Delta removal) is withheld while the client holds a
 // resource that refers to it (keying.References), and sent once what the
 // client holds no longer does. The held resource is sent as the client holds
 // it. Opaque types keep the upstream's order only.
@@ -80,7 +80,7 @@ func (st *stream) referenced(typeURL, key string) bool {
 			continue
 		}
 		found := false
-		rts.eachHeld(func(r *Resource) bool {
+		rts.eachClientResource(func(r *Resource) bool {
 			found = r == nil || slices.Contains(r.refs(rt)[typeURL], name)
 			return !found
 		})
@@ -91,26 +91,26 @@ func (st *stream) referenced(typeURL, key string) bool {
 	return false
 }
 
-// eachHeld calls f with each resource the client holds of the type, as far
-// as the stream knows (what it sent last, and what it keeps back), until f
-// returns false; with nil for one the stream cannot read (see heldResource).
+// eachClientResource calls f with each resource the client holds of the type, as far
+// as the stream knows (what it sent last, and what it withholds), until f
+// returns false; with nil for one the stream cannot read (see clientResource).
 // Called with mu held.
-func (ts *typeState) eachHeld(f func(*Resource) bool) {
+func (ts *typeState) eachClientResource(f func(*Resource) bool) {
 	visit := func(k string) bool {
-		if r, ok := ts.kept[k]; ok && r != nil {
+		if r, ok := ts.withheldRefs[k]; ok && r != nil {
 			return f(r)
 		}
-		return f(ts.heldResource(k))
+		return f(ts.clientResource(k))
 	}
 	switch {
-	case ts.has != nil: // Delta: what the client holds
-		for k := range ts.has {
+	case ts.holds != nil: // Delta: what the client holds
+		for k := range ts.holds {
 			if !visit(k) {
 				return
 			}
 		}
-	case ts.heldKeys != nil: // SotW LDS/CDS: the last full state sent
-		for k := range ts.heldKeys {
+	case ts.holdsKeys != nil: // SotW LDS/CDS: the last full state sent
+		for k := range ts.holdsKeys {
 			if ts.subscribesKey(k) && !visit(k) {
 				return
 			}
@@ -119,7 +119,7 @@ func (ts *typeState) eachHeld(f func(*Resource) bool) {
 		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
 	default: // SotW: each subscribed name as last sent (or from elsewhere)
 		for k := range ts.names {
-			if r, ok := ts.goneHeld[k]; ok {
+			if r, ok := ts.holdsGone[k]; ok {
 				if !f(r) {
 					return
 				}
@@ -144,13 +144,13 @@ func (v *View) resource(key string) (*Resource, bool) {
 	return r, ok
 }
 
-// heldResource returns the resource the client holds at key as far as the
+// clientResource returns the resource the client holds at key as far as the
 // stream can tell, nil when unknown. SotW: as this stream sent it (a client
 // that brought it from elsewhere may hold any version). Delta: from the last
 // View sent from or the latest queued, at the version the client holds.
 // Called with mu held.
-func (ts *typeState) heldResource(key string) *Resource {
-	if ts.has == nil {
+func (ts *typeState) clientResource(key string) *Resource {
+	if ts.holds == nil {
 		r, _ := ts.lastView.resource(key)
 		return r
 	}
@@ -162,7 +162,7 @@ func (ts *typeState) heldResource(key string) *Resource {
 		if !ok {
 			continue
 		}
-		if ver, held := ts.has[key]; ts.has != nil && (!held || ver != r.Version) {
+		if ver, held := ts.holds[key]; ts.holds != nil && (!held || ver != r.Version) {
 			continue
 		}
 		return r
@@ -180,33 +180,33 @@ func (ts *typeState) subscribesKey(key string) bool {
 	return ts.wildcard && auth == "" && !keying.HasParams(key)
 }
 
-// keepReferenced holds back the removal of key from a Delta client while it
+// withholdReferenced withholds the removal of key from a Delta client while it
 // holds a resource referring to it; it reports whether it did. Called with
 // mu held.
-func (st *stream) keepReferenced(ts *typeState, v *View, key string) bool {
+func (st *stream) withholdReferenced(ts *typeState, v *View, key string) bool {
 	if !st.referenced(v.TypeURL, key) {
-		delete(ts.kept, key)
+		delete(ts.withheldRefs, key)
 		return false
 	}
-	if _, ok := ts.kept[key]; !ok {
-		if ts.kept == nil {
-			ts.kept = make(map[string]*Resource)
+	if _, ok := ts.withheldRefs[key]; !ok {
+		if ts.withheldRefs == nil {
+			ts.withheldRefs = make(map[string]*Resource)
 		}
-		ts.kept[key] = ts.heldResource(key) // nil when unknown
+		ts.withheldRefs[key] = ts.clientResource(key) // nil when unknown
 	}
-	st.hold(ts, v.TypeURL, "referenced")
+	st.noteWithheld(ts, v.TypeURL, "referenced")
 	return true
 }
 
-// keptFull returns what a full-state response built from v must still
+// withheldFull returns what a full-state response built from v must still
 // carry, by key: what v dropped — it is not in b, not in v — that the
 // stream subscribes to and that something the client holds refers to (the
 // client holds it then, or should); nil for one whose content the stream
 // does not have (the client brought it from elsewhere). ok is false when
-// the response must be held back whole: such a resource, or a referrer the
+// the response must be withheld whole: such a resource, or a referrer the
 // stream cannot read while the client may lose something. Called with mu
 // held.
-func (st *stream) keptFull(ts *typeState, v *View, b *body) (keep map[string]*Resource, ok bool) {
+func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string]*Resource, ok bool) {
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
@@ -215,7 +215,7 @@ func (st *stream) keptFull(ts *typeState, v *View, b *body) (keep map[string]*Re
 		if ts.fromElsewhere {
 			return nil, false // the client may hold anything: nothing can be ruled out
 		}
-		for k := range ts.heldKeys {
+		for k := range ts.holdsKeys {
 			if _, in := b.keys[k]; !in && ts.subscribes(v, k) {
 				return nil, false
 			}
@@ -224,7 +224,7 @@ func (st *stream) keptFull(ts *typeState, v *View, b *body) (keep map[string]*Re
 	// The keys the client may hold of a referenced name: the name, or its
 	// subscription keys with TP2 parameters.
 	cands := map[string]bool{}
-	for _, keys := range []map[string]struct{}{ts.heldKeys, ts.names} {
+	for _, keys := range []map[string]struct{}{ts.holdsKeys, ts.names} {
 		for k := range keys {
 			if name, _ := keying.SplitSubscriptionKey(k); refs[name] {
 				cands[k] = true
@@ -241,13 +241,13 @@ func (st *stream) keptFull(ts *typeState, v *View, b *body) (keep map[string]*Re
 		if _, present := v.Resources[k]; present {
 			continue // (not in b: denied, or not selected here)
 		}
-		_, held := ts.heldKeys[k]
-		if _, kept := ts.kept[k]; !held && !kept && !ts.fromElsewhere {
+		_, held := ts.holdsKeys[k]
+		if _, kept := ts.withheldRefs[k]; !held && !kept && !ts.fromElsewhere {
 			continue // never held, and the stream did not send it: nothing to lose
 		}
-		r := ts.kept[k]
+		r := ts.withheldRefs[k]
 		if r == nil {
-			r = ts.heldResource(k)
+			r = ts.clientResource(k)
 		}
 		if keep == nil {
 			keep = make(map[string]*Resource)
@@ -272,7 +272,7 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 			unknown = unknown || st.inGrace()
 			continue
 		}
-		rts.eachHeld(func(r *Resource) bool {
+		rts.eachClientResource(func(r *Resource) bool {
 			if r == nil {
 				unknown = true
 				return true
@@ -286,26 +286,26 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 	return refs, unknown
 }
 
-// releaseKept looks again, after the client's resources of typeURL changed
-// (a response sent, names unsubscribed), at what the stream keeps back of
-// the types they refer to: a kept resource nothing refers to any more is
+// releaseWithheld looks again, after the client's resources of typeURL changed
+// (a response sent, names unsubscribed), at what the stream withholds of
+// the types they refer to: a withheld resource nothing refers to any more is
 // queued for its removal. It reports whether it queued anything. Called
 // with mu held.
-func (st *stream) releaseKept(typeURL string) bool {
+func (st *stream) releaseWithheld(typeURL string) bool {
 	queued := false
 	for _, t := range keying.Referenced(typeURL) {
 		ts := st.types[t]
-		if ts == nil || ts.latest == nil || (len(ts.kept) == 0 && ts.holding != "referenced") {
+		if ts == nil || ts.latest == nil || (len(ts.withheldRefs) == 0 && ts.withholding != "referenced") {
 			continue
 		}
 		var free []string
-		for k := range ts.kept {
+		for k := range ts.withheldRefs {
 			if !st.referenced(t, k) {
 				free = append(free, k)
 			}
 		}
-		if len(free) > 0 || len(ts.kept) == 0 {
-			st.q.pushNames(ts.latest, free) // (held back whole: looked at again)
+		if len(free) > 0 || len(ts.withheldRefs) == 0 {
+			st.q.pushNames(ts.latest, free) // (withheld whole: looked at again)
 			queued = true
 		}
 	}
@@ -326,7 +326,7 @@ func (st *stream) inGrace() bool {
 }
 
 // cameBack starts the grace of a client that came back with config and looks
-// again at what it held back when the grace ends. Called with mu held.
+// again at what it withheld when the grace ends. Called with mu held.
 func (st *stream) cameBack() {
 	if !st.graceUntil.IsZero() {
 		return
@@ -334,22 +334,23 @@ func (st *stream) cameBack() {
 	st.graceUntil = time.Now().Add(referrerGrace)
 	time.AfterFunc(referrerGrace, func() {
 		st.mu.Lock()
-		if st.closed {
-			st.mu.Unlock()
-			return
-		}
-		queued := false
-		for _, t := range slices.Sorted(maps.Keys(st.types)) {
-			ts := st.types[t]
-			if ts.latest != nil && (len(ts.kept) > 0 || ts.holding == "referenced") {
-				st.q.pushNames(ts.latest, slices.Collect(maps.Keys(ts.kept)))
-				queued = true
-			}
-		}
-		if !queued {
-			st.mu.Unlock()
-			return
-		}
-		st.scheduleLocked(false)
+		sched := !st.closed && st.recheckWithheldLocked() && st.claimFlushLocked()
+		st.mu.Unlock()
+		st.schedule(sched, false)
 	})
+}
+
+// recheckWithheldLocked queues every type that keeps something back to be
+// looked at again; it reports whether it queued anything. Called with mu
+// held.
+func (st *stream) recheckWithheldLocked() bool {
+	queued := false
+	for _, t := range slices.Sorted(maps.Keys(st.types)) {
+		ts := st.types[t]
+		if ts.latest != nil && (len(ts.withheldRefs) > 0 || ts.withholding == "referenced") {
+			st.q.pushNames(ts.latest, slices.Collect(maps.Keys(ts.withheldRefs)))
+			queued = true
+		}
+	}
+	return queued
 }

@@ -23,9 +23,9 @@ type item struct {
 	recheck bool
 	owned   bool // names is a private copy
 
-	// hold makes the item a barrier: it and everything behind it wait
+	// barrier makes the item a barrier: it and everything behind it wait
 	// until the rollout resolves (nil: no barrier).
-	hold Rollout
+	barrier Rollout
 	// canary reports the verdict on this item's response to the rollout.
 	canary Rollout
 	// halted are halted rollouts whose barriers collapse merged into the
@@ -55,7 +55,7 @@ func (q *queue) push(v *View, force []string) {
 	if force != nil {
 		changed = nil
 	}
-	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
+	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].barrier == nil {
 		q.items[n-1].merge(v, changed, v.Heartbeats, force)
 		return
 	}
@@ -82,7 +82,7 @@ func (q *queue) pushRollout(v *View, r Rollout, canary bool) {
 	for _, n := range r.Names() {
 		names[n] = struct{}{}
 	}
-	q.append(item{view: v, names: names, owned: true, hold: r, beats: v.Heartbeats})
+	q.append(item{view: v, names: names, owned: true, barrier: r, beats: v.Heartbeats})
 }
 
 // pushNames queues v for names only (not what changed in v): a stream
@@ -92,7 +92,7 @@ func (q *queue) pushNames(v *View, names []string) {
 	for _, n := range names {
 		set[n] = struct{}{}
 	}
-	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].hold == nil {
+	if n := len(q.items); n > 0 && q.items[n-1].view.TypeURL == v.TypeURL && q.items[n-1].barrier == nil {
 		q.items[n-1].merge(v, set, nil, nil)
 		q.items[n-1].recheck = true
 		return
@@ -153,16 +153,14 @@ func (q *queue) collapse() {
 		run = run[:0]
 	}
 	for _, it := range q.items {
-		if it.hold != nil {
-			switch it.hold.State() {
-			case RolloutPending:
+		if it.barrier != nil {
+			pending, halted := ResolveBarrier(it.barrier, nil, slices.Clip(it.halted))
+			if pending {
 				flush()
 				out = append(out, it)
 				continue
-			case RolloutHalted:
-				it.halted = append(slices.Clip(it.halted), it.hold)
 			}
-			it.hold = nil
+			it.barrier, it.halted = nil, halted
 		}
 		run = append(run, it)
 	}

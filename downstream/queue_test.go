@@ -180,7 +180,7 @@ func TestQueueBoundedBehindBarrier(t *testing.T) {
 		t.Fatalf("head is view %d, want the change before the barrier", h.view.Seq)
 	}
 	q.pop()
-	if h := q.head(); h.hold == nil || h.view.Seq != 2 {
+	if h := q.head(); h.barrier == nil || h.view.Seq != 2 {
 		t.Fatalf("the barrier moved: head %+v", h)
 	}
 }
@@ -258,7 +258,7 @@ func TestQueueBoundedAcrossResolvedBarriers(t *testing.T) {
 	}
 	pending := 0
 	for _, it := range q.items {
-		if it.hold != nil {
+		if it.barrier != nil {
 			pending++
 		}
 	}

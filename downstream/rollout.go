@@ -42,3 +42,39 @@ type Rollout interface {
 	// Names returns the names the rollout changes.
 	Names() []string
 }
+
+// ResolveBarrier settles a barrier of the rollout r for the watcher w.
+// pending reports that r still withholds what is behind the barrier; w,
+// unless nil, is woken when r resolves. Otherwise the barrier is gone and
+// halted comes back with r appended if r halted: what the barrier withheld
+// is then seen reverted (Reverted). A released barrier is an ordinary
+// change.
+func ResolveBarrier(r Rollout, w Watcher, halted []Rollout) (pending bool, _ []Rollout) {
+	for {
+		switch r.State() {
+		case RolloutPending:
+			if w == nil || r.Wait(w) {
+				return true, halted
+			}
+		case RolloutHalted:
+			return false, append(halted, r)
+		default:
+			return false, halted
+		}
+	}
+}
+
+// Reverted returns v as a watcher that skipped the halted rollouts sees it:
+// each rollout that still covers v reverts what it rolled out. still are
+// those rollouts: Views reach a watcher in order, so one that no longer
+// covers v is done with.
+func Reverted(v *View, halted []Rollout) (_ *View, still []Rollout) {
+	out := v
+	for _, r := range halted {
+		if r.Covers(v) {
+			out = r.Revert(out)
+			still = append(still, r)
+		}
+	}
+	return out, still
+}

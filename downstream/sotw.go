@@ -1,14 +1,10 @@
 package downstream
 
 import (
-	"maps"
-	"slices"
 	"strings"
-	"time"
 	"unique"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -18,7 +14,7 @@ func (st *stream) runSotW() error {
 	for {
 		req := new(discoverypb.DiscoveryRequest)
 		if err := st.ss.RecvMsg(req); err != nil {
-			return recvErr(err)
+			return RecvErr(err)
 		}
 		if err := st.handleSotW(req); err != nil {
 			return err
@@ -41,7 +37,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	st.mu.Lock()
 	ts := st.state(typeURL)
 	nonce := req.GetResponseNonce()
-	if st.acknowledged(nonce) {
+	if st.ackInflight(nonce) {
 		defer st.kick()
 	}
 	if ts.lastNonce != "" && nonce != ts.lastNonce {
@@ -55,19 +51,18 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
 	}
-	var verdict Rollout
-	sent := ts.canarySent
+	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
 	if ts.lastNonce != "" {
-		verdict = ts.verdict(nonce, req.GetErrorDetail() != nil)
+		verdict.rollout = ts.takeVerdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {
 			// NACK: remember why; nothing is resent until the resource changes.
 			// Its version_info is what the client runs: the last version it
 			// accepted, whose ACK may have been stale (a newer response was
 			// on its way).
-			st.nacked(ts, typeURL, nonce, d.GetMessage())
+			st.recordNACK(ts, typeURL, nonce, d.GetMessage())
 			ts.ackedVersion = req.GetVersionInfo()
 		} else {
-			st.acked(ts, req.GetVersionInfo())
+			st.recordACK(ts, req.GetVersionInfo())
 		}
 	}
 	if !ts.requested && ts.lastNonce == "" {
@@ -80,11 +75,13 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
 	for _, n := range remove {
-		delete(ts.goneHeld, n)
+		delete(ts.holdsGone, n)
 		delete(ts.unanswered, n)
 		delete(ts.answeredWith, n)
 	}
-	return st.commit(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard}, verdict, nil, sent, req.GetErrorDetail())
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	st.mu.Unlock()
+	return st.finish(cm, verdict)
 }
 
 // subscribeSotW replaces the subscription with names and returns the change.
@@ -263,230 +260,6 @@ func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) 
 	}
 }
 
-// buildSotW turns a queued change into a response, or nil when the stream
-// has nothing new to learn from it. Called with mu held.
-func (st *stream) buildSotW(it item) *encoded {
-	v := it.view
-	ts := st.types[v.TypeURL]
-	if ts == nil {
-		return nil
-	}
-	var b *body
-	if keying.FullState(v.TypeURL) {
-		b = st.fullState(ts, it)
-	} else {
-		b = st.partial(ts, it)
-		ts.keepGone(it)
-	}
-	if b == nil {
-		// Nothing changed for the client; TTL heartbeats still go out.
-		if b = st.heartbeatsSotW(ts, it); b == nil {
-			return nil
-		}
-		nonce := st.nextNonce()
-		ts.lastNonce, ts.lastKeys = nonce, nil
-		return newEncoded(b.bytes, sotwNonce, nonce)
-	}
-	nonce := st.nextNonce()
-	ts.lastNonce, ts.lastKeys = nonce, b.keys
-	ts.sentVersion, ts.nackedSent = b.version, false
-	ts.sentOnce = true
-	if keying.FullState(v.TypeURL) {
-		ts.held, ts.heldKeys, ts.fromElsewhere = b, b.keys, false
-		if ts.wildcard && v.Complete {
-			delete(ts.unanswered, keying.Wildcard)
-		}
-	}
-	if len(ts.unanswered) > 0 || len(ts.answeredWith) > 0 {
-		ts.noteAnswered(it, b.keys)
-	}
-	ts.lastView = v
-	st.released(ts, v.TypeURL)
-	if it.canary != nil {
-		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
-		ts.canaryDoubt = ts.rejecting
-	}
-	ts.sentAt = time.Time{}
-	if len(it.names) > 0 && !v.Received.IsZero() {
-		ts.sentAt = v.Received
-	}
-	return newEncoded(b.bytes, sotwNonce, nonce)
-}
-
-// fullState answers LDS/CDS: every subscribed resource in every response.
-func (st *stream) fullState(ts *typeState, it item) *body {
-	v := it.view
-	forced := false
-	for n := range it.force {
-		_, named := ts.names[n]
-		_, present := v.Resources[n]
-		_, failed := ts.errorFor(v, n)
-		if _, asked := ts.unanswered[n]; !asked {
-			continue // answered since it was subscribed
-		}
-		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
-			forced = true
-			break
-		}
-	}
-	sel := st.fullSelection(ts, v)
-	if ts.wildcard && !v.Complete {
-		// The upstream has not answered the wildcard yet: the client waits
-		// rather than lose what it holds.
-		return st.holdFull(ts, v, "unknown")
-	}
-	if ts.fromElsewhere && ts.staleIn(v) {
-		return st.holdFull(ts, v, "stale")
-	}
-	if !ts.wildcard && sel.present == 0 && sel.errors == 0 && !ts.sentOnce && !sel.gone {
-		return nil // nothing known yet: let the client wait rather than think it is gone
-	}
-	b := sel.body
-	if !ts.fromElsewhere && len(ts.kept) == 0 && b.covers(ts.held) {
-		// The common change: the client loses nothing it holds, so nothing is
-		// held back (transitions.go, mbb.go).
-		if ts.holds(b.version) && !forced {
-			return nil
-		}
-		ts.kept = nil
-		return b
-	}
-	kept, ok := st.keptFull(ts, v, b)
-	if !ok {
-		// Make before break, where the stream cannot send what the client
-		// holds as it holds it, or cannot read what refers to it: the
-		// client keeps what it has until that is over.
-		ts.kept = kept
-		if ts.kept == nil {
-			ts.kept = map[string]*Resource{} // (looked at again when referrers change)
-		}
-		return st.holdFull(ts, v, "referenced")
-	}
-	keep := slices.Collect(maps.Values(kept))
-	if len(keep) > 0 {
-		// Make before break: what the client still refers to stays.
-		slices.SortFunc(keep, byName)
-		b = v.sotw(sel.key+keptKey(keep), func() []*Resource {
-			all := append(slices.Clone(sel.pick()), keep...)
-			slices.SortFunc(all, byName)
-			return all
-		}, sel.errs, st.wrapFor(ts))
-	}
-	if ts.holds(b.version) && !forced {
-		if len(keep) > 0 {
-			// The client holds just this: what it keeps is looked at again
-			// when what refers to it changes (releaseKept).
-			ts.kept = kept
-			st.hold(ts, v.TypeURL, "referenced")
-		}
-		return nil
-	}
-	if !ts.keepsHeld(v, b) {
-		return st.holdFull(ts, v, "unknown")
-	}
-	ts.kept = kept
-	if len(keep) > 0 {
-		st.hold(ts, v.TypeURL, "referenced")
-	}
-	return b
-}
-
-// fullSelection returns what a full-state response of v carries for the
-// stream: shared by every stream of the same interned subscription when it
-// names resources plainly (View.namedFull), else the stream's own.
-// Called with mu held.
-func (st *stream) fullSelection(ts *typeState, v *View) *namedState {
-	w := st.wrapFor(ts)
-	if !ts.wildcard && ts.set != nil && len(ts.denied) == 0 && !ts.hasGlobs && len(w.tp2) == 0 {
-		return v.namedFull(ts.set, w.ttl)
-	}
-	var extra []*Resource // named resources outside the wildcard set
-	gone := false
-	for n := range ts.names {
-		if _, denied := ts.denied[n]; denied {
-			continue
-		}
-		r, ok := v.Resources[n]
-		if ok && (!ts.wildcard || !r.InWildcard() || !r.plain()) {
-			extra = append(extra, r)
-		}
-		if isGlob(n) {
-			extra = append(extra, v.members(n)...)
-		} else if !ok && v.Gone(n) {
-			gone = true
-		}
-	}
-	if ts.hasGlobs {
-		slices.SortFunc(extra, byName)
-		extra = slices.CompactFunc(extra, func(a, b *Resource) bool { return a.key() == b.key() })
-	}
-	// TP3: LDS/CDS responses with errors still carry every other resource.
-	var errs []*ResourceError
-	for n := range ts.names {
-		if e, ok := ts.errorFor(v, n); ok {
-			errs = append(errs, e)
-		}
-	}
-	sortErrors(errs)
-	sel := &namedState{present: len(extra), errors: len(errs), gone: gone, errs: errs, key: "*", sel: extra}
-	if w.ttl && v.wildcardTTL() {
-		sel.key = "*\x00ttl"
-	}
-	if ts.wildcard && len(extra) == 0 {
-		sel.wild = v
-	} else {
-		slices.SortFunc(extra, byName)
-		sel.key = selectionKey(ts.wildcard, extra, w)
-		if ts.wildcard {
-			sel.wild = v
-		}
-	}
-	sel.body = v.sotw(sel.key, sel.pick, errs, w)
-	return sel
-}
-
-// keepGone records the subscribed names of a change that its View no longer
-// has but the View last sent from did: the client keeps them (see
-// goneHeld). Called with mu held, before lastView moves on.
-func (ts *typeState) keepGone(it item) {
-	for n := range it.names {
-		if _, sub := ts.names[n]; !sub {
-			continue
-		}
-		if _, now := it.view.Resources[n]; now {
-			delete(ts.goneHeld, n)
-			continue
-		}
-		if r, was := ts.lastView.resource(n); was {
-			if ts.goneHeld == nil {
-				ts.goneHeld = make(map[string]*Resource)
-			}
-			ts.goneHeld[n] = r
-		}
-	}
-}
-
-// noteAnswered records that a response to it carried keys: they are
-// answered, and (RDS/EDS) the version a change that is not the names' own
-// forced item answered them with is remembered (see answeredWith; also when
-// a later change sent it again before the forced item came). Called with mu
-// held.
-func (ts *typeState) noteAnswered(it item, keys map[string]struct{}) {
-	partial := !keying.FullState(it.view.TypeURL)
-	for k := range keys {
-		_, was := ts.unanswered[k]
-		_, rec := ts.answeredWith[k]
-		_, forced := it.force[k]
-		if r, ok := it.view.Resources[k]; ok && (was || rec) && partial && !forced {
-			if ts.answeredWith == nil {
-				ts.answeredWith = make(map[string]string)
-			}
-			ts.answeredWith[k] = r.Version
-		}
-		delete(ts.unanswered, k)
-	}
-}
-
 // toAnswer records what a subscription change added: a response must carry
 // it even when the client has the version (see unanswered). Called with mu
 // held.
@@ -504,152 +277,4 @@ func (ts *typeState) toAnswer(add []string, wildcard *bool) {
 	if wildcard != nil && *wildcard {
 		ts.unanswered[keying.Wildcard] = struct{}{}
 	}
-}
-
-// holds reports whether a SotW response at version is what the client has:
-// the latest response sent (xDS: a NACKed version is not resent either), or,
-// when that was NACKed, the one it still runs.
-func (ts *typeState) holds(version string) bool {
-	return version == ts.sentVersion || (ts.nackedSent && version == ts.ackedVersion)
-}
-
-// keptKey extends a memo key with the resources a response keeps beyond its
-// View (make before break).
-func keptKey(keep []*Resource) string {
-	var sb strings.Builder
-	sb.WriteString("\x00+")
-	for _, r := range keep {
-		sb.WriteString(r.key() + "\x00" + r.Version + "\x00")
-	}
-	return sb.String()
-}
-
-// partial answers the other types: the changed and the newly subscribed
-// resources the stream watches.
-func (st *stream) partial(ts *typeState, it item) *body {
-	v := it.view
-	var sel []*Resource
-	var errs []*ResourceError
-	pick := func(n string) {
-		if !ts.watches(v, n) {
-			return
-		}
-		if isGlob(n) {
-			sel = append(sel, v.members(n)...) // a new glob subscription: all its members
-			return
-		}
-		if e, ok := ts.denied[n]; ok {
-			errs = append(errs, e)
-		} else if r, ok := v.Resources[n]; ok {
-			sel = append(sel, r)
-		} else if e, ok := v.Errors[n]; ok {
-			errs = append(errs, e)
-		}
-	}
-	for n := range it.names {
-		pick(n)
-	}
-	changed := len(sel) + len(errs)
-	for n := range it.force {
-		_, dup := it.names[n]
-		_, asked := ts.unanswered[n]
-		if ver, answered := ts.answeredWith[n]; answered {
-			// Answered by a change queued before this, from an older View
-			// perhaps: sent again if this View has another version (or an
-			// error for it).
-			delete(ts.answeredWith, n)
-			r, ok := v.Resources[n]
-			asked = asked || !ok || r.Version != ver
-		}
-		if asked && !dup {
-			pick(n)
-		}
-	}
-	if len(sel) == 0 && len(errs) == 0 {
-		return nil
-	}
-	asked := len(sel)+len(errs) > changed // the client asked for some of it
-	slices.SortFunc(sel, byName)
-	sel = slices.CompactFunc(sel, func(a, b *Resource) bool { return a.key() == b.key() })
-	sortErrors(errs)
-	w := st.wrapFor(ts)
-	b := v.sotw(selectionKey(false, sel, w), func() []*Resource { return sel }, errs, w)
-	if ts.holds(b.version) && !asked {
-		return nil // the client has just this (a change it was sent with a request's answer)
-	}
-	return b
-}
-
-// heartbeatsSotW returns the response carrying the TTL heartbeats of it
-// that the client holds (xds.config.supports-resource-in-sotw), nil for none.
-// It changes nothing the client holds: its version is the last one sent.
-// Called with mu held.
-func (st *stream) heartbeatsSotW(ts *typeState, it item) *body {
-	w := st.wrapFor(ts)
-	if !w.ttl || len(it.beats) == 0 || ts.sentVersion == "" {
-		return nil
-	}
-	held := ts.names
-	if keying.FullState(it.view.TypeURL) {
-		held = ts.heldKeys
-	}
-	var rs []*Resource
-	for n := range it.beats {
-		_, holds := held[n]
-		if r, ok := it.view.Resources[n]; ok && r.TTL > 0 && (holds || ts.subscribes(it.view, n)) {
-			rs = append(rs, r)
-		}
-	}
-	if len(rs) == 0 {
-		return nil
-	}
-	slices.SortFunc(rs, byName)
-	var sb strings.Builder
-	sb.WriteString("\x00beat\x00" + ts.sentVersion + "\x00")
-	for _, r := range rs {
-		sb.WriteString(r.key() + "\x00")
-	}
-	return it.view.memoized(sb.String(), func() *body {
-		var b []byte
-		b = protowire.AppendTag(b, sotwVersionInfo, protowire.BytesType)
-		b = protowire.AppendString(b, ts.sentVersion)
-		for _, r := range rs {
-			b = protowire.AppendTag(b, sotwResources, protowire.BytesType)
-			b = protowire.AppendBytes(b, r.wrapper(formBeat|formTTL|formAny))
-		}
-		b = protowire.AppendTag(b, sotwTypeURL, protowire.BytesType)
-		b = protowire.AppendString(b, it.view.TypeURL)
-		return &body{bytes: b, version: ts.sentVersion, count: len(rs)}
-	})
-}
-
-func sortErrors(errs []*ResourceError) {
-	slices.SortFunc(errs, func(a, b *ResourceError) int { return strings.Compare(a.Name, b.Name) })
-}
-
-// anyGone reports whether v knows that one of names does not exist.
-func anyGone(v *View, names map[string]struct{}) bool {
-	for n := range names {
-		if _, ok := v.Resources[n]; !ok && v.Gone(n) {
-			return true
-		}
-	}
-	return false
-}
-
-func byName(a, b *Resource) int { return strings.Compare(a.key(), b.key()) }
-
-// selectionKey names a selection of a View for the response memo, marking
-// how w wraps each resource.
-func selectionKey(wildcard bool, rs []*Resource, w wrap) string {
-	var sb strings.Builder
-	if wildcard {
-		sb.WriteString("*\x00")
-	}
-	for _, r := range rs {
-		w.mark(&sb, r)
-		sb.WriteString(r.key())
-		sb.WriteByte(0)
-	}
-	return sb.String()
 }

@@ -16,15 +16,15 @@ import (
 // so, or it is missing from the complete wildcard set), and never from
 // unconfirmed data (View.Stale: the authority's upstream is away or has not
 // answered since) to a client that holds config from elsewhere. Until then the
-// response (SotW) or the removal (Delta) is held back: the client keeps what
+// response (SotW) or the removal (Delta) is withheld: the client keeps what
 // it has. Each hold is counted (xds_relay_removals_held_total) and logged.
 
-// keepsHeld reports whether the full-state response b drops nothing the
+// losesNothing reports whether the full-state response b drops nothing the
 // client may hold without the View knowing it is gone: what the stream sent
 // last, or, for a client that came with config from elsewhere, everything
 // it subscribes to by name. A name the client no longer subscribes to, or
 // may not have (denied), may go. Called with mu held.
-func (ts *typeState) keepsHeld(v *View, b *body) bool {
+func (ts *typeState) losesNothing(v *View, b *body) bool {
 	lost := func(k string) bool {
 		if _, in := b.keys[k]; in {
 			return false
@@ -41,7 +41,7 @@ func (ts *typeState) keepsHeld(v *View, b *body) bool {
 			}
 		}
 	}
-	for k := range ts.heldKeys {
+	for k := range ts.holdsKeys {
 		if ts.subscribes(v, k) && lost(k) {
 			return false
 		}
@@ -77,53 +77,54 @@ func (ts *typeState) subscribes(v *View, key string) bool {
 	return ts.wildcard && auth == "" && !keying.HasParams(key)
 }
 
-// mayRemove reports whether a Delta stream may tell its client that key,
+// checkRemoval reports whether a Delta stream may tell its client that key,
 // which it holds, is gone: the View knows it, and not from unconfirmed data
-// (View.Stale) when the client brought the resource from elsewhere. Called
-// with mu held.
-func (st *stream) mayRemove(ts *typeState, v *View, key string) bool {
+// (View.Stale) when the client brought the resource from elsewhere. If not,
+// it withholds the removal (looked at again with every later change).
+// Called with mu held.
+func (st *stream) checkRemoval(ts *typeState, v *View, key string) bool {
 	_, brought := ts.initial[key]
 	if v.Gone(key) && !(brought && v.Stale(key)) {
-		delete(ts.heldBack, key)
+		delete(ts.withheld, key)
 		return true
 	}
 	reason := "unknown"
 	if v.Stale(key) {
 		reason = "stale"
 	}
-	if ts.heldBack == nil {
-		ts.heldBack = make(map[string]struct{})
+	if ts.withheld == nil {
+		ts.withheld = make(map[string]struct{})
 	}
-	ts.heldBack[key] = struct{}{} // looked at again with every later change
-	st.hold(ts, v.TypeURL, reason)
+	ts.withheld[key] = struct{}{} // looked at again with every later change
+	st.noteWithheld(ts, v.TypeURL, reason)
 	return false
 }
 
-// holdFull holds back a full-state response: it returns nil (nothing sent).
+// withholdFull withholds a full-state response: it returns nil (nothing sent).
 // A client that holds nothing yet loses nothing by waiting: only a hold of
 // what it may hold is counted. Called with mu held.
-func (st *stream) holdFull(ts *typeState, v *View, reason string) *body {
-	if len(ts.heldKeys) > 0 || ts.fromElsewhere {
-		st.hold(ts, v.TypeURL, reason)
+func (st *stream) withholdFull(ts *typeState, v *View, reason string) *body {
+	if len(ts.holdsKeys) > 0 || ts.fromElsewhere {
+		st.noteWithheld(ts, v.TypeURL, reason)
 	}
 	return nil
 }
 
-// hold records that a removal is held back from the client, once per
+// hold records that a removal is withheld from the client, once per
 // episode: counted and logged at Warn, because it means the relay would have
 // told the client its config is gone. Called with mu held.
-func (st *stream) hold(ts *typeState, typeURL, reason string) {
-	if ts.holding == reason {
+func (st *stream) noteWithheld(ts *typeState, typeURL, reason string) {
+	if ts.withholding == reason {
 		return
 	}
-	ts.holding = reason
+	ts.withholding = reason
 	st.srv.m.RemovalsHeld.WithLabelValues(metrics.TypeLabel(typeURL), reason).Inc()
-	st.srv.log.Warn("holding back a removal: "+holdReasons[reason], zap.Uint64("stream", st.id),
+	st.srv.log.Warn("holding back a removal: "+withholdReasons[reason], zap.Uint64("stream", st.id),
 		zap.String("node", st.nodeID), zap.String("type", typeURL), zap.String("reason", reason))
 }
 
-// holdReasons say why a removal is held back, by reason label.
-var holdReasons = map[string]string{
+// withholdReasons say why a removal is withheld, by reason label.
+var withholdReasons = map[string]string{
 	"unknown":    "the cache does not know the resource is gone",
 	"stale":      "the cache is not confirmed by a live upstream and the client brought config from elsewhere",
 	"referenced": "the client still holds something that refers to it (make before break)",
@@ -131,8 +132,8 @@ var holdReasons = map[string]string{
 
 // released ends a hold episode of the type: a response went out, keeping
 // nothing back. Called with mu held.
-func (st *stream) released(ts *typeState, typeURL string) {
-	if len(ts.kept) == 0 {
-		ts.holding = ""
+func (st *stream) endWithholding(ts *typeState, typeURL string) {
+	if len(ts.withheldRefs) == 0 {
+		ts.withholding = ""
 	}
 }

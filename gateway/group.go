@@ -8,6 +8,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
+
+	"github.com/xds-relay/xds-relay/downstream"
 )
 
 // group is what SotW and Delta groups share: the key, the upstream runner's
@@ -167,7 +169,7 @@ func serveStream[Req any](s *Server, ss grpc.ServerStream, id uint64, d debugStr
 				return err
 			}
 		case err := <-errc:
-			return recvErr(err)
+			return downstream.RecvErr(err)
 		case <-wake:
 		}
 		if err := flush(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -399,14 +398,6 @@ func pump[T any](ss grpc.ServerStream, newReq func() *T) (<-chan *T, <-chan erro
 		}
 	}()
 	return reqs, errc
-}
-
-// recvErr maps the end of a request stream to the handler's result.
-func recvErr(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-		return nil
-	}
-	return err
 }
 
 // register lists an open stream for /debug/clients and counts it.

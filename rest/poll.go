@@ -219,15 +219,11 @@ func (p *poll) current() (*downstream.View, downstream.Rollout) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.barrier != nil {
-		switch p.barrier.State() {
-		case downstream.RolloutPending:
-			if p.barrier.Wait(p) {
-				return p.cur, p.canary // woken when it resolves
-			}
-			continue
-		case downstream.RolloutHalted:
-			p.halted = append(p.halted, p.barrier)
+		pending, halted := downstream.ResolveBarrier(p.barrier, p, p.halted)
+		if pending {
+			return p.cur, p.canary // woken when it resolves
 		}
+		p.halted = halted
 		p.cur = p.barrierView
 		if p.after != nil {
 			p.cur = p.after
@@ -235,10 +231,8 @@ func (p *poll) current() (*downstream.View, downstream.Rollout) {
 		p.barrier, p.barrierView, p.after = nil, nil, nil
 	}
 	v := p.cur
-	for _, r := range p.halted {
-		if v != nil && r.Covers(v) {
-			v = r.Revert(v)
-		}
+	if v != nil {
+		v, _ = downstream.Reverted(v, p.halted)
 	}
 	return v, p.canary
 }

@@ -1,0 +1,88 @@
+package downstream_test
+
+import (
+	"slices"
+	"testing"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// names returns the names of the resources a Delta response carries, sorted.
+func names(r *discoverypb.DeltaDiscoveryResponse) []string {
+	var out []string
+	for _, res := range r.GetResources() {
+		out = append(out, res.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func wantNames(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s %v, want %v", what, got, want)
+	}
+}
+
+// xDS Delta: initial_resource_versions tell what the client holds from an
+// earlier stream: a resource it holds at the current version is not sent.
+func TestDeltaInitialResourceVersions(t *testing.T) {
+	src := newFakeSource()
+	v := src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
+	c := newDeltaClient(t, start(t, src))
+
+	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a", "b"},
+		InitialResourceVersions: map[string]string{"a": v.Resources["a"].Version}})
+	r := c.recv()
+	wantNames(t, "resources", names(r), []string{"b"})
+	if got := r.GetResources()[0].GetVersion(); got != v.Resources["b"].Version {
+		t.Fatalf("b at version %q, want %q", got, v.Resources["b"].Version)
+	}
+}
+
+// xDS Delta: a resource that goes upstream is removed from a client that
+// holds it; after an unsubscription, the client hears nothing more of the
+// name.
+func TestDeltaRemovalAndUnsubscribe(t *testing.T) {
+	src := newFakeSource()
+	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
+	c := newDeltaClient(t, start(t, src))
+
+	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a", "b"}})
+	r := c.recv()
+	wantNames(t, "resources", names(r), []string{"a", "b"})
+	c.ack(r)
+	c.none("after an ACK")
+
+	src.publish(keying.ClusterType, map[string]string{"a": "a1"})
+	r = c.recv()
+	wantNames(t, "resources", names(r), nil)
+	wantNames(t, "removals", r.GetRemovedResources(), []string{"b"})
+	c.ack(r)
+
+	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesUnsubscribe: []string{"a"}})
+	c.none("after an unsubscription of a name the wildcard does not cover")
+	src.publish(keying.ClusterType, map[string]string{"a": "a2"})
+	c.none("a change of a name no longer subscribed")
+}
+
+// xDS Delta: "*" subscribes to every resource of the type; a change sends
+// only what changed.
+func TestDeltaWildcardSendsOnlyChanges(t *testing.T) {
+	src := newFakeSource()
+	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
+	c := newDeltaClient(t, start(t, src))
+
+	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{keying.Wildcard}})
+	r := c.recv()
+	wantNames(t, "resources", names(r), []string{"a", "b"})
+	c.ack(r)
+
+	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b2", "c": "c1"})
+	r = c.recv()
+	wantNames(t, "resources", names(r), []string{"b", "c"})
+	wantNames(t, "removals", r.GetRemovedResources(), nil)
+}

@@ -1,0 +1,289 @@
+package downstream
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// buildDelta turns a queued change into an incremental response: the
+// resources whose version the client does not hold, and the removals.
+// Called with mu held.
+func (st *stream) buildDelta(it item) *encoded {
+	ts := st.types[it.view.TypeURL]
+	if ts == nil || ts.holds == nil {
+		return nil
+	}
+	b := &deltaBuilder{st: st, ts: ts, it: it, v: it.view}
+	return b.build()
+}
+
+// deltaBuilder builds one incremental response of a stream from a queued
+// change. Used with the stream's mu held.
+type deltaBuilder struct {
+	st *stream
+	ts *typeState
+	it item
+	v  *View
+
+	send    []*Resource
+	removed []string
+	errs    []*ResourceError
+	swapped []removal // TP2: variants replaced by another variant sent now
+}
+
+// build looks at every name the change concerns and encodes the response,
+// nil when the client has nothing to learn from it.
+func (b *deltaBuilder) build() *encoded {
+	b.considerChange()
+	b.removeUnwild()
+	answerWildcard := b.answerWildcard()
+	ts, v := b.ts, b.v
+	w := b.st.wrapFor(ts)
+	beats := heartbeats(b.it, ts, w, b.send)
+	if len(b.send) == 0 && len(b.removed) == 0 && len(b.errs) == 0 && !answerWildcard && len(beats) == 0 {
+		return nil
+	}
+	rms := b.removals()
+	sortErrors(b.errs)
+	body := v.delta(b.send, beats, rms, b.errs, w)
+	if len(rms) > 0 || len(b.send) > 0 {
+		b.st.endWithholding(ts, v.TypeURL)
+	}
+	return b.record(body)
+}
+
+// considerChange looks at the names the change carries, the names newly
+// subscribed and the names whose removal was withheld.
+func (b *deltaBuilder) considerChange() {
+	it, ts := b.it, b.ts
+	for n := range it.names {
+		b.consider(n, false)
+	}
+	for n := range it.force {
+		if n == keying.Wildcard {
+			continue
+		}
+		if _, dup := it.names[n]; !dup {
+			b.consider(n, true)
+		}
+	}
+	for n := range ts.withheld {
+		_, named := it.names[n]
+		_, forced := it.force[n]
+		if _, held := ts.holds[n]; !held {
+			delete(ts.withheld, n) // settled meanwhile
+		} else if !named && !forced {
+			b.consider(n, false)
+		}
+	}
+}
+
+// sendIfNew sends r unless the client holds its version.
+func (b *deltaBuilder) sendIfNew(r *Resource) {
+	ts := b.ts
+	k := r.key()
+	delete(ts.initial, k)
+	delete(ts.withheldRefs, k)
+	if ts.holds[k] == r.Version {
+		return
+	}
+	ts.holds[k] = r.Version
+	b.send = append(b.send, r)
+	if _, tp2 := ts.wrapped[k]; tp2 {
+		if old := ts.holdsTP2[k]; old != nil && old.Constraints != r.Constraints {
+			b.swapped = append(b.swapped, old.removal())
+		}
+		if ts.holdsTP2 == nil {
+			ts.holdsTP2 = make(map[string]*Resource)
+		}
+		ts.holdsTP2[k] = r.Root()
+	}
+}
+
+// drop tells the client n is gone.
+func (b *deltaBuilder) drop(n string) {
+	delete(b.ts.holds, n)
+	delete(b.ts.initial, n)
+	b.removed = append(b.removed, n)
+}
+
+// consider decides what the response says of n: forced when n was newly
+// subscribed (or unsubscribed while the wildcard may cover it).
+func (b *deltaBuilder) consider(n string, forced bool) {
+	ts, v := b.ts, b.v
+	if isGlob(n) {
+		if forced {
+			for _, r := range v.members(n) { // a new glob subscription
+				b.sendIfNew(r)
+			}
+		}
+		return
+	}
+	r, present := v.Resources[n]
+	named := ts.watches(v, n)
+	// The wildcard covers what the default servers list, never a
+	// subscription with TP2 parameters.
+	plainKey := !keying.HasParams(n)
+	covered := plainKey && ts.wildcard && (!present || r.InWildcard())
+	switch {
+	case named || (covered && present):
+		b.considerWatched(n, r, present, named)
+	case forced && ts.wildcard && plainKey:
+		// xDS: unsubscribing a name the wildcard may cover is answered
+		// by the resource or by its removal.
+		b.removed = append(b.removed, n)
+	case covered:
+		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
+			b.drop(n)
+		}
+	}
+}
+
+// considerWatched decides what the response says of n, which the stream
+// watches by name or which the wildcard covers and v has (r).
+func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named bool) {
+	st, ts, v := b.st, b.ts, b.v
+	if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
+		if _, held := ts.holds[n]; held && e.NotFound() && st.withholdReferenced(ts, v, n) {
+			return // make before break: the client still refers to it
+		}
+		// TP3: the error, and for NOT_FOUND also a removal. A transient
+		// error (UNAVAILABLE) leaves the client its copy.
+		b.errs = append(b.errs, e)
+		if e.dataError() {
+			delete(ts.holds, n)
+		}
+		if e.NotFound() {
+			b.drop(n)
+		}
+	} else if present {
+		b.sendIfNew(r)
+	} else if _, held := ts.holds[n]; held {
+		if st.checkRemoval(ts, v, n) && !st.withholdReferenced(ts, v, n) {
+			b.drop(n)
+		}
+	} else if named && v.Gone(n) {
+		b.removed = append(b.removed, n) // the upstream says it does not exist
+	}
+}
+
+// removeUnwild removes what only a dropped wildcard covered — unless the
+// wildcard is back and still covers it: its answer resends it.
+func (b *deltaBuilder) removeUnwild() {
+	ts, v := b.ts, b.v
+	if len(ts.unwild) == 0 || !hasKey(b.it.force, keying.Wildcard) {
+		return
+	}
+	for _, n := range ts.unwild {
+		if r, ok := v.Resources[n]; ok && ts.wildcard && r.InWildcard() {
+			continue
+		}
+		b.removed = append(b.removed, n)
+	}
+	ts.unwild = nil
+}
+
+// answerWildcard sends the wildcard set to a client that subscribed to it
+// (or still waits for its first answer) and removes what it no longer
+// covers; it reports whether the response answers a pending wildcard.
+func (b *deltaBuilder) answerWildcard() bool {
+	st, ts, v := b.st, b.ts, b.v
+	if !ts.wildcard || !v.Complete || (!ts.wildPending && !hasKey(b.it.force, keying.Wildcard)) {
+		return false
+	}
+	for _, r := range v.wildcard() {
+		b.sendIfNew(r)
+	}
+	for n := range ts.holds {
+		if _, named := ts.names[n]; !named {
+			if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.checkRemoval(ts, v, n) &&
+				!st.withholdReferenced(ts, v, n) {
+				b.drop(n)
+			}
+		}
+	}
+	answer := ts.wildPending
+	ts.wildPending = false
+	return answer
+}
+
+// removals sorts what the response sends and returns its removals: never a
+// name both sent and removed, and for a TP2 subscriber the variant it holds.
+func (b *deltaBuilder) removals() []removal {
+	ts := b.ts
+	slices.SortFunc(b.send, byName)
+	slices.Sort(b.removed)
+	b.removed = slices.Compact(b.removed)
+	// Never a name both sent and removed in one response.
+	b.removed = slices.DeleteFunc(b.removed, func(n string) bool {
+		_, sent := slices.BinarySearchFunc(b.send, n, func(r *Resource, n string) int { return strings.Compare(r.key(), n) })
+		return sent
+	})
+	rms := b.swapped
+	for _, k := range b.removed {
+		if old := ts.holdsTP2[k]; old != nil {
+			rms = append(rms, old.removal()) // TP2: the variant the client holds
+			delete(ts.holdsTP2, k)
+			continue
+		}
+		n, _ := keying.SplitSubscriptionKey(k)
+		rms = append(rms, removal{name: n})
+	}
+	return rms
+}
+
+// record notes the response body about to be sent in the type's ACK and
+// canary bookkeeping and returns it with a fresh nonce.
+func (b *deltaBuilder) record(body *body) *encoded {
+	st, ts, it, v := b.st, b.ts, b.it, b.v
+	ts.lastView = v
+	nonce := st.nextNonce()
+	ts.lastNonce = nonce
+	ts.sentVersion = body.version
+	if it.canary != nil {
+		// Its verdict is about what its responses carried: a Delta client
+		// NACKs the resources of a response, not what it holds.
+		if ts.canary != it.canary || ts.canaryCarried == nil {
+			ts.canaryCarried = make(map[string]struct{})
+		}
+		for _, n := range it.canary.Names() {
+			if _, ok := slices.BinarySearchFunc(b.send, n, func(r *Resource, n string) int { return strings.Compare(r.key(), n) }); ok {
+				ts.canaryCarried[n] = struct{}{}
+			}
+		}
+		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
+		ts.canaryDoubt = ts.rejecting
+	}
+	ts.sentAt = time.Time{}
+	if len(it.names) > 0 && !v.Received.IsZero() {
+		ts.sentAt = v.Received
+	}
+	return newEncoded(body.bytes, deltaNonce, nonce)
+}
+
+// heartbeats returns the TTL heartbeats of it the Delta client of ts gets:
+// those of resources it holds at their current version, not sent anyway.
+// Called with mu held.
+func heartbeats(it item, ts *typeState, w wrap, send []*Resource) []*Resource {
+	if !w.ttl || len(it.beats) == 0 {
+		return nil
+	}
+	var out []*Resource
+	for n := range it.beats {
+		r, ok := it.view.Resources[n]
+		if !ok || r.TTL == 0 || ts.holds[n] != r.Version || slices.Contains(send, r) {
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, byName)
+	return out
+}
+
+func hasKey(m map[string]struct{}, k string) bool {
+	_, ok := m[k]
+	return ok
+}

@@ -1,0 +1,183 @@
+package downstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"unique"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// prelude checks what every request must satisfy before it touches the
+// stream's state: a valid type URL, at most MaxNamesPerRequest names (n),
+// and the stream's one node. It returns the request's type URL.
+func (st *stream) prelude(typeURL string, n int, node *corev3.Node) (string, error) {
+	typeURL, err := st.checkType(typeURL)
+	if err != nil {
+		return "", err
+	}
+	if n > st.srv.opts.MaxNamesPerRequest {
+		return "", st.tooMany(n)
+	}
+	if err := st.bind(node); err != nil {
+		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
+		return "", err
+	}
+	return typeURL, nil
+}
+
+// checkType returns the type URL a request is for, or a status error.
+func (st *stream) checkType(typeURL string) (string, error) {
+	switch {
+	case st.typeURL == "" && typeURL == "":
+		return "", st.reject("missing_type_url", codes.InvalidArgument, "type_url is required on ADS")
+	case st.typeURL != "" && typeURL == "":
+		return st.typeURL, nil
+	case st.typeURL != "" && typeURL != st.typeURL:
+		return "", st.reject("wrong_type_url", codes.InvalidArgument, "type_url %q on the %s service", typeURL, st.typeURL)
+	case !keying.ValidTypeURL(typeURL):
+		return "", st.reject("invalid_type_url", codes.InvalidArgument, "malformed type_url %q", typeURL)
+	}
+	return typeURL, nil
+}
+
+// checkNames refuses names that cannot be subscription keys (the key
+// separator inside a name would make it another name's parameters).
+func (st *stream) checkNames(names []string, locs ...[]*discoverypb.ResourceLocator) error {
+	bad := func(n string) error {
+		return st.reject("malformed_name", codes.InvalidArgument, "resource name %q contains a NUL byte", n)
+	}
+	for _, n := range names {
+		if strings.IndexByte(n, 0) >= 0 {
+			return bad(n)
+		}
+	}
+	for _, ls := range locs {
+		for _, l := range ls {
+			if strings.IndexByte(l.GetName(), 0) >= 0 {
+				return bad(l.GetName())
+			}
+		}
+	}
+	return nil
+}
+
+func (st *stream) tooMany(n int) error {
+	return st.reject("too_many_names", codes.ResourceExhausted,
+		"%d resource names in one request, the limit is %d", n, st.srv.opts.MaxNamesPerRequest)
+}
+
+// checkSubscriptions refuses a subscription growing past the stream's limit.
+// Called with mu held.
+func (st *stream) checkSubscriptions() error {
+	n := 0
+	for _, ts := range st.types {
+		n += len(ts.names)
+	}
+	if n > st.srv.opts.MaxSubscriptions {
+		return st.reject("too_many_subscriptions", codes.ResourceExhausted,
+			"%d subscribed names on one stream, the limit is %d", n, st.srv.opts.MaxSubscriptions)
+	}
+	return nil
+}
+
+// reject counts a request refused with a status and returns it.
+func (st *stream) reject(reason string, code codes.Code, format string, args ...any) error {
+	st.srv.m.RejectedRequests.WithLabelValues(reason).Inc()
+	st.srv.log.Debug("request rejected", zap.Uint64("stream", st.id), zap.String("reason", reason))
+	return status.Errorf(code, format, args...)
+}
+
+// commitment is what a request leaves to do once mu is released.
+type commitment struct {
+	typeURL string
+	c       Change // the subscription change, authorized
+	err     error  // the stream's limit is exceeded
+	// wildcardDenied: the stream may not subscribe to the wildcard.
+	wildcardDenied bool
+	// droppedInflight: the type's unacknowledged responses were forgotten;
+	// released: what the stream withheld may go now. Both schedule a flush.
+	droppedInflight, released bool
+}
+
+// commitLocked applies the subscription change of a request to the
+// stream's state: it authorizes it and checks the stream's limit. Called
+// with mu held; the caller then releases mu and calls finish.
+func (st *stream) commitLocked(ts *typeState, typeURL string, c Change) commitment {
+	out := commitment{typeURL: typeURL}
+	if len(c.Remove) > 0 || c.Wildcard != nil {
+		out.droppedInflight = !ts.wildcard && len(ts.names) == 0 && st.dropInflight(typeURL)
+	}
+	out.c = st.authorize(ts, typeURL, c)
+	out.err = st.checkSubscriptions()
+	out.wildcardDenied = ts.wildcardDenied
+	// Make before break: what the client stopped subscribing to no longer
+	// withholds the removal of what it referred to.
+	out.released = len(out.c.Remove) > 0 && st.releaseWithheld(typeURL)
+	return out
+}
+
+// finish ends a request after commitLocked: it reports a canary's verdict
+// and hands the change to the Source. An error ends the stream; its watches
+// are dropped by close. Called without mu.
+func (st *stream) finish(cm commitment, verdict canaryVerdict) error {
+	if cm.droppedInflight {
+		defer st.kick()
+	}
+	if cm.released {
+		st.kick()
+	}
+	verdict.report(st)
+	if cm.err != nil {
+		return cm.err
+	}
+	c := cm.c
+	if c.Wildcard != nil && *c.Wildcard && cm.wildcardDenied {
+		return st.reject("permission_denied", codes.PermissionDenied,
+			"xds-relay: not allowed to subscribe to every %s", cm.typeURL)
+	}
+	if !c.empty() {
+		st.srv.src.Watch(st, cm.typeURL, c)
+	}
+	return nil
+}
+
+// key returns the subscription key of a name the stream subscribes to
+// without a locator: canonical, with the parameters derived from its node.
+func (st *stream) key(name string) string {
+	if name == "" || name == keying.Wildcard {
+		return name
+	}
+	c := canonical(name)
+	if st.params == "" || isGlob(c) {
+		return c
+	}
+	return unique.Make(keying.SubscriptionKey(c, st.params)).Value()
+}
+
+// locatorKey returns the subscription key of a TP2 resource locator.
+func locatorKey(l *discoverypb.ResourceLocator) string {
+	c := canonical(l.GetName())
+	if c == keying.Wildcard || len(l.GetDynamicParameters()) == 0 {
+		return c
+	}
+	return unique.Make(keying.SubscriptionKey(c, keying.CanonicalParams(l.GetDynamicParameters()))).Value()
+}
+
+// RecvErr maps the end of a request stream (the error of RecvMsg) to the
+// handler's result: a client that closed its side or went away ends the
+// stream cleanly.
+func RecvErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,99 @@
+package downstream_test
+
+import (
+	"slices"
+	"testing"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// contents returns the bodies a SotW response carries, sorted.
+func contents(t *testing.T, r *discoverypb.DiscoveryResponse) []string {
+	t.Helper()
+	return sortedContents(t, r.GetResources())
+}
+
+func sortedContents(t *testing.T, as []*anypb.Any) []string {
+	t.Helper()
+	var out []string
+	for _, a := range as {
+		var s wrapperspb.StringValue
+		if err := a.UnmarshalTo(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s.GetValue())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func wantContents(t *testing.T, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("resources %v, want %v", got, want)
+	}
+}
+
+// xDS SotW: an ACK is not answered; a NACK is not answered and nothing is
+// resent until the resource changes; a request whose nonce is not the
+// latest sent is stale and ignored, subscription included.
+func TestSotWAckNackAndStaleNonce(t *testing.T) {
+	src := newFakeSource()
+	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
+	c := newSotWClient(t, start(t, src))
+
+	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType}) // legacy wildcard
+	r1 := c.recv()
+	wantContents(t, contents(t, r1), []string{"a1", "b1"})
+	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: r1.GetVersionInfo(), ResponseNonce: r1.GetNonce()})
+	c.none("after an ACK")
+
+	src.publish(keying.ClusterType, map[string]string{"a": "a2", "b": "b1"})
+	r2 := c.recv()
+	wantContents(t, contents(t, r2), []string{"a2", "b1"})
+	if r2.GetNonce() == r1.GetNonce() || r2.GetVersionInfo() == r1.GetVersionInfo() {
+		t.Fatalf("second response nonce %q version %q, the same as the first's", r2.GetNonce(), r2.GetVersionInfo())
+	}
+	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: r1.GetVersionInfo(), ResponseNonce: r2.GetNonce(),
+		ErrorDetail: &statuspb.Status{Message: "rejected"}})
+	c.none("after a NACK")
+
+	// Stale: the nonce of the first response. Its names would end the
+	// wildcard if it were honoured.
+	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResponseNonce: r1.GetNonce(), ResourceNames: []string{"a"}})
+	c.none("after a stale request")
+
+	src.publish(keying.ClusterType, map[string]string{"a": "a3", "b": "b1"})
+	r3 := c.recv()
+	wantContents(t, contents(t, r3), []string{"a3", "b1"}) // still the wildcard
+}
+
+// xDS SotW: "*" subscribes LDS/CDS to everything, names to just those; a
+// resource the wildcard covers that goes is left out of the next full state.
+func TestSotWWildcardAndNames(t *testing.T) {
+	src := newFakeSource()
+	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
+	conn := start(t, src)
+	wild, named := newSotWClient(t, conn), newSotWClient(t, conn)
+
+	wild.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard}})
+	r := wild.recv()
+	wantContents(t, contents(t, r), []string{"a1", "b1"})
+	wild.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard},
+		VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+
+	named.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"}})
+	rn := named.recv()
+	wantContents(t, contents(t, rn), []string{"b1"})
+	named.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"},
+		VersionInfo: rn.GetVersionInfo(), ResponseNonce: rn.GetNonce()})
+
+	src.publish(keying.ClusterType, map[string]string{"b": "b1"}) // a is gone
+	wantContents(t, contents(t, wild.recv()), []string{"b1"})
+	named.none("a change of a name it does not subscribe to")
+}
