@@ -92,7 +92,7 @@ type Options struct {
 	// sent to it plain.
 	NodeParameters func(*corev3.Node) map[string]string
 	Logger         *zap.Logger
-	// Metrics must be set.
+	// Metrics receives the server's metrics; nil: a registry of its own.
 	Metrics *metrics.Metrics
 }
 
