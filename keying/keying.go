@@ -71,6 +71,10 @@ func ValidTypeURL(s string) bool {
 	return true
 }
 
+// ShortType returns the last element of a type URL, for people and filters:
+// "Cluster" for "type.googleapis.com/envoy.config.cluster.v3.Cluster".
+func ShortType(typeURL string) string { return typeURL[strings.LastIndexAny(typeURL, "./")+1:] }
+
 // Authority returns the decoded authority of an xdstp:// name and true, or ""
 // and false for a name without the "xdstp://" prefix. It reads only the
 // authority, as ParseURN does (up to the first '/', '?' or '#'), without

@@ -45,9 +45,8 @@ func ruleAllows(r *config.AuthzRule, p *downstream.Principal, typeURL, name stri
 		}
 	}
 	auth, _ := keying.Authority(name)
-	short := typeURL[strings.LastIndexAny(typeURL, "./")+1:]
 	return matchList(r.Nodes, p.NodeID) && matchList(r.Clusters, p.Cluster) &&
-		(matchList(r.Types, typeURL) || matchList(r.Types, short)) &&
+		(matchList(r.Types, typeURL) || matchList(r.Types, keying.ShortType(typeURL))) &&
 		matchList(r.Authorities, auth) && matchList(r.Names, name)
 }
 
