@@ -3,7 +3,6 @@ package rest
 import (
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -70,7 +69,7 @@ func (p *poll) subscription(names []string) {
 		if c, err := keying.Canonical(n); err == nil {
 			k = c
 		}
-		if params != "" && !isGlob(k) {
+		if params != "" && !keying.IsGlob(k) {
 			k = keying.SubscriptionKey(k, params)
 		}
 		if !seen[k] {
@@ -83,9 +82,6 @@ func (p *poll) subscription(names []string) {
 	}
 	p.wildcard = p.wildcard && keying.WildcardCapable(p.typeURL)
 }
-
-// isGlob reports whether a key is an xdstp glob collection.
-func isGlob(k string) bool { return strings.HasPrefix(k, "xdstp:") && keying.IsGlob(k) }
 
 // authorize drops the names the node may not have (they are answered with a
 // TP3 PERMISSION_DENIED error); a denied wildcard refuses the request.
