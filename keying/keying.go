@@ -124,6 +124,17 @@ func SubscriptionKey(name, params string) string {
 	return name + paramSep + params
 }
 
+// NodeSubscriptionKey is the subscription key of a canonical name subscribed
+// without a resource locator by a client whose node gives the canonical
+// dynamic parameters nodeParams (keying.dynamic_parameters_from_node). The
+// wildcard and glob collections take no parameters from the node.
+func NodeSubscriptionKey(name, nodeParams string) string {
+	if nodeParams == "" || name == "" || name == Wildcard || IsGlob(name) {
+		return name
+	}
+	return SubscriptionKey(name, nodeParams)
+}
+
 // HasParams reports whether a subscription key carries dynamic parameters.
 func HasParams(key string) bool { return strings.Contains(key, paramSep) }
 

@@ -22,3 +22,31 @@ func TestShortType(t *testing.T) {
 		}
 	}
 }
+
+func TestSubscriptionKeys(t *testing.T) {
+	const params = "env=prod&zone=a"
+	for _, tc := range []struct {
+		name, params string
+		want         string
+	}{
+		{"listener-1", "", "listener-1"},
+		{"listener-1", params, "listener-1\x00" + params},
+		{"xdstp://a/T/foo", params, "xdstp://a/T/foo\x00" + params},
+		{"xdstp://a/T/foo/*", params, "xdstp://a/T/foo/*"},
+		{"xdstp://a/T/*?k=v", params, "xdstp://a/T/*?k=v"},
+		{keying.Wildcard, params, keying.Wildcard},
+		{"", params, ""},
+	} {
+		key := keying.NodeSubscriptionKey(tc.name, tc.params)
+		if key != tc.want {
+			t.Errorf("NodeSubscriptionKey(%q, %q) = %q, want %q", tc.name, tc.params, key, tc.want)
+		}
+		if keying.HasParams(key) != (key != tc.name) {
+			t.Errorf("HasParams(%q) = %v", key, keying.HasParams(key))
+		}
+		name, ps := keying.SplitSubscriptionKey(key)
+		if name != tc.name || (ps != "") != keying.HasParams(key) {
+			t.Errorf("SplitSubscriptionKey(%q) = %q, %q", key, name, ps)
+		}
+	}
+}

@@ -69,9 +69,7 @@ func (p *poll) subscription(names []string) {
 		if c, err := keying.Canonical(n); err == nil {
 			k = c
 		}
-		if params != "" && !keying.IsGlob(k) {
-			k = keying.SubscriptionKey(k, params)
-		}
+		k = keying.NodeSubscriptionKey(k, params)
 		if !seen[k] {
 			seen[k] = true
 			p.keys = append(p.keys, k)
