@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
@@ -26,7 +27,7 @@ type poll struct {
 	peer      string
 	version   string // the request's version_info
 	started   time.Time
-	principal *downstream.Principal
+	principal *authz.Principal
 	keys      []string // subscribed keys, allowed ones after authorize
 	wildcard  bool
 	denied    []*downstream.ResourceError // names the node may not have, by name
