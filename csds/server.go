@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/keying"
@@ -55,7 +56,7 @@ type Snapshot interface {
 type Options struct {
 	// Authorize, when set, decides who may read CSDS (ClientConfigType, "*")
 	// and which entries it sees (those it could subscribe to itself).
-	Authorize downstream.Authorizer
+	Authorize authz.Authorizer
 	// MaxClients bounds the ClientConfigs of one answer. Default 1000.
 	MaxClients int
 	Logger     *zap.Logger
@@ -143,7 +144,7 @@ type client struct {
 // id and peer, those after the key after, at most MaxClients. It returns
 // how many matched and the key to continue after ("" on the last page).
 func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, after string) (*statusv3.ClientStatusResponse, int, string, error) {
-	p := &downstream.Principal{NodeID: req.GetNode().GetId(), Cluster: req.GetNode().GetCluster()}
+	p := &authz.Principal{NodeID: req.GetNode().GetId(), Cluster: req.GetNode().GetCluster()}
 	p.SPIFFEID, p.URISANs, p.MTLS = tlsconfig.PeerIdentity(ctx)
 	if az := s.opts.Authorize; az != nil {
 		if err := az(p, ClientConfigType, keying.Wildcard); err != nil {
@@ -216,7 +217,7 @@ func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, 
 
 // configs reports one stream's subscriptions, one entry per (type, name),
 // those the caller could subscribe to itself.
-func (s *Server) configs(p *downstream.Principal, st downstream.ClientState) []*statusv3.ClientConfig_GenericXdsConfig {
+func (s *Server) configs(p *authz.Principal, st downstream.ClientState) []*statusv3.ClientConfig_GenericXdsConfig {
 	var out []*statusv3.ClientConfig_GenericXdsConfig
 	allowed := func(typeURL, name string) bool {
 		return s.opts.Authorize == nil || s.opts.Authorize(p, typeURL, name) == nil

@@ -5,28 +5,15 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
 	"github.com/xds-relay/xds-relay/keying"
 )
 
-// Principal is who a stream's client is, for authorization.
-type Principal struct {
-	NodeID, Cluster string
-	// MTLS reports a verified client certificate; SPIFFEID and URISANs come
-	// from it.
-	MTLS     bool
-	SPIFFEID string
-	URISANs  []string
-}
-
-// Authorizer decides whether p may subscribe to name (keying.Wildcard for
-// the wildcard) of typeURL: nil, or the reason for a denial.
-type Authorizer func(p *Principal, typeURL, name string) error
-
-// principal builds the stream's Principal. Called with mu held.
-func (st *stream) principalLocked() *Principal {
+// principal builds the stream's authz.Principal. Called with mu held.
+func (st *stream) principalLocked() *authz.Principal {
 	if st.principal == nil {
-		p := &Principal{NodeID: st.nodeID, Cluster: st.cluster}
+		p := &authz.Principal{NodeID: st.nodeID, Cluster: st.cluster}
 		p.SPIFFEID, p.URISANs, p.MTLS = tlsconfig.PeerIdentity(st.ss.Context())
 		st.principal = p
 	}

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -85,7 +86,7 @@ type Options struct {
 	// CPUs.
 	MaxSenders int
 	// Authorize, when set, is asked for every subscribed name.
-	Authorize Authorizer
+	Authorize authz.Authorizer
 	// NodeParameters, when set, derives TP2 dynamic parameters from a
 	// stream's node; they are added to every name it subscribes to without
 	// a locator (clients that cannot send locators), and the variants are

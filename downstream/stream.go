@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -82,13 +83,13 @@ type stream struct {
 	// inflight are the responses the client has not acknowledged yet, and
 	// inflightBytes their size; gated: the stream waits for acknowledgements
 	// before it sends more (see sendBudget).
-	inflight      []flight   // guarded by mu
-	inflightBytes int        // guarded by mu
-	gated         bool       // guarded by mu
-	nodeID        string     // guarded by mu
-	cluster       string     // guarded by mu
-	ttl           bool       // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
-	principal     *Principal // guarded by mu: built at the first authorization
+	inflight      []flight         // guarded by mu
+	inflightBytes int              // guarded by mu
+	gated         bool             // guarded by mu
+	nodeID        string           // guarded by mu
+	cluster       string           // guarded by mu
+	ttl           bool             // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
+	principal     *authz.Principal // guarded by mu: built at the first authorization
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {

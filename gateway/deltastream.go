@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
@@ -28,7 +29,7 @@ type deltaStream struct {
 	// owned by the handler goroutine (identity written under mu)
 	identity
 	g         *deltaGroup
-	principal *downstream.Principal
+	principal *authz.Principal
 	initial   map[string]map[string]string // initial_resource_versions of the first request
 	nonce     uint64
 
@@ -142,7 +143,7 @@ func (st *deltaStream) handle(req *controlv1.DeltaDiscoveryRequest) error {
 			return status.Errorf(codes.InvalidArgument, "xds-relay: %v", err)
 		}
 		st.initial = initial
-		st.principal = &downstream.Principal{NodeID: st.nodeID, Cluster: st.cluster}
+		st.principal = &authz.Principal{NodeID: st.nodeID, Cluster: st.cluster}
 		st.principal.SPIFFEID, st.principal.URISANs, st.principal.MTLS = tlsconfig.PeerIdentity(st.ss.Context())
 		if st.g, err = s.joinDelta(s.keyOf(st.nodeID, st.cluster, req.GetSupportedFeatures(), nil), st); err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
@@ -73,7 +74,7 @@ func (s *Server) reportHandler(_ any, ctx context.Context, dec func(any) error, 
 		return nil, status.Error(codes.InvalidArgument, "xds-relay: node_id is required")
 	}
 	if az := s.opts.Authorize; az != nil {
-		p := &downstream.Principal{NodeID: req.GetNodeId()}
+		p := &authz.Principal{NodeID: req.GetNodeId()}
 		p.SPIFFEID, p.URISANs, p.MTLS = tlsconfig.PeerIdentity(ctx)
 		if err := az(p, StatusReportType, req.GetNodeId()); err != nil {
 			s.m.RejectedRequests.WithLabelValues("permission_denied").Inc()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/metrics"
@@ -59,7 +60,7 @@ type Options struct {
 	// Authorize, when set, is asked for every subscribed type URL (name
 	// "*"), for SecretMaterialType by every SotW stream (snapshots carry
 	// secrets) and for StatusReportType (name: the node id) by ReportStatus.
-	Authorize downstream.Authorizer
+	Authorize authz.Authorizer
 	// PersistPath, when set, is the warm-restart file of the gateway cache.
 	PersistPath string
 	// NewID returns a stream id unique among the relay's streams (so that
@@ -361,7 +362,7 @@ func checkTypes(types []string) error {
 }
 
 // authorize asks Authorize for each type URL (name "*").
-func (s *Server) authorize(p *downstream.Principal, types ...string) error {
+func (s *Server) authorize(p *authz.Principal, types ...string) error {
 	az := s.opts.Authorize
 	if az == nil {
 		return nil

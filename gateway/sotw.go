@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
@@ -178,7 +179,7 @@ type sotwStream struct {
 	features  []string
 	subs      []string
 	g         *sotwGroup
-	principal *downstream.Principal
+	principal *authz.Principal
 	secretsOK bool // authorized for SecretMaterialType
 	nonce     uint64
 
@@ -251,7 +252,7 @@ func (st *sotwStream) handle(req *controlv1.DiscoveryRequest) error {
 	if st.g == nil || (len(subs) > 0 && !slices.Equal(subs, st.subs)) {
 		if st.g == nil {
 			st.features = req.GetSupportedFeatures()
-			st.principal = &downstream.Principal{NodeID: st.nodeID, Cluster: st.cluster}
+			st.principal = &authz.Principal{NodeID: st.nodeID, Cluster: st.cluster}
 			st.principal.SPIFFEID, st.principal.URISANs, st.principal.MTLS = tlsconfig.PeerIdentity(st.ss.Context())
 		}
 		// No subscriptions means every type: the secrets too.

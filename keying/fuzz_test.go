@@ -67,6 +67,8 @@ func FuzzCanonical(f *testing.F) {
 			}
 		} else if cerr == nil && keying.IsXDSTP(s) {
 			t.Fatalf("Canonical(%q) = %q but ParseURL fails: %v", s, c, lerr)
+		} else if keying.IsGlob(s) {
+			t.Fatalf("IsGlob(%q) for a name ParseURL refuses: %v", s, lerr)
 		}
 
 		u, uerr := keying.ParseURN(s)

@@ -71,6 +71,10 @@ func ValidTypeURL(s string) bool {
 	return true
 }
 
+// ShortType returns the last element of a type URL, for people and filters:
+// "Cluster" for "type.googleapis.com/envoy.config.cluster.v3.Cluster".
+func ShortType(typeURL string) string { return typeURL[strings.LastIndexAny(typeURL, "./")+1:] }
+
 // Authority returns the decoded authority of an xdstp:// name and true, or ""
 // and false for a name without the "xdstp://" prefix. It reads only the
 // authority, as ParseURN does (up to the first '/', '?' or '#'), without
@@ -118,6 +122,17 @@ func SubscriptionKey(name, params string) string {
 		return name
 	}
 	return name + paramSep + params
+}
+
+// NodeSubscriptionKey is the subscription key of a canonical name subscribed
+// without a resource locator by a client whose node gives the canonical
+// dynamic parameters nodeParams (keying.dynamic_parameters_from_node). The
+// wildcard and glob collections take no parameters from the node.
+func NodeSubscriptionKey(name, nodeParams string) string {
+	if nodeParams == "" || name == "" || name == Wildcard || IsGlob(name) {
+		return name
+	}
+	return SubscriptionKey(name, nodeParams)
 }
 
 // HasParams reports whether a subscription key carries dynamic parameters.

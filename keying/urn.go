@@ -329,6 +329,11 @@ func (u URN) Glob() URN {
 // for legacy names, including the legacy wildcard "*", and for names that do
 // not parse.
 func IsGlob(name string) bool {
+	// Without escapes or directives a glob's text ends in "/*", or has "/*?"
+	// before its context params: most names are answered without parsing.
+	if !IsXDSTP(name) || !strings.HasSuffix(name, "/*") && !strings.Contains(name, "/*?") && !strings.ContainsAny(name, "%#") {
+		return false
+	}
 	u, err := ParseURL(name)
 	return err == nil && u.IsGlob()
 }

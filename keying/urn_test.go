@@ -419,6 +419,14 @@ func TestIsGlob(t *testing.T) {
 		{"*", false},
 		{"foo/*", false},
 		{"xdstp://a/T/%/*", false},
+		{"xdstp://a/T/foo/*?k=v", true},
+		{"xdstp://a/T/%2A", true},
+		{"xdstp://a/T/foo%2F*", true},
+		{"xdstp://a/T/*#alt=xdstp://b/T/*", true},
+		{"xdstp://a/T/foo/*%3F", false},
+		{"xdstp:a/T/*", false},
+		{"XDSTP://a/T/*", false},
+		{"xdstp://a/T/foo/*x?k=/*?", false},
 	}
 	for _, tt := range tests {
 		if got := keying.IsGlob(tt.name); got != tt.want {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
@@ -148,7 +149,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		MaxNamesPerRequest:  lim.MaxNamesPerRequest,
 		MaxSubscriptions:    lim.MaxSubscriptionsPerStream,
 		NewStreamsPerSecond: lim.NewStreamsPerSecond,
-		Authorize:           authorizer(cfg.Authorization),
+		Authorize:           authz.New(cfg.Authorization),
 		NodeParameters:      nodeParameters(cfg.Keying),
 		Logger:              log.Named("downstream"),
 		Metrics:             r.m,

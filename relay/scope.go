@@ -1,14 +1,12 @@
 package relay
 
 import (
-	"strings"
 	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/downstream"
@@ -119,58 +117,8 @@ func (s *state) ownScope(b *binding) *scope {
 	return b.own
 }
 
-// groupKey projects node onto the group_by fields: "" without group_by.
-func groupKey(fields []string, node *corev3.Node) string {
-	if len(fields) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(fields))
-	for _, f := range fields {
-		parts = append(parts, f+"="+nodeField(node, f))
-	}
-	return strings.Join(parts, ",")
-}
-
-// nodeField reads one group_by field of node ("" when it has none).
-func nodeField(node *corev3.Node, field string) string {
-	v, _ := lookupNodeField(node, field)
-	return v
-}
-
-// lookupNodeField reads a node field of keying (id, cluster,
-// locality.region|zone|sub_zone, metadata.KEY) and reports whether the node
-// has it: a non-empty string field, or a metadata key that is present.
-// Metadata values that are not strings read as their JSON.
-func lookupNodeField(node *corev3.Node, field string) (string, bool) {
-	var v string
-	switch field {
-	case "id":
-		v = node.GetId()
-	case "cluster":
-		v = node.GetCluster()
-	case "locality.region":
-		v = node.GetLocality().GetRegion()
-	case "locality.zone":
-		v = node.GetLocality().GetZone()
-	case "locality.sub_zone":
-		v = node.GetLocality().GetSubZone()
-	default:
-		key, ok := strings.CutPrefix(field, "metadata.")
-		if !ok {
-			return "", false
-		}
-		mv, ok := node.GetMetadata().GetFields()[key]
-		if !ok {
-			return "", false
-		}
-		if s, ok := mv.GetKind().(*structpb.Value_StringValue); ok {
-			return s.StringValue, true
-		}
-		b, _ := mv.MarshalJSON()
-		return string(b), true
-	}
-	return v, v != ""
-}
+// groupKey is keying.GroupKey, under the name registry.go calls.
+func groupKey(fields []string, node *corev3.Node) string { return keying.GroupKey(fields, node) }
 
 // nodeParameters returns the keying.dynamic_parameters_from_node
 // translation of a node into TP2 dynamic parameters, nil when none is
@@ -183,7 +131,7 @@ func nodeParameters(k *config.Keying) func(*corev3.Node) map[string]string {
 	return func(node *corev3.Node) map[string]string {
 		out := make(map[string]string, len(from))
 		for param, field := range from {
-			if v, ok := lookupNodeField(node, field); ok {
+			if v, ok := keying.LookupNodeField(node, field); ok {
 				out[param] = v
 			}
 		}
@@ -191,44 +139,9 @@ func nodeParameters(k *config.Keying) func(*corev3.Node) map[string]string {
 	}
 }
 
-// groupNode is the node a group's upstream streams present: the relay's own,
-// with the group in its id and the group's projected fields (sorted) set.
+// groupNode is keying.GroupNode, under the name registry.go calls.
 func groupNode(base *corev3.Node, fields []string, client *corev3.Node, key string) *corev3.Node {
-	n := proto.Clone(base).(*corev3.Node)
-	n.Id = base.GetId() + "/" + key
-	md := map[string]any{}
-	for k, v := range base.GetMetadata().GetFields() {
-		md[k] = v.AsInterface()
-	}
-	for _, f := range fields {
-		switch f {
-		case "cluster":
-			n.Cluster = client.GetCluster()
-		case "locality.region", "locality.zone", "locality.sub_zone":
-			if n.Locality == nil {
-				n.Locality = &corev3.Locality{}
-			}
-			v := nodeField(client, f)
-			switch f {
-			case "locality.region":
-				n.Locality.Region = v
-			case "locality.zone":
-				n.Locality.Zone = v
-			default:
-				n.Locality.SubZone = v
-			}
-		default:
-			if key, ok := strings.CutPrefix(f, "metadata."); ok {
-				if v, ok := client.GetMetadata().GetFields()[key]; ok {
-					md[key] = v.AsInterface()
-				}
-			}
-		}
-	}
-	if s, err := structpb.NewStruct(md); err == nil && len(md) > 0 {
-		n.Metadata = s
-	}
-	return n
+	return keying.GroupNode(base, fields, client, key)
 }
 
 // releaseLater closes a node group's scope, and its upstream streams, a

@@ -3,7 +3,6 @@ package rest
 import (
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
@@ -27,7 +27,7 @@ type poll struct {
 	peer      string
 	version   string // the request's version_info
 	started   time.Time
-	principal *downstream.Principal
+	principal *authz.Principal
 	keys      []string // subscribed keys, allowed ones after authorize
 	wildcard  bool
 	denied    []*downstream.ResourceError // names the node may not have, by name
@@ -70,9 +70,7 @@ func (p *poll) subscription(names []string) {
 		if c, err := keying.Canonical(n); err == nil {
 			k = c
 		}
-		if params != "" && !isGlob(k) {
-			k = keying.SubscriptionKey(k, params)
-		}
+		k = keying.NodeSubscriptionKey(k, params)
 		if !seen[k] {
 			seen[k] = true
 			p.keys = append(p.keys, k)
@@ -83,9 +81,6 @@ func (p *poll) subscription(names []string) {
 	}
 	p.wildcard = p.wildcard && keying.WildcardCapable(p.typeURL)
 }
-
-// isGlob reports whether a key is an xdstp glob collection.
-func isGlob(k string) bool { return strings.HasPrefix(k, "xdstp:") && keying.IsGlob(k) }
 
 // authorize drops the names the node may not have (they are answered with a
 // TP3 PERMISSION_DENIED error); a denied wildcard refuses the request.

@@ -72,7 +72,7 @@ func (p *poll) answer(v *downstream.View) answer {
 		}
 	}
 	for _, k := range p.keys {
-		if isGlob(k) {
+		if keying.IsGlob(k) {
 			for _, r := range v.Resources {
 				if r.Glob == k && plain(r) {
 					add(r)

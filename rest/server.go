@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
@@ -62,7 +63,7 @@ type Options struct {
 	MaxPolls int
 	// Authorize, when set, is asked for every subscribed name (as the gRPC
 	// server does).
-	Authorize downstream.Authorizer
+	Authorize authz.Authorizer
 	// NodeParameters, when set, derives TP2 dynamic parameters from a node,
 	// added to every name it asks for (keying.dynamic_parameters_from_node).
 	NodeParameters func(*corev3.Node) map[string]string
@@ -293,7 +294,7 @@ func (s *Server) start(r *http.Request, req *discoverypb.DiscoveryRequest) (*pol
 	}
 	p := &poll{s: s, id: s.opts.NewID(), typeURL: req.GetTypeUrl(), node: node, peer: r.RemoteAddr,
 		version: req.GetVersionInfo(), started: time.Now(), wake: make(chan struct{}, 1)}
-	p.principal = &downstream.Principal{NodeID: node.GetId(), Cluster: node.GetCluster()}
+	p.principal = &authz.Principal{NodeID: node.GetId(), Cluster: node.GetCluster()}
 	p.principal.SPIFFEID, p.principal.URISANs, p.principal.MTLS = tlsconfig.StateIdentity(r.TLS)
 	p.subscription(req.GetResourceNames())
 	if err := p.authorize(); err != nil {

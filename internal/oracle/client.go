@@ -358,7 +358,7 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 			req.ResourceNames = append(req.ResourceNames, n)
 		}
 		ct.sent = true
-		c.note("-> %s v=%s n=%s names=%v locators=%d nack=%v", shortType(typeURL), req.VersionInfo, req.ResponseNonce,
+		c.note("-> %s v=%s n=%s names=%v locators=%d nack=%v", keying.ShortType(typeURL), req.VersionInfo, req.ResponseNonce,
 			req.ResourceNames, len(req.ResourceLocators), detail != nil)
 		_ = s.sotw.Send(req)
 		return
@@ -395,7 +395,7 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 		req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, n)
 	}
 	ct.sent = true
-	c.note("-> %s n=%s sub=%v unsub=%v initial=%d nack=%v", shortType(typeURL), req.ResponseNonce,
+	c.note("-> %s n=%s sub=%v unsub=%v initial=%d nack=%v", keying.ShortType(typeURL), req.ResponseNonce,
 		append(req.ResourceNamesSubscribe, locNames(req.ResourceLocatorsSubscribe)...),
 		append(req.ResourceNamesUnsubscribe, locNames(req.ResourceLocatorsUnsubscribe)...), len(req.InitialResourceVersions), detail != nil)
 	_ = s.delta.Send(req)

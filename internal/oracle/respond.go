@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"maps"
 	"slices"
-	"strings"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
@@ -66,7 +65,7 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 			next[c.key(t, it.name)] = h // (clients ignore what they no longer watch)
 		}
 	}
-	c.note("<- %s v=%s n=%s %v", shortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
+	c.note("<- %s v=%s n=%s %v", keying.ShortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
 	if resp.GetVersionInfo() == ct.acked && !ct.asked && !ct.nacked && sameHeld(next, ct.held) {
 		c.fail("%s version %s resent though the client ACKed it and asked for nothing new", t, ct.acked)
 		return
@@ -131,7 +130,7 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 	for _, rn := range resp.GetRemovedResourceNames() {
 		removed = append(removed, removal{rn.GetName(), rn.GetDynamicParameterConstraints().GetConstraint().GetValue()})
 	}
-	c.note("<- %s n=%s +%v -%v", shortType(t), resp.GetNonce(), itemNames(items), removed)
+	c.note("<- %s n=%s +%v -%v", keying.ShortType(t), resp.GetNonce(), itemNames(items), removed)
 	// A picky client rejects the bad resources and applies the rest, as
 	// Envoy and gRPC (A46) do: a Delta NACK does not say which resources it
 	// rejected, so a server that rejected-all clients wait on would have to
@@ -425,8 +424,6 @@ func fmtMap(m map[string]string) string {
 	b.WriteByte('}')
 	return b.String()
 }
-
-func shortType(t string) string { return t[strings.LastIndexByte(t, '.')+1:] }
 
 func itemNames(items []item) []string {
 	out := make([]string, len(items))

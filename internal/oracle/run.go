@@ -451,13 +451,13 @@ func (r *Run) dump() string {
 		}
 		fmt.Fprintf(&b, "relay %s cache:\n", id)
 		for _, e := range rl.DebugCache(relay.CacheFilter{}) {
-			fmt.Fprintf(&b, "    [%s] %s %s{%s} %s subscribers=%d\n", e.Scope, e.Type[strings.LastIndexByte(e.Type, '.')+1:], e.Name, e.Constraints, e.Version, e.Subscribers)
+			fmt.Fprintf(&b, "    [%s] %s %s{%s} %s subscribers=%d\n", e.Scope, keying.ShortType(e.Type), e.Name, e.Constraints, e.Version, e.Subscribers)
 		}
 		fmt.Fprintf(&b, "relay %s clients:\n", id)
 		for _, c := range rl.DebugClients("") {
 			fmt.Fprintf(&b, "    %s %s %s:", c.NodeID, c.Protocol, c.Service)
 			for t, ti := range c.Types {
-				fmt.Fprintf(&b, " %s wild=%v names=%v sent=%s acked=%s;", t[strings.LastIndexByte(t, '.')+1:], ti.Wildcard, ti.Names, ti.SentVersion, ti.AckedVersion)
+				fmt.Fprintf(&b, " %s wild=%v names=%v sent=%s acked=%s;", keying.ShortType(t), ti.Wildcard, ti.Names, ti.SentVersion, ti.AckedVersion)
 			}
 			b.WriteByte('\n')
 		}
@@ -465,7 +465,7 @@ func (r *Run) dump() string {
 		for _, u := range rl.DebugUpstreams() {
 			fmt.Fprintf(&b, "    %s %s %s:", u.Authority, u.Server, u.State)
 			for _, ts := range u.Types {
-				fmt.Fprintf(&b, " %s wild=%v names=%v v=%s;", ts.TypeURL[strings.LastIndexByte(ts.TypeURL, '.')+1:], ts.Wildcard, ts.Names, ts.Version)
+				fmt.Fprintf(&b, " %s wild=%v names=%v v=%s;", keying.ShortType(ts.TypeURL), ts.Wildcard, ts.Names, ts.Version)
 			}
 			b.WriteByte('\n')
 		}
