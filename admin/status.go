@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/relay"
 )
 
@@ -389,7 +390,7 @@ func (p PropagationOverview) Quantile(q float64) float64 {
 var statusHTML string
 
 var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
-	"short":   shortType,
+	"short":   keying.ShortType,
 	"bytes":   humanBytes,
 	"seconds": humanSeconds,
 	"authority": func(a string) string {
@@ -441,14 +442,6 @@ func (s *server) serveStatus(w http.ResponseWriter, req *http.Request) {
 	default:
 		writeText(w, http.StatusOK, adminIndexText)
 	}
-}
-
-// shortType is the last segment of a type URL ("Cluster").
-func shortType(t string) string {
-	if i := strings.LastIndexAny(t, "./"); i >= 0 {
-		return t[i+1:]
-	}
-	return t
 }
 
 // humanBytes formats n bytes as "512 B", "9.5 KiB", "1.2 MiB".

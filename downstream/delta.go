@@ -91,7 +91,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 			if _, ok := ts.names[n]; !ok {
 				ts.names[n] = struct{}{}
 				add = append(add, n)
-				ts.hasGlobs = ts.hasGlobs || isGlob(n)
+				ts.hasGlobs = ts.hasGlobs || keying.IsGlob(n)
 			}
 		}
 	}

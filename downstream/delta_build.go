@@ -114,7 +114,7 @@ func (b *deltaBuilder) drop(n string) {
 // subscribed (or unsubscribed while the wildcard may cover it).
 func (b *deltaBuilder) consider(n string, forced bool) {
 	ts, v := b.ts, b.v
-	if isGlob(n) {
+	if keying.IsGlob(n) {
 		if forced {
 			for _, r := range v.members(n) { // a new glob subscription
 				b.sendIfNew(r)

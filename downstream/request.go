@@ -156,11 +156,11 @@ func (st *stream) key(name string) string {
 	if name == "" || name == keying.Wildcard {
 		return name
 	}
-	c := canonical(name)
-	if st.params == "" || isGlob(c) {
-		return c
+	k := keying.NodeSubscriptionKey(canonical(name), st.params)
+	if keying.HasParams(k) {
+		k = unique.Make(k).Value() // many streams share it
 	}
-	return unique.Make(keying.SubscriptionKey(c, st.params)).Value()
+	return k
 }
 
 // locatorKey returns the subscription key of a TP2 resource locator.

@@ -263,7 +263,7 @@ func (st *stream) matches(f StreamFilter) bool {
 	}
 	key := canonical(f.Name)
 	for t, ts := range st.types {
-		if f.Type != "" && t != f.Type && t[strings.LastIndexAny(t, "./")+1:] != f.Type {
+		if f.Type != "" && t != f.Type && keying.ShortType(t) != f.Type {
 			continue
 		}
 		if f.Name == "" {

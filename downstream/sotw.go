@@ -1,7 +1,6 @@
 package downstream
 
 import (
-	"strings"
 	"unique"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -136,7 +135,7 @@ func (ts *typeState) subscribeSotW(typeURL string, names []string, keyed bool, s
 	ts.names = sets.intern(&ts.set, want)
 	ts.hasGlobs = false
 	for n := range want {
-		if isGlob(n) {
+		if keying.IsGlob(n) {
 			ts.hasGlobs = true
 			break
 		}
@@ -172,12 +171,6 @@ func (st *stream) sotwKeys(req *discoverypb.DiscoveryRequest) (names []string, w
 		}
 	}
 	return names, wrapped, true
-}
-
-// isGlob reports whether a subscribed name is an xdstp glob collection.
-func isGlob(name string) bool {
-	return strings.HasPrefix(name, "xdstp:") && (strings.HasSuffix(name, "/*") || strings.Contains(name, "/*?")) &&
-		keying.IsGlob(name)
 }
 
 // watches reports whether the stream subscribes to name, by name or through

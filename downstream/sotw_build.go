@@ -201,7 +201,7 @@ func (sw *sotwBuilder) fullSelection() *namedState {
 		if ok && (!ts.wildcard || !r.InWildcard() || !r.plain()) {
 			extra = append(extra, r)
 		}
-		if isGlob(n) {
+		if keying.IsGlob(n) {
 			extra = append(extra, v.members(n)...)
 		} else if !ok && v.Gone(n) {
 			gone = true
@@ -341,7 +341,7 @@ func (sw *sotwBuilder) pick(n string) {
 	if !ts.watches(v, n) {
 		return
 	}
-	if isGlob(n) {
+	if keying.IsGlob(n) {
 		sw.sel = append(sw.sel, v.members(n)...) // a new glob subscription: all its members
 		return
 	}

@@ -36,7 +36,7 @@ func (ts *typeState) losesNothing(v *View, b *body) bool {
 	}
 	if ts.fromElsewhere {
 		for k := range ts.names {
-			if !isGlob(k) && lost(k) {
+			if !keying.IsGlob(k) && lost(k) {
 				return false
 			}
 		}

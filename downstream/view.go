@@ -194,7 +194,7 @@ func (v *View) Gone(key string) bool {
 		return e.dataError()
 	}
 	auth, _ := keying.Authority(key)
-	return v.Complete && auth == "" && !keying.HasParams(key) && !isGlob(key)
+	return v.Complete && auth == "" && !keying.HasParams(key) && !keying.IsGlob(key)
 }
 
 // wildcard returns the resources a wildcard subscription selects, sorted.

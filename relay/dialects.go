@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/csds"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway"
@@ -44,7 +45,7 @@ type dialects struct {
 // newDialects creates the edge servers. Called from New.
 func (r *Relay) newDialects() error {
 	r.dx = &dialects{}
-	az := authorizer(r.cfg.Authorization)
+	az := authz.New(r.cfg.Authorization)
 	r.dx.csds = csds.New(r.ds, csds.Options{Authorize: az, Logger: r.log.Named("csds")})
 	r.dx.csds.Register(r.grpc)
 

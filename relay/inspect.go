@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/upstream"
@@ -38,11 +39,7 @@ type CacheFilter struct {
 }
 
 func (f CacheFilter) matchType(t string) bool {
-	if f.Type == "" || f.Type == t {
-		return true
-	}
-	i := strings.LastIndexAny(t, "./")
-	return t[i+1:] == f.Type
+	return f.Type == "" || f.Type == t || keying.ShortType(t) == f.Type
 }
 
 // ClientInfo is one downstream stream in /debug/clients.
@@ -179,7 +176,7 @@ func (r *Relay) DebugClientsPage(q ClientQuery) ClientPage {
 	}
 	f := downstream.StreamFilter{Type: q.Type, Name: q.Name}
 	if q.Node != "" {
-		f.Node = func(id string) bool { return glob(q.Node, id) }
+		f.Node = func(id string) bool { return authz.Match(q.Node, id) }
 	}
 	infos, total := r.ds.StreamsPage(f, q.After, q.Limit+1) // one more: is there a next page?
 	more := len(infos) > q.Limit

@@ -117,9 +117,6 @@ func (s *state) ownScope(b *binding) *scope {
 	return b.own
 }
 
-// groupKey is keying.GroupKey, under the name registry.go calls.
-func groupKey(fields []string, node *corev3.Node) string { return keying.GroupKey(fields, node) }
-
 // nodeParameters returns the keying.dynamic_parameters_from_node
 // translation of a node into TP2 dynamic parameters, nil when none is
 // configured. A field the node lacks is left out.
@@ -137,11 +134,6 @@ func nodeParameters(k *config.Keying) func(*corev3.Node) map[string]string {
 		}
 		return out
 	}
-}
-
-// groupNode is keying.GroupNode, under the name registry.go calls.
-func groupNode(base *corev3.Node, fields []string, client *corev3.Node, key string) *corev3.Node {
-	return keying.GroupNode(base, fields, client, key)
 }
 
 // releaseLater closes a node group's scope, and its upstream streams, a

@@ -18,9 +18,9 @@ func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
 		return nil
 	}
 	sc := s.shared
-	if key := groupKey(r.groupBy, node); key != "" {
+	if key := keying.GroupKey(r.groupBy, node); key != "" {
 		if sc = s.scopes["group:"+key]; sc == nil {
-			sc = s.newScope("group:"+key, groupNode(r.node, r.groupBy, node, key), false)
+			sc = s.newScope("group:"+key, keying.GroupNode(r.node, r.groupBy, node, key), false)
 		}
 	}
 	sc.streams++
