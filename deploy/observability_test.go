@@ -51,6 +51,7 @@ func registryNames(t *testing.T) map[string]bool {
 		return []metrics.UpstreamConn{{Server: "x", Scope: metrics.ScopeShared}}
 	})
 	m.CollectReadiness(func() bool { return true }, func() bool { return true })
+	m.CollectCache(func() []metrics.CacheSize { return []metrics.CacheSize{{TypeURL: "x"}} })
 	fams, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
