@@ -23,6 +23,7 @@ import (
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // Upstream is one upstream control plane server speaking gateway.control.v1.
@@ -207,7 +208,10 @@ func (s *Server) conn(i int) (*grpc.ClientConn, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// Snapshots routinely exceed grpc's default 4 MiB: accept what the
+	// relay's xDS upstream streams accept.
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(upstream.MaxRecvMsgSize))}
 	for _, c := range s.opts.Upstreams[i].CallCreds {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(c))
 	}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
@@ -216,4 +217,19 @@ func TestSotWSecretsNeedMTLS(t *testing.T) {
 	if r.GetVersion() != v1 || len(r.GetSnapshot().GetSecrets()) != 0 {
 		t.Fatalf("listeners and backends: %q with %d secrets", r.GetVersion(), len(r.GetSnapshot().GetSecrets()))
 	}
+}
+
+// A snapshot over grpc's default 4 MiB receive limit reaches the data planes:
+// the relay's upstream streams accept what its xDS upstream streams accept
+// (upstream.MaxRecvMsgSize). It was re-downloaded in a loop and never served.
+func TestSotWSnapshotOver4MiB(t *testing.T) {
+	e := start(t)
+	e.fleet = gatewaycp.NewFleet(gatewaycp.Spec{Listeners: 1, Routes: 27000, Backends: 1, EndpointsPerBackend: 1})
+	snap, v := e.publish("big", 0)
+	if n := proto.Size(snap); n <= 4<<20 {
+		t.Fatalf("the snapshot is %d bytes: not over 4 MiB", n)
+	}
+	dp := xdstest.DialGatewaySotW(t, e.relay.Addr())
+	dp.Send(subscribe("big-1", "big", ""))
+	wantSnapshot(t, dp.MustRecv(), snap, v)
 }

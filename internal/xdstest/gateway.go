@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // GatewayDataPlane is a gateway.control.v1 data plane: one StreamConfiguration or
@@ -54,7 +55,9 @@ func DialGatewayDelta(tb testing.TB, addr string) *GatewayDelta {
 
 func dialGateway[Req, Resp any](tb testing.TB, addr string, desc *grpc.StreamDesc, method string) *GatewayDataPlane[Req, Resp] {
 	tb.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A data plane takes snapshots as large as the relay's upstreams may send.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(upstream.MaxRecvMsgSize)))
 	if err != nil {
 		tb.Fatalf("xdstest: gateway: dial %s: %v", addr, err)
 	}
