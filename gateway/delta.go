@@ -38,10 +38,10 @@ type deltaGroup struct {
 type deltaType struct {
 	refs int                  // streams subscribing
 	res  map[string]*resource // by name
-	// known: the upstream has answered this type. Until then (a cold group,
-	// or one seeded from the warm-restart file) nothing is reported removed
-	// for lack of it — the cache does not know yet, the upstream may still
-	// have it.
+	// known: the upstream has answered this type on its current stream.
+	// Until then (a cold group, one seeded from the warm-restart file, or
+	// one whose upstream stream ended) nothing is reported removed for lack
+	// of it — the cache does not know, the upstream may still have it.
 	known         bool
 	systemVersion string
 	seq           uint64            // increases with every change
@@ -148,6 +148,7 @@ func (g *deltaGroup) session(ctx context.Context, cc *grpc.ClientConn, server st
 	defer func() {
 		cancel()
 		wg.Wait()
+		g.unconfirm()
 	}()
 	wg.Go(func() {
 		if err := g.sender(ctx, cs); err != nil {
@@ -179,6 +180,17 @@ func (g *deltaGroup) session(ctx context.Context, cc *grpc.ClientConn, server st
 		g.verdicts = append(g.verdicts, v)
 		g.mu.Unlock()
 		g.wakeSender()
+	}
+}
+
+// unconfirm marks every type not known once the upstream stream ended: the
+// cache is no longer the upstream's word, so nothing is reported removed
+// until a new stream answers the type.
+func (g *deltaGroup) unconfirm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.types {
+		t.known = false
 	}
 }
 

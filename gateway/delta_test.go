@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"strings"
@@ -186,4 +187,35 @@ func TestDeltaBadRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A data plane that comes while the upstream is away, holding resources
+// the relay's cache lacks, is told of no removal: the cache's word went stale
+// with the upstream stream. Once the upstream answers again, it is told what
+// is gone — and only that.
+func TestDeltaNoRemovalWhileUpstreamAway(t *testing.T) {
+	e := start(t)
+	e.publish("blue", 0)
+	types := []string{controlv1.HttpRouteType}
+	first := dialDelta(t, e, "blue-1", "blue", types, nil)
+	first.recv("")
+
+	e.cp.Stop()
+	xdstest.Eventually(t, func() bool { return !e.relay.DebugGateway("").Groups[0].Connected },
+		"the gateway's upstream stream ended", nil)
+	initial := map[string]map[string]string{controlv1.HttpRouteType: maps.Clone(first.held[controlv1.HttpRouteType])}
+	initial[controlv1.HttpRouteType]["default/elsewhere"] = "v0" // what another replica's upstream had
+	second := dialDelta(t, e, "blue-2", "blue", types, initial)
+	second.ExpectNone(quiet)
+
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	defer cancel()
+	if err := e.cp.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := second.recv("")
+	if len(r.GetResources()) != 0 || strings.Join(r.GetRemovedResources(), ",") != "default/elsewhere" {
+		t.Fatalf("once the upstream answered again: %v, want only the removal of default/elsewhere", r)
+	}
+	second.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
 }
