@@ -124,9 +124,17 @@ func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server str
 	}
 	answered := false
 	for {
+		confirmedBefore := answered
 		b, err := g.recv(cs, server, &answered)
 		if err != nil {
 			return answered, err
+		}
+		if !confirmedBefore {
+			// The group's snapshot is the upstream's word again: streams
+			// that were not sent it (push) look again.
+			for _, st := range g.each() {
+				st.signal()
+			}
 		}
 		r, perr := parseResponse(b)
 		ack := answer(r.nonce)
@@ -280,14 +288,15 @@ func (st *sotwStream) handle(req *controlv1.DiscoveryRequest) error {
 const controlType = "other"
 
 // push sends the group's snapshot unless the data plane has it, was sent
-// it, or rejected it.
+// it, or rejected it, or came with another version while the snapshot is
+// not confirmed by the upstream.
 func (st *sotwStream) push() error {
 	g := st.g
 	if g == nil {
 		return nil
 	}
 	g.mu.Lock()
-	version, body, secrets := g.version, g.body, g.secrets
+	version, body, secrets, confirmed := g.version, g.body, g.secrets, g.connected
 	g.mu.Unlock()
 	if secrets && !st.secretsOK && version != "" {
 		// The control plane sent secrets this data plane did not subscribe
@@ -298,6 +307,14 @@ func (st *sotwStream) push() error {
 	st.mu.Lock()
 	if version == "" || version == st.sentVersion || version == st.nackedVersion ||
 		(st.sentVersion == "" && version == st.ackedVersion) {
+		st.mu.Unlock()
+		return nil
+	}
+	if st.sentVersion == "" && st.ackedVersion != "" && !confirmed {
+		// No rollback: a data plane that came running another version (from
+		// another replica, or from before a restart) is not sent the group's
+		// snapshot while no live upstream stream confirms it — it may be
+		// older than what the data plane runs.
 		st.mu.Unlock()
 		return nil
 	}

@@ -233,3 +233,37 @@ func TestSotWSnapshotOver4MiB(t *testing.T) {
 	dp.Send(subscribe("big-1", "big", ""))
 	wantSnapshot(t, dp.MustRecv(), snap, v)
 }
+
+// A data plane that comes running a version the relay does not hold (from
+// another replica) is not sent the relay's snapshot while the upstream is
+// away: it may be older. Once the upstream answers, the data plane gets what
+// the upstream has.
+func TestSotWNoRollbackWhileUpstreamAway(t *testing.T) {
+	e := start(t)
+	_, v1 := e.publish("blue", 0)
+	first := xdstest.DialGatewaySotW(t, e.relay.Addr())
+	first.Send(subscribe("blue-1", "blue", ""))
+	resp := first.MustRecv()
+	first.Send(ack(resp))
+	if resp.GetVersion() != v1 {
+		t.Fatalf("first data plane got %s, want %s", resp.GetVersion(), v1)
+	}
+
+	e.cp.Stop()
+	xdstest.Eventually(t, func() bool { return !e.relay.DebugGateway("").Groups[0].Connected },
+		"the gateway's upstream stream ended", nil)
+	v2snap, v2 := e.publish("blue", 1) // what a replica still connected has sent its data planes
+	moved := xdstest.DialGatewaySotW(t, e.relay.Addr())
+	moved.Send(subscribe("blue-2", "blue", v2))
+	moved.ExpectNone(quiet)
+
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	defer cancel()
+	if err := e.cp.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantSnapshot(t, first.MustRecv(), v2snap, v2)
+	moved.ExpectNone(quiet) // it runs the upstream's version already
+	v3snap, v3 := e.publish("blue", 1)
+	wantSnapshot(t, moved.MustRecv(), v3snap, v3)
+}
