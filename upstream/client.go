@@ -98,12 +98,16 @@ type typeState struct {
 	// certainly applies the wildcard on this stream; settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
 	// (zero: no wait); refetch: the type was subscribed again and asked for
-	// with no version, and no wildcard settles before the server answers.
+	// with no version, and no wildcard settles before the server answers;
+	// rejected: the last response of the type was NACKed — the server
+	// answered, the relay holds none of it, and the server sends again only
+	// on a change, so its silence settles nothing until a valid response.
 	// See settle.go.
 	answered bool
 	wildSure bool
 	settleAt time.Time
 	refetch  bool
+	rejected bool
 	// dropped (LDS/CDS) holds the names unsubscribed on this stream while
 	// the wildcard is not proven: a response may still answer a request that
 	// named them, so one of them proves nothing about the wildcard.
@@ -439,7 +443,7 @@ func (c *Client) resetForStreamLocked() {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
 		st.sure, st.keys, st.dropped = nil, nil, nil
-		st.answered, st.wildSure, st.settleAt, st.refetch = false, false, time.Time{}, false
+		st.answered, st.wildSure, st.settleAt, st.refetch, st.rejected = false, false, time.Time{}, false, false
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

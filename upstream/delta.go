@@ -349,6 +349,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	if verr != nil {
 		st.nonce = resp.GetNonce()
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: verr})
+		st.rejectedLocked()
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -375,6 +376,8 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	st.nonce = resp.GetNonce()
 	if err == nil {
 		st.version = resp.GetSystemVersionInfo()
+	} else {
+		st.rejectedLocked()
 	}
 	st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: err})
 	c.markDirtyLocked(typeURL, st)

@@ -48,11 +48,18 @@ import (
 // stream, counts as answered.
 const DefaultSettle = 250 * time.Millisecond
 
+// rejectedLocked records that a response of st's type was NACKed: no wait
+// settles the type or its wildcard until a valid response answers it.
+// Called with mu held.
+func (st *typeState) rejectedLocked() {
+	st.rejected, st.settleAt = true, time.Time{}
+}
+
 // answered records a response of st's type carrying names and reports
 // whether it is the wildcard's full set, settling the wildcard when it
 // proves it. Called with mu held.
 func (c *Client) answered(st *typeState, names []string) bool {
-	st.answered, st.refetch = true, false
+	st.answered, st.refetch, st.rejected = true, false, false
 	if !st.wildcard() {
 		st.settleAt = time.Time{}
 		return false
@@ -90,6 +97,9 @@ func (st *typeState) namedLocked(n string) bool {
 // armSettleLocked (re)starts the settle wait of st and wakes the sender,
 // which keeps the timer. Called with mu held.
 func (c *Client) armSettleLocked(st *typeState) {
+	if st.rejected {
+		return // a NACKed response is no answer, and silence after it none either
+	}
 	d := c.cfg.Settle
 	if d <= 0 {
 		d = DefaultSettle

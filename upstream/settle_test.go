@@ -187,3 +187,51 @@ func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A response the relay NACKs is no answer: the server's silence after it
+// (a server sends again only on a change) settles nothing — the wildcard
+// was taken for answered, complete and empty, and clients that came from
+// another replica were told their clusters were gone. The next valid
+// response answers the type.
+func TestNACKedAnswerSettlesNothing(t *testing.T) {
+	for _, mode := range []upstream.Mode{upstream.ModeSotW, upstream.ModeDelta} {
+		t.Run(map[upstream.Mode]string{upstream.ModeSotW: "sotw", upstream.ModeDelta: "delta"}[mode], func(t *testing.T) {
+			f := &scriptedADS{sotw: make(chan *discoveryv3.DiscoveryResponse, 4), delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+			srv := xdstest.StartUpstream(t, xdstest.WithADS(f))
+			rec := &recorder{}
+			c := newClientCfg(t, upstream.Config{Mode: mode, Settle: 50 * time.Millisecond}, rec, srv.Addr())
+			c.Subscribe(keying.ClusterType, keying.Wildcard)
+			cur := 0
+			bad := rawAny(keying.ClusterType, stringField(1, "")) // a cluster without a name
+			good := mustAny(t, cluster("c1"))
+			if mode == upstream.ModeSotW {
+				srv.NextSotW(t, &cur, keying.ClusterType)
+				f.sotw <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "1", Nonce: "1", Resources: []*anypb.Any{bad}}
+				if req := srv.NextSotW(t, &cur, keying.ClusterType); req.GetErrorDetail() == nil {
+					t.Fatalf("the invalid response was not NACKed: %v", req)
+				}
+			} else {
+				srv.NextDelta(t, &cur, keying.ClusterType)
+				f.delta <- &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: "1",
+					Resources: []*discoveryv3.Resource{{Name: "c0", Version: "1", Resource: bad}}}
+				if req := srv.NextDelta(t, &cur, keying.ClusterType); req.GetErrorDetail() == nil {
+					t.Fatalf("the invalid response was not NACKed: %v", req)
+				}
+			}
+			time.Sleep(10 * 50 * time.Millisecond) // ten settle times of silence: proves a non-event
+			if n := rec.numUpdates(); n != 0 {
+				t.Fatalf("silence after a NACK settled the type: %d updates", n)
+			}
+			if mode == upstream.ModeSotW {
+				f.sotw <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "2", Nonce: "2", Resources: []*anypb.Any{good}}
+			} else {
+				f.delta <- &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: "2",
+					Resources: []*discoveryv3.Resource{{Name: "c1", Version: "2", Resource: good}}}
+			}
+			ucur := 0
+			if u := rec.nextUpdate(t, &ucur, keying.ClusterType); u.Event != upstream.Response || !u.Complete {
+				t.Fatalf("the valid answer: %+v, want a response completing the wildcard", u)
+			}
+		})
+	}
+}

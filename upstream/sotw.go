@@ -141,6 +141,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	}
 	if verr != nil {
 		st.nonce, st.nack = resp.GetNonce(), verr
+		st.rejectedLocked()
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -158,6 +159,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	st.nonce = resp.GetNonce()
 	if err != nil {
 		st.nack = err
+		st.rejectedLocked()
 	} else {
 		st.version, st.nack = resp.GetVersionInfo(), nil
 		if full {
