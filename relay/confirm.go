@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,6 +18,9 @@ type upstreamHandler struct {
 	r         *Relay
 	sc        *scope
 	authority string
+	// streams counts the state changes of the authority's upstream stream
+	// (syncHook).
+	streams atomic.Uint64
 }
 
 // OnState records the state of the authority's upstream stream: once it

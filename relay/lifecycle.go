@@ -35,8 +35,9 @@ func (r *Relay) Ready() bool {
 
 // Readiness says whether the relay is ready for clients, and why (the body
 // of /readyz): it is not draining, its xDS listener serves, and its cache is
-// warm — it has established a stream to an upstream server since it
-// started, or it loaded a warm-restart file (unless readiness.require_sync).
+// warm — an upstream server has spoken xDS to it since it started
+// (syncHook), or it loaded a warm-restart file (unless
+// readiness.require_sync).
 // A cold relay that cannot reach its control plane stays unready, so that
 // during an outage a rolling update keeps clients on the warm replicas.
 func (r *Relay) Readiness() (ready bool, reason string) {
@@ -148,15 +149,40 @@ func (r *Relay) Close() {
 	r.creds.close()
 }
 
+// syncAfter is how long an upstream stream must stay open, unanswered, for
+// the server to count as speaking xDS: one that does not ends every stream
+// at once (Unimplemented).
+const syncAfter = time.Second
+
 // syncHook is the upstream.Handler of every upstream client: it marks the
-// relay synced at the first established stream.
+// relay synced once an upstream speaks xDS — it answered, or kept a stream
+// open for syncAfter (an idle server answers nothing it is not asked).
 type syncHook struct{ *upstreamHandler }
 
 func (h syncHook) OnState(server string, connected bool, err error) {
-	if connected && !h.r.synced.Swap(true) {
-		h.r.log.Info("synced with an upstream", zap.String("authority", h.authority), zap.String("server", server))
+	stream := h.streams.Add(1) // each state change starts another stream's count
+	if connected && !h.r.synced.Load() {
+		time.AfterFunc(syncAfter, func() {
+			if h.streams.Load() == stream && h.r.life.Err() == nil {
+				h.markSynced(server)
+			}
+		})
 	}
 	h.upstreamHandler.OnState(server, connected, err)
+}
+
+func (h syncHook) OnUpdate(u upstream.Update) error {
+	if u.Event != upstream.Settle {
+		h.markSynced(u.Server) // the server answered
+	}
+	return h.upstreamHandler.OnUpdate(u)
+}
+
+// markSynced marks the relay synced with an upstream, once.
+func (h syncHook) markSynced(server string) {
+	if !h.r.synced.Swap(true) {
+		h.r.log.Info("synced with an upstream", zap.String("authority", h.authority), zap.String("server", server))
+	}
 }
 
 // upstreamConnected returns the samples of xds_relay_upstream_connected: per

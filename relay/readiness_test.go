@@ -1,13 +1,16 @@
 package relay_test
 
 import (
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -150,5 +153,29 @@ func TestWarmFromSibling(t *testing.T) {
 	if got := metricValue(t, fresh.Relay, "xds_relay_upstream_connected",
 		map[string]string{"scope": "shared", "server": sibling.Addr()}); got != 1 {
 		t.Errorf("xds_relay_upstream_connected{server=sibling} = %v, want 1", got)
+	}
+}
+
+// An upstream that serves no xDS (every stream ends Unimplemented) never
+// makes the relay ready, also with readiness.require_sync: it said "synced
+// with an upstream" as soon as a stream opened, before any answer.
+func TestNotSyncedWithoutXDS(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer() // no xDS service
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	r := xdstest.StartRelay(t, lis.Addr().String(), xdstest.WithConfig(func(c *config.Config) { c.Readiness.RequireSync = true }))
+	deadline := time.Now().Add(3 * time.Second) // three times what proves an xDS server by its silence
+	for time.Now().Before(deadline) {
+		if code, body := readyz(r.Relay); code == http.StatusOK {
+			t.Fatalf("ready with an upstream that serves no xDS: %q", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := metricValue(t, r.Relay, "xds_relay_upstream_synced", nil); got != 0 {
+		t.Errorf("xds_relay_upstream_synced = %v, want 0", got)
 	}
 }
