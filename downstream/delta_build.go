@@ -81,10 +81,14 @@ func (b *deltaBuilder) considerChange() {
 	}
 }
 
-// sendIfNew sends r unless the client holds its version.
+// sendIfNew sends r unless the client holds its version, or brought
+// another one from elsewhere while the View's copy is unconfirmed (rollBack).
 func (b *deltaBuilder) sendIfNew(r *Resource) {
 	ts := b.ts
 	k := r.key()
+	if b.rollsBack(k, r) {
+		return
+	}
 	delete(ts.initial, k)
 	delete(ts.withheldRefs, k)
 	if ts.holds[k] == r.Version {
@@ -101,6 +105,24 @@ func (b *deltaBuilder) sendIfNew(r *Resource) {
 		}
 		ts.holdsTP2[k] = r.Root()
 	}
+}
+
+// rollsBack reports, and withholds, r when the client brought another
+// version of k from elsewhere (initial_resource_versions) and no live
+// upstream stream confirms the View's copy: it may be older than the
+// client's. No rollback — k is looked at again with every later change, and
+// sent once the upstream confirms it.
+func (b *deltaBuilder) rollsBack(k string, r *Resource) bool {
+	ts := b.ts
+	if _, brought := ts.initial[k]; !brought || ts.holds[k] == r.Version || !b.v.Stale(k) {
+		return false
+	}
+	if ts.withheld == nil {
+		ts.withheld = make(map[string]struct{})
+	}
+	ts.withheld[k] = struct{}{}
+	b.st.noteWithheld(ts, b.v.TypeURL, "stale")
+	return true
 }
 
 // drop tells the client n is gone.
