@@ -4,10 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/gateway/controlv1"
@@ -224,8 +226,9 @@ func TestSotWSecretsNeedMTLS(t *testing.T) {
 // (upstream.MaxRecvMsgSize). It was re-downloaded in a loop and never served.
 func TestSotWSnapshotOver4MiB(t *testing.T) {
 	e := start(t)
-	e.fleet = gatewaycp.NewFleet(gatewaycp.Spec{Listeners: 1, Routes: 27000, Backends: 1, EndpointsPerBackend: 1})
-	snap, v := e.publish("big", 0)
+	snap := e.fleet.Snapshot("big", time.Now())
+	snap.Extensions = &structpb.Struct{Fields: map[string]*structpb.Value{"blob": structpb.NewStringValue(strings.Repeat("x", 5<<20))}}
+	v := e.cp.Set("big", snap)
 	if n := proto.Size(snap); n <= 4<<20 {
 		t.Fatalf("the snapshot is %d bytes: not over 4 MiB", n)
 	}
