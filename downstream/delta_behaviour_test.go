@@ -6,6 +6,7 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 )
 
@@ -32,11 +33,11 @@ func wantNames(t *testing.T, what string, got, want []string) {
 func TestDeltaInitialResourceVersions(t *testing.T) {
 	src := newFakeSource()
 	v := src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
-	c := newDeltaClient(t, start(t, src))
+	c := xdstest.DialDelta(t, start(t, src), testNode)
 
-	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a", "b"},
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a", "b"},
 		InitialResourceVersions: map[string]string{"a": v.Resources["a"].Version}})
-	r := c.recv()
+	r := c.MustRecv()
 	wantNames(t, "resources", names(r), []string{"b"})
 	if got := r.GetResources()[0].GetVersion(); got != v.Resources["b"].Version {
 		t.Fatalf("b at version %q, want %q", got, v.Resources["b"].Version)
@@ -49,24 +50,24 @@ func TestDeltaInitialResourceVersions(t *testing.T) {
 func TestDeltaRemovalAndUnsubscribe(t *testing.T) {
 	src := newFakeSource()
 	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
-	c := newDeltaClient(t, start(t, src))
+	c := xdstest.DialDelta(t, start(t, src), testNode)
 
-	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a", "b"}})
-	r := c.recv()
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a", "b"}})
+	r := c.MustRecv()
 	wantNames(t, "resources", names(r), []string{"a", "b"})
-	c.ack(r)
-	c.none("after an ACK")
+	c.Ack(r)
+	c.ExpectNoResponse(quiet)
 
 	src.publish(keying.ClusterType, map[string]string{"a": "a1"})
-	r = c.recv()
+	r = c.MustRecv()
 	wantNames(t, "resources", names(r), nil)
 	wantNames(t, "removals", r.GetRemovedResources(), []string{"b"})
-	c.ack(r)
+	c.Ack(r)
 
-	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesUnsubscribe: []string{"a"}})
-	c.none("after an unsubscription of a name the wildcard does not cover")
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesUnsubscribe: []string{"a"}})
+	c.ExpectNoResponse(quiet)
 	src.publish(keying.ClusterType, map[string]string{"a": "a2"})
-	c.none("a change of a name no longer subscribed")
+	c.ExpectNoResponse(quiet)
 }
 
 // xDS Delta: "*" subscribes to every resource of the type; a change sends
@@ -74,15 +75,15 @@ func TestDeltaRemovalAndUnsubscribe(t *testing.T) {
 func TestDeltaWildcardSendsOnlyChanges(t *testing.T) {
 	src := newFakeSource()
 	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
-	c := newDeltaClient(t, start(t, src))
+	c := xdstest.DialDelta(t, start(t, src), testNode)
 
-	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{keying.Wildcard}})
-	r := c.recv()
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{keying.Wildcard}})
+	r := c.MustRecv()
 	wantNames(t, "resources", names(r), []string{"a", "b"})
-	c.ack(r)
+	c.Ack(r)
 
 	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b2", "c": "c1"})
-	r = c.recv()
+	r = c.MustRecv()
 	wantNames(t, "resources", names(r), []string{"b", "c"})
 	wantNames(t, "removals", r.GetRemovedResources(), nil)
 }

@@ -1,16 +1,13 @@
 package downstream_test
 
 import (
-	"context"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -107,9 +104,9 @@ func resource(name, content string) *downstream.Resource {
 	return &downstream.Resource{Name: name, Version: downstream.ResourceVersion(b), Any: b}
 }
 
-// start serves a downstream.Server over src on 127.0.0.1:0 and returns a
-// client connection to it; everything stops when the test ends.
-func start(t *testing.T, src downstream.Source) *grpc.ClientConn {
+// start serves a downstream.Server over src on 127.0.0.1:0 and returns its
+// address; everything stops when the test ends.
+func start(t *testing.T, src downstream.Source) string {
 	t.Helper()
 	srv := downstream.NewServer(src, downstream.Options{Metrics: metrics.New()})
 	g := grpc.NewServer(srv.GRPCOptions()...)
@@ -120,153 +117,16 @@ func start(t *testing.T, src downstream.Source) *grpc.ClientConn {
 	}
 	served := make(chan struct{})
 	go func() { _ = g.Serve(lis); close(served) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = conn.Close()
 		g.Stop()
 		<-served
 		srv.Close()
 	})
-	return conn
+	return lis.Addr().String()
 }
 
-// wait is how long a test waits for a response; quiet is how long it
-// watches for one that must not come.
-const (
-	wait  = 10 * time.Second
-	quiet = 300 * time.Millisecond
-)
+// quiet is how long a test watches for a response that must not come.
+const quiet = 300 * time.Millisecond
 
-// responses reads every message of a client stream into a channel until
-// the stream ends.
-func responses[M any](ctx context.Context, recv func() (M, error)) <-chan M {
-	ch := make(chan M)
-	go func() {
-		defer close(ch)
-		for {
-			m, err := recv()
-			if err != nil {
-				return
-			}
-			select {
-			case ch <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch
-}
-
-// sotwClient is a State-of-the-World ADS client.
-type sotwClient struct {
-	t    *testing.T
-	s    discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	resp <-chan *discoverypb.DiscoveryResponse
-}
-
-func newSotWClient(t *testing.T, conn *grpc.ClientConn) *sotwClient {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s, err := discoverypb.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &sotwClient{t: t, s: s, resp: responses(ctx, s.Recv)}
-}
-
-func (c *sotwClient) send(req *discoverypb.DiscoveryRequest) {
-	c.t.Helper()
-	if req.Node == nil {
-		req.Node = &corev3.Node{Id: "test-node"}
-	}
-	if err := c.s.Send(req); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// recv returns the next response.
-func (c *sotwClient) recv() *discoverypb.DiscoveryResponse {
-	c.t.Helper()
-	select {
-	case r, ok := <-c.resp:
-		if !ok {
-			c.t.Fatal("the stream ended")
-		}
-		return r
-	case <-time.After(wait):
-		c.t.Fatal("no response")
-	}
-	return nil
-}
-
-// none fails the test if a response comes within quiet.
-func (c *sotwClient) none(why string) {
-	c.t.Helper()
-	select {
-	case r := <-c.resp:
-		c.t.Fatalf("%s: got a response with %d resources, version %q", why, len(r.GetResources()), r.GetVersionInfo())
-	case <-time.After(quiet):
-	}
-}
-
-// deltaClient is an incremental ADS client.
-type deltaClient struct {
-	t    *testing.T
-	s    discoverypb.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	resp <-chan *discoverypb.DeltaDiscoveryResponse
-}
-
-func newDeltaClient(t *testing.T, conn *grpc.ClientConn) *deltaClient {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s, err := discoverypb.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &deltaClient{t: t, s: s, resp: responses(ctx, s.Recv)}
-}
-
-func (c *deltaClient) send(req *discoverypb.DeltaDiscoveryRequest) {
-	c.t.Helper()
-	if req.Node == nil {
-		req.Node = &corev3.Node{Id: "test-node"}
-	}
-	if err := c.s.Send(req); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-func (c *deltaClient) recv() *discoverypb.DeltaDiscoveryResponse {
-	c.t.Helper()
-	select {
-	case r, ok := <-c.resp:
-		if !ok {
-			c.t.Fatal("the stream ended")
-		}
-		return r
-	case <-time.After(wait):
-		c.t.Fatal("no response")
-	}
-	return nil
-}
-
-func (c *deltaClient) none(why string) {
-	c.t.Helper()
-	select {
-	case r := <-c.resp:
-		c.t.Fatalf("%s: got a response with %d resources and removals %v", why, len(r.GetResources()), r.GetRemovedResources())
-	case <-time.After(quiet):
-	}
-}
-
-// ack acknowledges r.
-func (c *deltaClient) ack(r *discoverypb.DeltaDiscoveryResponse) {
-	c.t.Helper()
-	c.send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})
-}
+// testNode is the node of the tests' clients.
+var testNode = &corev3.Node{Id: "test-node"}

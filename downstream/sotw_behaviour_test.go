@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 )
 
@@ -45,31 +46,31 @@ func wantContents(t *testing.T, got, want []string) {
 func TestSotWAckNackAndStaleNonce(t *testing.T) {
 	src := newFakeSource()
 	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
-	c := newSotWClient(t, start(t, src))
+	c := xdstest.DialADS(t, start(t, src), testNode)
 
-	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType}) // legacy wildcard
-	r1 := c.recv()
+	c.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType}) // legacy wildcard
+	r1 := c.MustRecv()
 	wantContents(t, contents(t, r1), []string{"a1", "b1"})
-	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: r1.GetVersionInfo(), ResponseNonce: r1.GetNonce()})
-	c.none("after an ACK")
+	c.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: r1.GetVersionInfo(), ResponseNonce: r1.GetNonce()})
+	c.ExpectNoResponse(quiet)
 
 	src.publish(keying.ClusterType, map[string]string{"a": "a2", "b": "b1"})
-	r2 := c.recv()
+	r2 := c.MustRecv()
 	wantContents(t, contents(t, r2), []string{"a2", "b1"})
 	if r2.GetNonce() == r1.GetNonce() || r2.GetVersionInfo() == r1.GetVersionInfo() {
 		t.Fatalf("second response nonce %q version %q, the same as the first's", r2.GetNonce(), r2.GetVersionInfo())
 	}
-	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: r1.GetVersionInfo(), ResponseNonce: r2.GetNonce(),
+	c.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: r1.GetVersionInfo(), ResponseNonce: r2.GetNonce(),
 		ErrorDetail: &statuspb.Status{Message: "rejected"}})
-	c.none("after a NACK")
+	c.ExpectNoResponse(quiet)
 
 	// Stale: the nonce of the first response. Its names would end the
 	// wildcard if it were honoured.
-	c.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResponseNonce: r1.GetNonce(), ResourceNames: []string{"a"}})
-	c.none("after a stale request")
+	c.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResponseNonce: r1.GetNonce(), ResourceNames: []string{"a"}})
+	c.ExpectNoResponse(quiet)
 
 	src.publish(keying.ClusterType, map[string]string{"a": "a3", "b": "b1"})
-	r3 := c.recv()
+	r3 := c.MustRecv()
 	wantContents(t, contents(t, r3), []string{"a3", "b1"}) // still the wildcard
 }
 
@@ -79,21 +80,21 @@ func TestSotWWildcardAndNames(t *testing.T) {
 	src := newFakeSource()
 	src.publish(keying.ClusterType, map[string]string{"a": "a1", "b": "b1"})
 	conn := start(t, src)
-	wild, named := newSotWClient(t, conn), newSotWClient(t, conn)
+	wild, named := xdstest.DialADS(t, conn, testNode), xdstest.DialADS(t, conn, testNode)
 
-	wild.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard}})
-	r := wild.recv()
+	wild.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard}})
+	r := wild.MustRecv()
 	wantContents(t, contents(t, r), []string{"a1", "b1"})
-	wild.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard},
+	wild.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard},
 		VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
 
-	named.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"}})
-	rn := named.recv()
+	named.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"}})
+	rn := named.MustRecv()
 	wantContents(t, contents(t, rn), []string{"b1"})
-	named.send(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"},
+	named.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"b"},
 		VersionInfo: rn.GetVersionInfo(), ResponseNonce: rn.GetNonce()})
 
 	src.publish(keying.ClusterType, map[string]string{"b": "b1"}) // a is gone
-	wantContents(t, contents(t, wild.recv()), []string{"b1"})
-	named.none("a change of a name it does not subscribe to")
+	wantContents(t, contents(t, wild.MustRecv()), []string{"b1"})
+	named.ExpectNoResponse(quiet)
 }

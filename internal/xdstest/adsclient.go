@@ -197,6 +197,19 @@ func (c *ADSClient) Send(req *discoverygrpc.DiscoveryRequest) error {
 	return nil
 }
 
+// MustSend sends req, with the client's node when it is the stream's first
+// request and has none; a failed send fails the test.
+func (c *ADSClient) MustSend(req *discoverygrpc.DiscoveryRequest) {
+	c.tb.Helper()
+	c.mu.Lock()
+	if !c.sentNode && req.Node == nil {
+		req.Node = c.node
+	}
+	c.sentNode = true
+	c.mu.Unlock()
+	c.mustSend(req)
+}
+
 // key is the type under which per-type state is kept: typeURL, or the
 // per-type service's type for "".
 func (c *ADSClient) key(typeURL string) string {
