@@ -79,6 +79,7 @@ type held struct {
 	hash      string
 	version   string // Delta: the resource's version
 	refs      map[string][]string
+	gen       int // the stream generation it came on (see Client.gen)
 }
 
 // ctype is a client's state of one type.

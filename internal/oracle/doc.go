@@ -23,6 +23,9 @@
 //     upstream published, for a variant its parameters select;
 //   - make before break on ADS: nothing it holds refers to a resource it was
 //     just told is gone;
+//   - no rollback: it is never sent content the upstream published before
+//     the content it holds of that variant (brought from elsewhere: unless
+//     the relay it talks to may have nothing newer yet);
 //   - no resend of a version it ACKed, unless it asked again.
 //
 // When the schedule is over, every client must converge on exactly the

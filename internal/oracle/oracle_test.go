@@ -25,6 +25,7 @@ var (
 	shrink   = flag.Duration("oracle.shrink", 2*time.Minute, "how long to shrink a failing schedule")
 	logTo    = flag.String("oracle.log", "", "write the relays' debug log of a failing schedule to this file")
 	keep     = flag.String("oracle.keep", "", "run only these steps of the schedule (comma-separated, as a shrunk schedule prints them)")
+	all      = flag.Bool("oracle.all", false, "run every seed of the range, past failures (a survey of a new dimension)")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -81,7 +82,7 @@ func TestOracle(t *testing.T) {
 		return
 	}
 	for seed := *first; seed < *first+uint64(*seeds); seed++ {
-		if !run(seed) {
+		if !run(seed) && !*all {
 			return
 		}
 	}

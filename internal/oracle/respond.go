@@ -222,7 +222,7 @@ func (c *Client) env(typeURL string) string {
 
 // accept checks one received resource: no invented state — the upstream
 // published that content for a variant the client's parameters select — and
-// returns it as held. Called with mu held.
+// no rollback, and returns it as held. Called with mu held.
 func (c *Client) accept(t string, it item) (*held, bool) {
 	if it.env != "" && it.env != c.env(t) {
 		c.fail("got the %s variant env=%s of %s, its parameters are env=%q", t, it.env, it.name, c.env(t))
@@ -232,7 +232,11 @@ func (c *Client) accept(t string, it item) (*held, bool) {
 		c.fail("got %s %s (env %q) with content %s the upstream never published", t, it.name, it.env, it.hash)
 		return nil, false
 	}
-	return &held{name: it.name, env: it.env, hash: it.hash, version: it.version, refs: c.run.world.refsOf(t, it.name, it.env, it.hash)}, true
+	if !c.noRollback(t, c.types[t].held[c.key(t, it.name)], it) {
+		return nil, false
+	}
+	return &held{name: it.name, env: it.env, hash: it.hash, version: it.version, refs: c.run.world.refsOf(t, it.name, it.env, it.hash),
+		gen: c.gen}, true
 }
 
 // justified reports (and otherwise fails the run) whether the client may be

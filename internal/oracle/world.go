@@ -82,9 +82,12 @@ type World struct {
 	published map[string]bool
 	// at holds when each snapshot was published.
 	at []time.Time
+	// spans holds, by pubKey, the first and the last index at which the
+	// variant had that content: the upstream's publication order.
+	spans map[string][2]int
 }
 
-func newWorld() *World { return &World{published: map[string]bool{}} }
+func newWorld() *World { return &World{published: map[string]bool{}, spans: map[string][2]int{}} }
 
 func pubKey(typeURL, name, env, hash string) string {
 	return typeURL + "\x00" + name + "\x00" + env + "\x00" + hash
@@ -100,7 +103,14 @@ func (w *World) add(s *Snapshot) {
 	for t, byName := range s.Res {
 		for n, vs := range byName {
 			for _, r := range vs {
-				w.published[pubKey(t, n, r.Env, r.Hash)] = true
+				k := pubKey(t, n, r.Env, r.Hash)
+				w.published[k] = true
+				sp, ok := w.spans[k]
+				if !ok {
+					sp[0] = s.Index
+				}
+				sp[1] = s.Index
+				w.spans[k] = sp
 			}
 		}
 	}
