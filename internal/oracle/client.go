@@ -52,6 +52,8 @@ type ClientSpec struct {
 	Env string
 	// Picky clients NACK bad versions.
 	Picky bool
+	// Glob clients subscribe the glob collection globName too (Dims.Glob).
+	Glob bool
 }
 
 func (s ClientSpec) String() string {
@@ -70,7 +72,7 @@ func (s ClientSpec) String() string {
 	if s.Picky {
 		out += " picky"
 	}
-	return out
+	return out + s.globString()
 }
 
 // held is one resource a client holds.
@@ -86,6 +88,7 @@ type held struct {
 type ctype struct {
 	wildcard bool
 	names    map[string]bool // subscribed names (plain; TP2 clients as locators)
+	globs    map[string]bool // subscribed glob collections (plain names)
 	held     map[string]*held
 	acked    string // SotW: the version_info of the last response accepted
 	nonce    string // the last nonce received
@@ -174,6 +177,9 @@ func newClient(r *Run, spec ClientSpec) *Client {
 	case GRPC:
 		c.types[keying.ListenerType].names[r.listenerFor(spec.ID)] = true
 	}
+	if spec.Glob {
+		c.types[keying.ClusterType].globs = map[string]bool{globName: true}
+	}
 	return c
 }
 
@@ -233,7 +239,7 @@ func (c *Client) connect(target int) {
 	for _, t := range worldTypes {
 		ct := c.types[t]
 		ct.sent, ct.nonce, ct.asked = false, "", true
-		if ct.wildcard || len(ct.names) > 0 {
+		if ct.wildcard || len(ct.names) > 0 || len(ct.globs) > 0 {
 			c.requestLocked(t, nil, nil)
 		}
 	}
@@ -347,9 +353,10 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 	defer s.send.Unlock()
 	if s.sotw != nil {
 		req := &discoverypb.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: ct.acked, ResponseNonce: ct.nonce, ErrorDetail: detail}
-		if ct.wildcard && (ct.sent || len(ct.names) > 0 || !keying.WildcardCapable(typeURL)) {
+		if ct.wildcard && (ct.sent || len(ct.names)+len(ct.globs) > 0 || !keying.WildcardCapable(typeURL)) {
 			req.ResourceNames = append(req.ResourceNames, keying.Wildcard)
 		}
+		req.ResourceNames = append(req.ResourceNames, slices.Sorted(maps.Keys(ct.globs))...)
 		for _, n := range slices.Sorted(maps.Keys(ct.names)) {
 			if c.tp2(typeURL) {
 				req.ResourceLocators = append(req.ResourceLocators, &discoverypb.ResourceLocator{Name: n,
@@ -373,6 +380,7 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 			req.InitialResourceVersions[h.name] = h.version
 		}
 		sub = slices.Sorted(maps.Keys(ct.names))
+		sub = append(sub, slices.Sorted(maps.Keys(ct.globs))...)
 		if ct.wildcard {
 			sub = append(sub, keying.Wildcard)
 		}
@@ -380,7 +388,7 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 		req.ResponseNonce = ""
 	}
 	for _, n := range sub {
-		if c.tp2(typeURL) && n != keying.Wildcard {
+		if c.tp2(typeURL) && n != keying.Wildcard && !ct.globs[n] {
 			req.ResourceLocatorsSubscribe = append(req.ResourceLocatorsSubscribe, &discoverypb.ResourceLocator{Name: n,
 				DynamicParameters: map[string]string{envParam: c.spec.Env}})
 			continue

@@ -26,6 +26,7 @@ var (
 	logTo    = flag.String("oracle.log", "", "write the relays' debug log of a failing schedule to this file")
 	keep     = flag.String("oracle.keep", "", "run only these steps of the schedule (comma-separated, as a shrunk schedule prints them)")
 	all      = flag.Bool("oracle.all", false, "run every seed of the range, past failures (a survey of a new dimension)")
+	dims     = flag.String("oracle.dims", "", "generate schedules with exactly these dimensions (comma-separated, as a schedule prints them; \"none\" for the plain ones) instead of the drawn ones")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // and a shrunk one with -oracle.keep 1,11,12 (its step numbers).
 func TestOracle(t *testing.T) {
 	run := func(seed uint64) bool {
-		s := oracle.Generate(seed, *steps)
+		s := generate(t, seed)
 		if *keep != "" {
 			var at []int
 			for _, f := range strings.Split(*keep, ",") {
@@ -86,6 +87,22 @@ func TestOracle(t *testing.T) {
 			return
 		}
 	}
+}
+
+// generate returns the schedule of seed, with the dimensions -oracle.dims
+// forces, if any.
+func generate(t *testing.T, seed uint64) *oracle.Schedule {
+	if *dims == "" {
+		return oracle.Generate(seed, *steps)
+	}
+	if *dims == "none" {
+		return oracle.GeneratePlain(seed, *steps)
+	}
+	d, err := oracle.ParseDims(*dims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return oracle.GenerateDims(seed, *steps, &d)
 }
 
 // regressions are shrunk schedules that once failed (seed, steps kept), each
@@ -201,7 +218,7 @@ func wholeSchedule(n int) []int {
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
 func TestOracleRegressions(t *testing.T) {
 	for _, r := range regressions {
-		s := oracle.Generate(r.seed, 40).Keep(r.keep)
+		s := oracle.GeneratePlain(r.seed, 40).Keep(r.keep)
 		s.Opts.Forgetful = foundForgetful[r.seed] // as they were found
 		for range 3 {
 			if err := oracle.Execute(s, t.TempDir(), zap.NewNop()); err != nil {

@@ -270,7 +270,10 @@ func (c *Client) justified(t string, h *held) bool {
 func (c *Client) subscribes(t, key string) bool {
 	ct := c.types[t]
 	name, _ := keying.SplitSubscriptionKey(key)
-	return ct.wildcard || ct.names[name]
+	if foreign(name) && ct.globsCover(name) {
+		return true
+	}
+	return ct.wildcard && !foreign(name) || ct.names[name]
 }
 
 // checkRefs checks make before break on ADS after lost (keys of t) went:
@@ -382,9 +385,17 @@ func (c *Client) expected(s *Snapshot) map[string]map[string]string {
 		return r
 	}
 	var listeners []string
+	for _, n := range s.Names(keying.ClusterType) {
+		if c.types[keying.ClusterType].globsCover(n) {
+			pick(keying.ClusterType, n)
+		}
+	}
 	if c.spec.Shape == Envoy {
 		listeners = s.Names(keying.ListenerType)
 		for _, n := range s.Names(keying.ClusterType) {
+			if foreign(n) {
+				continue // the default servers' wildcard does not list it
+			}
 			if r := pick(keying.ClusterType, n); r != nil {
 				for _, e := range r.Refs[keying.EndpointType] {
 					pick(keying.EndpointType, e)

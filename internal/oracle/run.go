@@ -48,12 +48,21 @@ type Options struct {
 	Forgetful bool
 	// World shapes the resources.
 	World WorldOptions
+	// Dims are the widened generator's dimensions (see Dims).
+	Dims Dims
 }
 
 func (o Options) String() string {
 	return fmt.Sprintf("protocol=%s ordered=%v replicas=%d fallback=%v persist=%v group_by=%v max_unreferenced=%d rollout=%v tp2=%v do_not_cache=%v bad=%v forgetful=%v",
 		o.Protocol, o.Ordered, o.Replicas, o.Fallback, o.Persist, o.GroupBy, o.MaxUnreferenced, o.Rollout,
-		o.World.TP2, o.World.DoNotCache, o.World.Bad, o.Forgetful)
+		o.World.TP2, o.World.DoNotCache, o.World.Bad, o.Forgetful) + o.dimsString()
+}
+
+func (o Options) dimsString() string {
+	if !o.Dims.any() {
+		return ""
+	}
+	return " dims=" + o.Dims.String()
 }
 
 // Op is what a step does.
@@ -133,8 +142,10 @@ func (s *Schedule) Keep(at []int) *Schedule {
 	return c
 }
 
-// Generate returns the schedule of seed: a world and about steps steps.
-func Generate(seed uint64, steps int) *Schedule {
+// GeneratePlain returns the schedule of seed without the widened
+// dimensions (Dims): the oracle's schedules before them, which the
+// regression table replays.
+func GeneratePlain(seed uint64, steps int) *Schedule {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	o := Options{
 		Protocol:        []string{"sotw", "delta"}[rng.IntN(2)],
@@ -217,6 +228,7 @@ type Run struct {
 	world  *World
 	model  *model
 	rng    *rand.Rand
+	xrng   *rand.Rand // the widened dimensions' changes (Dims)
 	ups    []*Upstream
 	relays []*relaySlot
 	dir    string
@@ -249,6 +261,10 @@ func Execute(sched *Schedule, dir string, log *zap.Logger) error {
 		clients: map[string]*Client{}}
 	defer r.shutdown()
 	r.model = newModel(sched.Opts.World, r.rng)
+	r.xrng = rand.New(rand.NewPCG(sched.Seed, 5))
+	if sched.Opts.Dims.Glob {
+		r.model.initGlob()
+	}
 	r.world.add(r.model.snapshot())
 	servers := 1
 	if sched.Opts.Fallback {
@@ -299,6 +315,7 @@ func (r *Run) step(st Step) error {
 		for range st.N {
 			what = append(what, r.model.mutate(r.rng))
 		}
+		what = append(what, r.mutateDims()...)
 		r.publish()
 		r.trace("published %d: %s", r.world.Len()-1, strings.Join(what, "; "))
 	case OpJoin:
@@ -569,6 +586,7 @@ func (r *Run) startRelay(s *relaySlot) error {
 	if o.Persist {
 		cfg.Cache.PersistPath = filepath.Join(r.dir, fmt.Sprintf("relay-%d.cache", s.index))
 	}
+	r.configDims(cfg)
 	if o.GroupBy {
 		cfg.Keying = &config.Keying{GroupBy: []string{"cluster"}}
 	}

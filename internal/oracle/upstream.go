@@ -300,7 +300,7 @@ func selection(snap *Snapshot, typeURL string, st *usub) map[string]*Res {
 	out := map[string]*Res{}
 	if st.wildcard {
 		for _, n := range snap.Names(typeURL) {
-			if r := snap.Select(typeURL, n, ""); r != nil {
+			if r := snap.Select(typeURL, n, ""); r != nil && !foreign(n) {
 				out[n] = r
 			}
 		}
@@ -311,6 +311,7 @@ func selection(snap *Snapshot, typeURL string, st *usub) map[string]*Res {
 			out[k] = r
 		}
 	}
+	expandGlobs(snap, typeURL, st, out)
 	return out
 }
 
@@ -450,12 +451,16 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 			st.wildcard = true
 		}
 	}
+	// A careful server answers a new wildcard or glob subscription even when
+	// it selects nothing: the relay learns that the set is empty.
+	answer := first && st.wildcard
 	for _, n := range req.GetResourceNamesSubscribe() {
 		if n == keying.Wildcard {
 			st.wildcard = true
 			continue
 		}
 		st.keys[n] = ""
+		answer = answer || keying.IsGlob(n)
 	}
 	for _, l := range req.GetResourceLocatorsSubscribe() {
 		st.keys[locatorKey(l)] = l.GetDynamicParameters()[envParam]
@@ -486,11 +491,13 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	for _, l := range req.GetResourceLocatorsUnsubscribe() {
 		unsub(locatorKey(l))
 	}
-	s.respondDelta(s.u.world.Current(), t, st, first)
+	st.dropUncovered()
+	s.respondDelta(s.u.world.Current(), t, st, answer)
 }
 
 // respondDelta queues what st lacks of its selection and the removals of
-// what it holds that is gone. Called with s.mu held.
+// what it holds that is gone; always: even when that is nothing. Called
+// with s.mu held.
 func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always bool) {
 	if !st.requested {
 		return
@@ -514,7 +521,7 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 			continue
 		}
 		_, named := st.keys[k]
-		if !named && !st.wildcard {
+		if !named && !st.wildcard && !st.coveredByGlob(k) {
 			continue
 		}
 		name, _ := keying.SplitSubscriptionKey(k)
@@ -530,15 +537,14 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 		delete(st.held, k)
 		delete(st.heldEnv, k)
 	}
-	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && len(resp.RemovedResourceNames) == 0 &&
-		!(always && st.wildcard) {
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && len(resp.RemovedResourceNames) == 0 && !always {
 		return
 	}
 	if s.u.forgetful && !st.wildcard {
 		// go-control-plane: what it remembers sending is, after each
 		// response, what the response's subscription selects.
 		for k := range st.held {
-			if _, named := st.keys[k]; !named {
+			if _, named := st.keys[k]; !named && !st.coveredByGlob(k) {
 				delete(st.held, k)
 				delete(st.heldEnv, k)
 			}

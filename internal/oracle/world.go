@@ -196,8 +196,9 @@ type model struct {
 	listeners map[string]string // listener → route
 	routes    map[string]string // route → cluster
 	clusters  map[string]*clusterGen
-	next      int // names
-	gen       int // contents
+	members   map[string]int // glob members → content generation (Dims.Glob)
+	next      int            // names
+	gen       int            // contents
 	opts      WorldOptions
 }
 
@@ -321,23 +322,36 @@ func (m *model) mutate(rng *rand.Rand) string {
 	}
 }
 
+// newRes builds the variant (name, env) of typeURL with content msg.
+func newRes(typeURL, name, env string, msg proto.Message, refs map[string][]string) *Res {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return &Res{Type: typeURL, Name: name, Env: env, Body: b, Hash: hex.EncodeToString(sum[:8]), Refs: refs}
+}
+
+// put adds r to the snapshot.
+func (s *Snapshot) put(r *Res) {
+	if s.Res[r.Type] == nil {
+		s.Res[r.Type] = map[string][]*Res{}
+	}
+	s.Res[r.Type][r.Name] = append(s.Res[r.Type][r.Name], r)
+}
+
 // snapshot builds the model's state as a Snapshot.
 func (m *model) snapshot() *Snapshot {
 	s := &Snapshot{Res: map[string]map[string][]*Res{}}
 	add := func(typeURL, name, env string, msg proto.Message, refs map[string][]string, g *clusterGen) {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
-		if err != nil {
-			panic(err)
-		}
-		sum := sha256.Sum256(b)
-		r := &Res{Type: typeURL, Name: name, Env: env, Body: b, Hash: hex.EncodeToString(sum[:8]), Refs: refs}
+		r := newRes(typeURL, name, env, msg, refs)
 		if g != nil && typeURL == keying.ClusterType {
 			r.DoNotCache, r.Bad = g.doNotCache, g.bad
 		}
-		if s.Res[typeURL] == nil {
-			s.Res[typeURL] = map[string][]*Res{}
-		}
-		s.Res[typeURL][name] = append(s.Res[typeURL][name], r)
+		s.put(r)
+	}
+	for n, gen := range m.members {
+		s.put(memberCluster(n, gen))
 	}
 	for l, r := range m.listeners {
 		add(keying.ListenerType, l, "", xdstest.GRPCListener(l, r), map[string][]string{keying.RouteType: {r}}, nil)

@@ -1,0 +1,127 @@
+package oracle
+
+import (
+	"fmt"
+
+	"github.com/xds-relay/xds-relay/config"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// Dims are the dimensions of the widened generator: each is drawn by the
+// seed from a stream of its own, so that a schedule that draws none is the
+// one GeneratePlain returns.
+type Dims struct {
+	// Glob: the world has a second authority's clusters under a glob
+	// collection (globName); some clients subscribe the glob.
+	Glob bool
+	// AuthServers: the authority names the same servers itself; else it
+	// names none and the default servers serve it.
+	AuthServers bool
+}
+
+func (d Dims) any() bool { return d != Dims{} }
+
+func (d Dims) String() string {
+	var out []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// ParseDims reads a comma-separated list of dimensions (as Dims prints
+// them).
+func ParseDims(s string) (Dims, error) {
+	var d Dims
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "":
+		case "glob":
+			d.Glob = true
+		case "auth-servers":
+			d.AuthServers = true
+		default:
+			return d, fmt.Errorf("oracle: unknown dimension %q", f)
+		}
+	}
+	return d, nil
+}
+
+// drawDims draws the dimensions of a seed: each is rare enough that the
+// plain world keeps most of the coverage.
+func drawDims(x *rand.Rand) Dims {
+	return Dims{
+		Glob:        x.IntN(4) == 0,
+		AuthServers: x.IntN(2) == 0,
+	}
+}
+
+// Generate returns the schedule of seed: a world and about steps steps,
+// with the dimensions the seed draws.
+func Generate(seed uint64, steps int) *Schedule { return GenerateDims(seed, steps, nil) }
+
+// GenerateDims is Generate with the dimensions only (when not nil) instead
+// of the drawn ones.
+func GenerateDims(seed uint64, steps int, only *Dims) *Schedule {
+	s := GeneratePlain(seed, steps)
+	x := rand.New(rand.NewPCG(seed, 4))
+	d := drawDims(x)
+	if only != nil {
+		d = *only
+	}
+	if !d.Glob {
+		d.AuthServers = false // no authority: nothing to serve
+	}
+	s.Opts.Dims = d
+	widen(s, x)
+	return s
+}
+
+// widen adds the steps and client traits of s's dimensions, drawn from x,
+// and numbers the steps again.
+func widen(s *Schedule, x *rand.Rand) {
+	d := s.Opts.Dims
+	if !d.any() {
+		return
+	}
+	steps := slices.Clone(s.Steps)
+	for i := range steps {
+		if steps[i].Op == OpJoin && d.Glob && steps[i].Client.Env == "" {
+			steps[i].Client.Glob = x.IntN(2) == 0
+		}
+	}
+	s.Steps = steps
+	for i := range s.Steps {
+		s.Steps[i].At = i
+	}
+}
+
+// mutateDims makes the changes of the run's dimensions that go with a
+// publish step.
+func (r *Run) mutateDims() []string {
+	var what []string
+	if r.sched.Opts.Dims.Glob && r.xrng.IntN(2) == 0 {
+		what = append(what, r.model.mutateMembers(r.xrng))
+	}
+	return what
+}
+
+// configDims sets up a relay's config for the run's dimensions.
+func (r *Run) configDims(cfg *config.Config) {
+	d := r.sched.Opts.Dims
+	if !d.Glob {
+		return
+	}
+	a := config.Authority{}
+	if d.AuthServers {
+		a.XDSServers = cfg.Upstream.XDSServers
+	}
+	cfg.Upstream.Authorities = map[string]config.Authority{authority: a}
+}
