@@ -453,7 +453,7 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	}
 	// A careful server answers a new wildcard or glob subscription even when
 	// it selects nothing: the relay learns that the set is empty.
-	answer := first && st.wildcard
+	answer := false
 	for _, n := range req.GetResourceNamesSubscribe() {
 		if n == keying.Wildcard {
 			st.wildcard = true
@@ -462,6 +462,7 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 		st.keys[n] = ""
 		answer = answer || keying.IsGlob(n)
 	}
+	answer = answer || first && st.wildcard
 	for _, l := range req.GetResourceLocatorsSubscribe() {
 		st.keys[locatorKey(l)] = l.GetDynamicParameters()[envParam]
 	}
