@@ -19,6 +19,14 @@ type Dims struct {
 	// AuthServers: the authority names the same servers itself; else it
 	// names none and the default servers serve it.
 	AuthServers bool
+	// Silence: upstream servers withhold their answers of a type (or of
+	// every type) past the settle and does-not-exist times, for a while or
+	// until a later step.
+	Silence bool
+	// Invalid: upstream servers send responses the relay must NACK (a
+	// resource that does not decode, or of another type), and after a NACK
+	// send again only on a change.
+	Invalid bool
 }
 
 func (d Dims) any() bool { return d != Dims{} }
@@ -28,7 +36,7 @@ func (d Dims) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}} {
+	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}, {d.Silence, "silence"}, {d.Invalid, "invalid"}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -47,6 +55,10 @@ func ParseDims(s string) (Dims, error) {
 			d.Glob = true
 		case "auth-servers":
 			d.AuthServers = true
+		case "silence":
+			d.Silence = true
+		case "invalid":
+			d.Invalid = true
 		default:
 			return d, fmt.Errorf("oracle: unknown dimension %q", f)
 		}
@@ -60,6 +72,8 @@ func drawDims(x *rand.Rand) Dims {
 	return Dims{
 		Glob:        x.IntN(4) == 0,
 		AuthServers: x.IntN(2) == 0,
+		Silence:     x.IntN(5) == 0,
+		Invalid:     x.IntN(5) == 0,
 	}
 }
 
@@ -97,7 +111,11 @@ func widen(s *Schedule, x *rand.Rand) {
 			steps[i].Client.Glob = x.IntN(2) == 0
 		}
 	}
-	s.Steps = steps
+	servers := 1
+	if s.Opts.Fallback {
+		servers = 2
+	}
+	s.Steps = faultSteps(steps, d, servers, x)
 	for i := range s.Steps {
 		s.Steps[i].At = i
 	}

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -89,7 +88,8 @@ type Step struct {
 	Relay  int
 	Server int
 	N      int
-	At     int // the step's index in the generated schedule (Keep)
+	Type   string // the type a fault step is about ("" for every type)
+	At     int    // the step's index in the generated schedule (Keep)
 }
 
 func (s Step) String() string {
@@ -111,7 +111,7 @@ func (s Step) String() string {
 	case OpRelayRestart:
 		return fmt.Sprintf("restart relay %d", s.Relay)
 	}
-	return string(s.Op)
+	return s.faultString()
 }
 
 // Schedule is a world and the steps run against it; Seed made them.
@@ -140,85 +140,6 @@ func (s *Schedule) Keep(at []int) *Schedule {
 		}
 	}
 	return c
-}
-
-// GeneratePlain returns the schedule of seed without the widened
-// dimensions (Dims): the oracle's schedules before them, which the
-// regression table replays.
-func GeneratePlain(seed uint64, steps int) *Schedule {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	o := Options{
-		Protocol:        []string{"sotw", "delta"}[rng.IntN(2)],
-		Ordered:         rng.IntN(2) == 0,
-		Replicas:        1 + rng.IntN(2),
-		Fallback:        rng.IntN(4) == 0,
-		Persist:         rng.IntN(2) == 0,
-		GroupBy:         rng.IntN(4) == 0,
-		MaxUnreferenced: rng.IntN(4),
-		Rollout:         rng.IntN(4) == 0,
-	}
-	if o.Persist && o.MaxUnreferenced == 0 {
-		o.MaxUnreferenced = 1 // config: persist_path needs max_unreferenced > 0
-	}
-	o.World = WorldOptions{TP2: rng.IntN(3) == 0, DoNotCache: rng.IntN(5) == 0, Bad: o.Rollout}
-	o.Forgetful = o.Protocol == "delta" && rand.New(rand.NewPCG(seed, 2)).IntN(2) == 0
-	s := &Schedule{Seed: seed, Opts: o}
-	var clients []string
-	down := map[int]bool{}
-	next := 0
-	join := func() {
-		next++
-		spec := ClientSpec{ID: fmt.Sprintf("c%d", next), Shape: Shape(rng.IntN(2)), Delta: rng.IntN(2) == 0,
-			PerType: rng.IntN(5) == 0}
-		if o.World.TP2 && spec.Shape == GRPC && rng.IntN(2) == 0 {
-			spec.Env = []string{envProd, "test"}[rng.IntN(2)]
-		}
-		spec.Picky = o.World.Bad && rng.IntN(2) == 0
-		s.Steps = append(s.Steps, Step{Op: OpJoin, Client: spec, Relay: rng.IntN(o.Replicas)})
-		clients = append(clients, spec.ID)
-	}
-	for range 2 + rng.IntN(3) {
-		join()
-	}
-	servers := 1
-	if o.Fallback {
-		servers = 2
-	}
-	for range steps {
-		pick := func() ClientSpec { return ClientSpec{ID: clients[rng.IntN(len(clients))]} }
-		switch k := rng.IntN(100); {
-		case k < 30:
-			s.Steps = append(s.Steps, Step{Op: OpPublish, N: 1 + rng.IntN(3)})
-		case k < 40 && len(clients) < 8:
-			join()
-		case k < 45 && len(clients) > 1:
-			i := rng.IntN(len(clients))
-			s.Steps = append(s.Steps, Step{Op: OpLeave, Client: ClientSpec{ID: clients[i]}})
-			clients = slices.Delete(clients, i, i+1)
-		case k < 55:
-			s.Steps = append(s.Steps, Step{Op: OpMove, Client: pick(), Relay: rng.IntN(o.Replicas)})
-		case k < 60:
-			s.Steps = append(s.Steps, Step{Op: OpSlow, Client: pick(), N: 5 + rng.IntN(40)})
-		case k < 65:
-			s.Steps = append(s.Steps, Step{Op: OpFast, Client: pick()})
-		case k < 70:
-			srv := rng.IntN(servers)
-			op := OpUpstreamDown
-			if down[srv] {
-				op = OpUpstreamUp
-			}
-			down[srv] = !down[srv]
-			s.Steps = append(s.Steps, Step{Op: op, Server: srv})
-		case k < 74:
-			s.Steps = append(s.Steps, Step{Op: OpRelayRestart, Relay: rng.IntN(o.Replicas)})
-		default:
-			s.Steps = append(s.Steps, Step{Op: OpPause, N: rng.IntN(60)})
-		}
-	}
-	for i := range s.Steps {
-		s.Steps[i].At = i
-	}
-	return s
 }
 
 // Run is one execution of a schedule. Its checks run in the clients'
@@ -355,6 +276,8 @@ func (r *Run) step(st Step) error {
 			r.stopRelay(slot)
 			return r.startRelay(slot)
 		}
+	default:
+		r.fault(st)
 	}
 	return nil
 }
@@ -382,6 +305,7 @@ func (r *Run) publish() {
 // client must hold exactly the upstream's state of what it subscribes to.
 func (r *Run) quiesce() error {
 	for _, u := range r.ups {
+		u.speak("", true)
 		if !u.running() {
 			if err := u.start(u.addr); err != nil {
 				return err
@@ -499,6 +423,7 @@ func (r *Run) shutdown() {
 		r.stopRelay(s)
 	}
 	for _, u := range r.ups {
+		u.speak("", true) // its timers
 		u.stop()
 	}
 }
@@ -626,42 +551,4 @@ func (r *Run) stopRelay(s *relaySlot) {
 		rl.Close()
 		<-done
 	}
-}
-
-// Shrink returns a shorter schedule that still fails, and how (each
-// candidate is run up to tries times: runs are not deterministic), trying
-// for at most budget.
-func Shrink(s *Schedule, err error, dir string, tries int, budget time.Duration) (*Schedule, error) {
-	deadline := time.Now().Add(budget)
-	last := err
-	fails := func(c *Schedule) bool {
-		for i := range tries {
-			sub := filepath.Join(dir, fmt.Sprintf("shrink-%d", i))
-			_ = os.RemoveAll(sub)
-			_ = os.MkdirAll(sub, 0o755)
-			if err := Execute(c, sub, nil); err != nil {
-				last = err
-				return true
-			}
-		}
-		return false
-	}
-	best := s
-	for chunk := len(best.Steps) / 2; chunk >= 1 && time.Now().Before(deadline); {
-		shrunk := false
-		for i := 0; i < len(best.Steps) && time.Now().Before(deadline); i += chunk {
-			c := &Schedule{Seed: best.Seed, Opts: best.Opts, Steps: slices.Delete(slices.Clone(best.Steps), i, min(i+chunk, len(best.Steps)))}
-			if fails(c) {
-				best, shrunk = c, true
-				i -= chunk
-			}
-		}
-		if !shrunk {
-			chunk /= 2
-		}
-	}
-	if best == s {
-		last = err
-	}
-	return best, last
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -41,6 +42,7 @@ type Upstream struct {
 	rng     *rand.Rand
 	streams map[*ustream]struct{}
 	sent    map[string]map[string]*window // node id (a relay scope) → type → what it was told
+	faults                                // silences and invalid responses (Dims)
 }
 
 // window is what a relay scope's streams told it of one type: low is the
@@ -70,6 +72,8 @@ type ustream struct {
 	nonce int
 	out   []proto.Message
 	wake  chan struct{}
+	// withheld are responses queued while their type was silenced.
+	withheld []queued
 }
 
 // usub is a stream's subscription of one type and what it was sent.
@@ -232,14 +236,10 @@ func (s *ustream) sender(ctx context.Context) {
 	}
 }
 
-// queueLocked queues a response and records what it tells the relay.
+// releaseLocked sends a response and records what it tells the relay.
 // Called with s.mu held.
-func (s *ustream) queueLocked(m proto.Message, typeURL, nonce string, index int) {
-	s.out = append(s.out, m)
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index int) {
+	s.outLocked(m)
 	if instanceOf(s.node) == "" {
 		return
 	}
@@ -368,6 +368,9 @@ func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
 	}
 	changed := !st.requested || wild != st.wildcard || !mapsEqual(keys, st.keys)
 	st.requested, st.wildcard, st.keys = true, wild, keys
+	if s.u.quietAfterNACK(req.GetErrorDetail() != nil, changed) {
+		return
+	}
 	snap := s.u.world.Current()
 	if changed || req.GetVersionInfo() != version(snap) {
 		s.respondSotW(snap, t, st, true)
@@ -399,7 +402,7 @@ func mapsEqual(a, b map[string]string) bool {
 // what was sent last and force is false. Called with s.mu held.
 func (s *ustream) respondSotW(snap *Snapshot, typeURL string, st *usub, force bool) {
 	sel := selection(snap, typeURL, st)
-	keys := slices.Sorted(maps_Keys(sel))
+	keys := slices.Sorted(maps.Keys(sel))
 	var h strings.Builder
 	for _, k := range keys {
 		h.WriteString(k + "=" + sel[k].Hash + ";")
@@ -425,6 +428,10 @@ func (s *ustream) respondSotW(snap *Snapshot, typeURL string, st *usub, force bo
 			continue
 		}
 		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: r.Body})
+	}
+	if len(resp.Resources) > 0 && s.u.takeCorrupt(typeURL) {
+		s.corruptSotW(resp, st)
+		return
 	}
 	st.lastNonce = resp.Nonce
 	s.queueLocked(resp, typeURL, resp.Nonce, snap.Index)
@@ -493,6 +500,11 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 		unsub(locatorKey(l))
 	}
 	st.dropUncovered()
+	subs := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) +
+		len(req.GetResourceLocatorsSubscribe()) + len(req.GetResourceLocatorsUnsubscribe())
+	if s.u.quietAfterNACK(req.GetErrorDetail() != nil, first || subs > 0) {
+		return
+	}
 	s.respondDelta(s.u.world.Current(), t, st, answer)
 }
 
@@ -503,10 +515,15 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 	if !st.requested {
 		return
 	}
+	restore := func() {}
+	if s.u.armed(typeURL) {
+		held, heldEnv := maps.Clone(st.held), maps.Clone(st.heldEnv)
+		restore = func() { st.held, st.heldEnv = held, heldEnv }
+	}
 	sel := selection(snap, typeURL, st)
 	resp := &discoverypb.DeltaDiscoveryResponse{TypeUrl: typeURL, SystemVersionInfo: version(snap)}
 	once := map[*Res]bool{} // a variant several subscriptions select goes once
-	for _, k := range slices.Sorted(maps_Keys(sel)) {
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
 		r := sel[k]
 		if st.held[k] == r.Hash {
 			continue
@@ -517,7 +534,7 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 			resp.Resources = append(resp.Resources, wrapped(r, keying.HasParams(k)))
 		}
 	}
-	for _, k := range slices.Sorted(maps_Keys(st.held)) {
+	for _, k := range slices.Sorted(maps.Keys(st.held)) {
 		if _, ok := sel[k]; ok {
 			continue
 		}
@@ -553,6 +570,10 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 	}
 	s.nonce++
 	resp.Nonce = strconv.Itoa(s.nonce)
+	if len(resp.Resources) > 0 && s.u.takeCorrupt(typeURL) {
+		s.corruptDelta(resp, restore)
+		return
+	}
 	s.queueLocked(resp, typeURL, resp.Nonce, snap.Index)
 }
 
@@ -568,15 +589,5 @@ func (s *ustream) push(snap *Snapshot, typeURL string, force bool) {
 		s.respondDelta(snap, typeURL, st, false)
 	} else {
 		s.respondSotW(snap, typeURL, st, force)
-	}
-}
-
-func maps_Keys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
