@@ -27,7 +27,19 @@ type Dims struct {
 	// resource that does not decode, or of another type), and after a NACK
 	// send again only on a change.
 	Invalid bool
+	// Escaped: some clusters are the authority's, named as Envoy spells
+	// xdstp ids (svc%3A8080), by the upstream and the clients alike.
+	Escaped bool
+	// Replace (TP2 worlds): a cluster's unconstrained variant is deleted and
+	// its constrained replacement created in one snapshot, and back.
+	Replace bool
+	// Foreign: the default servers list the authority's names in their
+	// wildcard answer.
+	Foreign bool
 }
+
+// federated reports whether the world has names of the second authority.
+func (d Dims) federated() bool { return d.Glob || d.Escaped }
 
 func (d Dims) any() bool { return d != Dims{} }
 
@@ -36,7 +48,8 @@ func (d Dims) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}, {d.Silence, "silence"}, {d.Invalid, "invalid"}} {
+	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}, {d.Silence, "silence"}, {d.Invalid, "invalid"},
+		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -59,6 +72,12 @@ func ParseDims(s string) (Dims, error) {
 			d.Silence = true
 		case "invalid":
 			d.Invalid = true
+		case "escaped":
+			d.Escaped = true
+		case "replace":
+			d.Replace = true
+		case "foreign":
+			d.Foreign = true
 		default:
 			return d, fmt.Errorf("oracle: unknown dimension %q", f)
 		}
@@ -74,6 +93,9 @@ func drawDims(x *rand.Rand) Dims {
 		AuthServers: x.IntN(2) == 0,
 		Silence:     x.IntN(5) == 0,
 		Invalid:     x.IntN(5) == 0,
+		Escaped:     x.IntN(5) == 0,
+		Replace:     x.IntN(2) == 0, // TP2 worlds only
+		Foreign:     x.IntN(6) == 0,
 	}
 }
 
@@ -90,10 +112,15 @@ func GenerateDims(seed uint64, steps int, only *Dims) *Schedule {
 	if only != nil {
 		d = *only
 	}
-	if !d.Glob {
+	if d.Foreign && !d.federated() {
+		d.Glob = true // names of another authority to list
+	}
+	if !d.federated() {
 		d.AuthServers = false // no authority: nothing to serve
 	}
+	d.Replace = d.Replace && s.Opts.World.TP2
 	s.Opts.Dims = d
+	s.Opts.World.Escaped = d.Escaped
 	widen(s, x)
 	return s
 }
@@ -128,13 +155,16 @@ func (r *Run) mutateDims() []string {
 	if r.sched.Opts.Dims.Glob && r.xrng.IntN(2) == 0 {
 		what = append(what, r.model.mutateMembers(r.xrng))
 	}
+	if r.sched.Opts.Dims.Replace && r.xrng.IntN(3) == 0 {
+		what = append(what, r.model.replaceDefault(r.xrng))
+	}
 	return what
 }
 
 // configDims sets up a relay's config for the run's dimensions.
 func (r *Run) configDims(cfg *config.Config) {
 	d := r.sched.Opts.Dims
-	if !d.Glob {
+	if !d.federated() {
 		return
 	}
 	a := config.Authority{}

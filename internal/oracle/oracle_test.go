@@ -57,6 +57,9 @@ func TestOracle(t *testing.T) {
 			log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), buf, zap.DebugLevel))
 		}
 		err := oracle.Execute(s, t.TempDir(), log)
+		if *all {
+			t.Logf("seed %d: %s: failed=%v", seed, s.Opts, err != nil)
+		}
 		if err == nil {
 			return true
 		}

@@ -273,11 +273,18 @@ func (c *Client) subscribes(t, key string) bool {
 	if foreign(name) && ct.globsCover(name) {
 		return true
 	}
-	return ct.wildcard && !foreign(name) || ct.names[name]
+	return ct.wildcard && c.wildcardLists(name) || ct.names[name]
+}
+
+// wildcardLists reports whether the default servers' wildcard answer lists
+// name: another authority's names only in a world where it does.
+func (c *Client) wildcardLists(name string) bool {
+	return !foreign(name) || c.run.sched.Opts.Dims.Foreign
 }
 
 // checkRefs checks make before break on ADS after lost (keys of t) went:
-// nothing the client holds refers to them. Called with mu held.
+// nothing the client holds refers to them, unless the upstream itself
+// published the referrer without them. Called with mu held.
 func (c *Client) checkRefs(t string, lost []string) bool {
 	if c.spec.PerType || len(lost) == 0 {
 		return true
@@ -285,7 +292,7 @@ func (c *Client) checkRefs(t string, lost []string) bool {
 	for _, rt := range worldTypes {
 		for _, h := range c.types[rt].held {
 			for _, n := range h.refs[t] {
-				if slices.Contains(lost, c.key(t, n)) {
+				if slices.Contains(lost, c.key(t, n)) && !c.run.world.Breaks(rt, h.name, h.env, h.hash, t, n, c.env(t)) {
 					c.fail("make before break broken: %s %s still refers to %s %s, which the client was told is gone",
 						rt, h.name, t, n)
 					return false
@@ -393,8 +400,8 @@ func (c *Client) expected(s *Snapshot) map[string]map[string]string {
 	if c.spec.Shape == Envoy {
 		listeners = s.Names(keying.ListenerType)
 		for _, n := range s.Names(keying.ClusterType) {
-			if foreign(n) {
-				continue // the default servers' wildcard does not list it
+			if !c.wildcardLists(n) {
+				continue
 			}
 			if r := pick(keying.ClusterType, n); r != nil {
 				for _, e := range r.Refs[keying.EndpointType] {

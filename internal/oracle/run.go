@@ -199,6 +199,7 @@ func Execute(sched *Schedule, dir string, log *zap.Logger) error {
 	host := fmt.Sprintf("127.%d.%d.%d:0", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
 	for i := range servers {
 		u := newUpstream(r.world, sched.Opts.Ordered, sched.Opts.Forgetful, sched.Seed+uint64(i))
+		u.listForeign = sched.Opts.Dims.Foreign
 		if err := u.start(host); err != nil {
 			return err
 		}

@@ -295,12 +295,13 @@ func (s *ustream) sub(typeURL string) *usub {
 	return st
 }
 
-// selection returns what st subscribes to in snap: key → variant.
-func selection(snap *Snapshot, typeURL string, st *usub) map[string]*Res {
+// selection returns what st subscribes to in snap: key → variant; the
+// wildcard lists another authority's names only when listForeign.
+func selection(snap *Snapshot, typeURL string, st *usub, listForeign bool) map[string]*Res {
 	out := map[string]*Res{}
 	if st.wildcard {
 		for _, n := range snap.Names(typeURL) {
-			if r := snap.Select(typeURL, n, ""); r != nil && !foreign(n) {
+			if r := snap.Select(typeURL, n, ""); r != nil && (listForeign || !foreign(n)) {
 				out[n] = r
 			}
 		}
@@ -401,7 +402,7 @@ func mapsEqual(a, b map[string]string) bool {
 // respondSotW queues the stream's full selection of typeURL, unless it is
 // what was sent last and force is false. Called with s.mu held.
 func (s *ustream) respondSotW(snap *Snapshot, typeURL string, st *usub, force bool) {
-	sel := selection(snap, typeURL, st)
+	sel := selection(snap, typeURL, st, s.u.listsForeign())
 	keys := slices.Sorted(maps.Keys(sel))
 	var h strings.Builder
 	for _, k := range keys {
@@ -520,7 +521,7 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 		held, heldEnv := maps.Clone(st.held), maps.Clone(st.heldEnv)
 		restore = func() { st.held, st.heldEnv = held, heldEnv }
 	}
-	sel := selection(snap, typeURL, st)
+	sel := selection(snap, typeURL, st, s.u.listsForeign())
 	resp := &discoverypb.DeltaDiscoveryResponse{TypeUrl: typeURL, SystemVersionInfo: version(snap)}
 	once := map[*Res]bool{} // a variant several subscriptions select goes once
 	for _, k := range slices.Sorted(maps.Keys(sel)) {

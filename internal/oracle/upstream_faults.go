@@ -27,6 +27,15 @@ type faults struct {
 	// strict: after a NACK, send again only on a change (the relay NACKs
 	// only invalid responses).
 	strict bool
+	// listForeign: the wildcard answer lists another authority's names too
+	// (Dims.Foreign).
+	listForeign bool
+}
+
+func (u *Upstream) listsForeign() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.listForeign
 }
 
 // queued is a response withheld by a silence.

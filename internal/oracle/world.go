@@ -208,7 +208,8 @@ type clusterGen struct {
 	prod         int  // TP2: the env=prod variant's generation, 0 for none
 	bad          bool // this version is one picky clients NACK
 	doNotCache   bool
-	prodEndpoint int // TP2: the env=prod endpoints' generation, 0 for none
+	prodEndpoint int  // TP2: the env=prod endpoints' generation, 0 for none
+	noDefault    bool // TP2: the default variant replaced by the constrained one (Dims.Replace)
 }
 
 // WorldOptions shape the generated resources.
@@ -216,6 +217,7 @@ type WorldOptions struct {
 	TP2        bool // clusters and endpoints get env=prod variants
 	DoNotCache bool // some clusters are do_not_cache
 	Bad        bool // some cluster versions are bad (picky clients NACK them)
+	Escaped    bool // some clusters are xdstp names spelled as Envoy does (Dims.Escaped)
 }
 
 func newModel(opts WorldOptions, rng *rand.Rand) *model {
@@ -242,6 +244,9 @@ func (m *model) content() int {
 
 func (m *model) addCluster(rng *rand.Rand) string {
 	c := m.name("c")
+	if m.opts.Escaped && m.next%3 == 0 {
+		c = m.name(escapedPrefix)
+	}
 	g := &clusterGen{gen: m.content(), eds: m.content()}
 	if m.opts.TP2 && rng.IntN(2) == 0 {
 		g.prod, g.prodEndpoint = m.content(), m.content()
@@ -360,20 +365,23 @@ func (m *model) snapshot() *Snapshot {
 		add(keying.RouteType, r, "", xdstest.GRPCRoute(r, c), map[string][]string{keying.ClusterType: {c}}, nil)
 	}
 	for c, g := range m.clusters {
+		e := edsName(c)
 		cl := func(gen int) *clusterv3.Cluster {
-			x := xdstest.EDSCluster(c, c)
+			x := xdstest.EDSCluster(c, e)
 			x.ConnectTimeout = durationpb.New(time.Duration(gen) * time.Millisecond)
 			if g.bad {
 				x.AltStatName = badMarker
 			}
 			return x
 		}
-		refs := map[string][]string{keying.EndpointType: {c}}
-		add(keying.ClusterType, c, "", cl(g.gen), refs, g)
-		add(keying.EndpointType, c, "", xdstest.Endpoints(c, fmt.Sprintf("127.0.0.1:%d", 10000+g.eds)), nil, nil)
+		refs := map[string][]string{keying.EndpointType: {e}}
+		if !g.noDefault {
+			add(keying.ClusterType, c, "", cl(g.gen), refs, g)
+		}
+		add(keying.EndpointType, e, "", xdstest.Endpoints(e, fmt.Sprintf("127.0.0.1:%d", 10000+g.eds)), nil, nil)
 		if g.prod != 0 {
 			add(keying.ClusterType, c, envProd, cl(g.prod), refs, g)
-			add(keying.EndpointType, c, envProd, xdstest.Endpoints(c, fmt.Sprintf("127.0.0.1:%d", 10000+g.prodEndpoint)), nil, nil)
+			add(keying.EndpointType, e, envProd, xdstest.Endpoints(e, fmt.Sprintf("127.0.0.1:%d", 10000+g.prodEndpoint)), nil, nil)
 		}
 	}
 	return s
