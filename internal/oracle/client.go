@@ -321,6 +321,7 @@ func (c *Client) recvLoop(s *cstream, key string) {
 		if err != nil {
 			c.mu.Lock()
 			if !c.closed && c.gen == s.gen {
+				c.note("stream ended: %v", err)
 				c.retryLocked(c.target)
 			}
 			c.mu.Unlock()

@@ -36,6 +36,8 @@ type Dims struct {
 	// Foreign: the default servers list the authority's names in their
 	// wildcard answer.
 	Foreign bool
+	// Large: once, more than 10,000 clusters come in one snapshot.
+	Large bool
 }
 
 // federated reports whether the world has names of the second authority.
@@ -49,7 +51,7 @@ func (d Dims) String() string {
 		on   bool
 		name string
 	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}, {d.Silence, "silence"}, {d.Invalid, "invalid"},
-		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}} {
+		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}, {d.Large, "large"}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -78,6 +80,8 @@ func ParseDims(s string) (Dims, error) {
 			d.Replace = true
 		case "foreign":
 			d.Foreign = true
+		case "large":
+			d.Large = true
 		default:
 			return d, fmt.Errorf("oracle: unknown dimension %q", f)
 		}
@@ -96,6 +100,7 @@ func drawDims(x *rand.Rand) Dims {
 		Escaped:     x.IntN(5) == 0,
 		Replace:     x.IntN(2) == 0, // TP2 worlds only
 		Foreign:     x.IntN(6) == 0,
+		Large:       x.IntN(20) == 0,
 	}
 }
 

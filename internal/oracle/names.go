@@ -56,3 +56,14 @@ func (w *World) Breaks(rtype, rname, renv, rhash, typeURL, name, env string) boo
 	}
 	return false
 }
+
+// OpBulk adds N unreferenced clusters (and their endpoints) in one snapshot:
+// a fleet of more than 10,000 names (Dims.Large).
+const OpBulk Op = "bulk"
+
+// bulk adds n plain clusters, without TP2 variants or do_not_cache.
+func (m *model) bulk(n int) {
+	for range n {
+		m.clusters[m.name("c")] = &clusterGen{gen: m.content(), eds: m.content()}
+	}
+}

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"bytes"
+	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
@@ -372,6 +373,9 @@ func (c *Client) converged(s *Snapshot) (bool, string) {
 			got[k] = h.hash
 		}
 		if !maps.Equal(got, want[t]) {
+			if len(got)+len(want[t]) > 40 {
+				return false, c.spec.ID + " " + t + ": " + fmtDiff(got, want[t])
+			}
 			return false, c.spec.ID + " " + t + ": holds " + fmtMap(got) + ", want " + fmtMap(want[t])
 		}
 	}
@@ -457,4 +461,31 @@ func itemNames(items []item) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// fmtDiff describes how got differs from want, for large sets: the first
+// keys held that should not be, lacking, or at another content.
+func fmtDiff(got, want map[string]string) string {
+	var extra, lack, other []string
+	for k, h := range got {
+		switch w, ok := want[k]; {
+		case !ok:
+			extra = append(extra, k)
+		case w != h:
+			other = append(other, k)
+		}
+	}
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			lack = append(lack, k)
+		}
+	}
+	first := func(l []string) string {
+		slices.Sort(l)
+		if len(l) > 8 {
+			return fmt.Sprintf("%v and %d more", l[:8], len(l)-8)
+		}
+		return fmt.Sprint(l)
+	}
+	return fmt.Sprintf("holds %d, want %d: extra %s, lacks %s, other content %s", len(got), len(want), first(extra), first(lack), first(other))
 }

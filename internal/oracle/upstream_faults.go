@@ -187,7 +187,8 @@ func (s *ustream) corruptDelta(resp *discoverypb.DeltaDiscoveryResponse, restore
 	s.outLocked(resp)
 }
 
-// The fault steps of a schedule (Dims.Silence, Dims.Invalid).
+// The fault steps of a schedule (Dims.Silence, Dims.Invalid); OpBulk
+// (Dims.Large) is in names.go.
 const (
 	OpSilence Op = "silence" // server Server withholds its answers of Type for N ms (0: until speak)
 	OpSpeak   Op = "speak"   // server Server answers Type again
@@ -209,12 +210,20 @@ func (s Step) faultString() string {
 		return fmt.Sprintf("server %d speaks on %s", s.Server, t)
 	case OpCorrupt:
 		return fmt.Sprintf("server %d sends %d invalid %s responses", s.Server, s.N, t)
+	case OpBulk:
+		return fmt.Sprintf("publish %d clusters more", s.N)
 	}
 	return string(s.Op)
 }
 
 // fault executes a fault step.
 func (r *Run) fault(st Step) {
+	if st.Op == OpBulk {
+		r.model.bulk(st.N)
+		r.publish()
+		r.trace("published %d: %d clusters more", r.world.Len()-1, st.N)
+		return
+	}
 	u := r.upstream(st.Server)
 	if u == nil {
 		return
@@ -251,6 +260,9 @@ func faultSteps(steps []Step, d Dims, servers int, x *rand.Rand) []Step {
 			}
 			insert(at, st)
 		}
+	}
+	if d.Large {
+		insert(x.IntN(len(steps)+1), Step{Op: OpBulk, N: 10001})
 	}
 	if d.Invalid {
 		for range 1 + x.IntN(3) {
