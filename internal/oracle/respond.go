@@ -2,9 +2,9 @@ package oracle
 
 import (
 	"bytes"
-	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"slices"
 
