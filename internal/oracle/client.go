@@ -54,6 +54,8 @@ type ClientSpec struct {
 	Picky bool
 	// Glob clients subscribe the glob collection globName too (Dims.Glob).
 	Glob bool
+	// REST clients poll each type over REST-JSON (PerType, SotW; Dims.REST).
+	REST bool
 }
 
 func (s ClientSpec) String() string {
@@ -64,6 +66,9 @@ func (s ClientSpec) String() string {
 	svc := "ads"
 	if s.PerType {
 		svc = "per-type"
+	}
+	if s.REST {
+		proto, svc = "rest", "polls"
 	}
 	out := fmt.Sprintf("%s %s %s %s", s.ID, s.Shape, proto, svc)
 	if s.Env != "" {
@@ -216,9 +221,12 @@ func (c *Client) connect(target int) {
 	for _, k := range keys {
 		ctx, cancel := context.WithCancel(context.Background())
 		s := &cstream{gen: c.gen, cancel: cancel, first: true}
-		if c.spec.Delta {
+		switch {
+		case c.spec.REST:
+			s.sotw = openREST(ctx, c.run.restAddr(target), k)
+		case c.spec.Delta:
 			s.delta, err = openDelta(ctx, conn, k)
-		} else {
+		default:
 			s.sotw, err = openSotW(ctx, conn, k)
 		}
 		if err != nil {

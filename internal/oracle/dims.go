@@ -38,6 +38,8 @@ type Dims struct {
 	Foreign bool
 	// Large: once, more than 10,000 clusters come in one snapshot.
 	Large bool
+	// REST: the relays serve REST-JSON polling; some clients poll.
+	REST bool
 }
 
 // federated reports whether the world has names of the second authority.
@@ -51,7 +53,7 @@ func (d Dims) String() string {
 		on   bool
 		name string
 	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}, {d.Silence, "silence"}, {d.Invalid, "invalid"},
-		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}, {d.Large, "large"}} {
+		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}, {d.Large, "large"}, {d.REST, "rest"}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -82,6 +84,8 @@ func ParseDims(s string) (Dims, error) {
 			d.Foreign = true
 		case "large":
 			d.Large = true
+		case "rest":
+			d.REST = true
 		default:
 			return d, fmt.Errorf("oracle: unknown dimension %q", f)
 		}
@@ -101,6 +105,7 @@ func drawDims(x *rand.Rand) Dims {
 		Replace:     x.IntN(2) == 0, // TP2 worlds only
 		Foreign:     x.IntN(6) == 0,
 		Large:       x.IntN(20) == 0,
+		REST:        x.IntN(4) == 0,
 	}
 }
 
@@ -139,8 +144,15 @@ func widen(s *Schedule, x *rand.Rand) {
 	}
 	steps := slices.Clone(s.Steps)
 	for i := range steps {
-		if steps[i].Op == OpJoin && d.Glob && steps[i].Client.Env == "" {
-			steps[i].Client.Glob = x.IntN(2) == 0
+		if steps[i].Op != OpJoin {
+			continue
+		}
+		c := &steps[i].Client
+		if d.Glob && c.Env == "" {
+			c.Glob = x.IntN(2) == 0
+		}
+		if d.REST && x.IntN(3) == 0 {
+			c.REST, c.PerType, c.Delta = true, true, false
 		}
 	}
 	servers := 1
@@ -169,6 +181,9 @@ func (r *Run) mutateDims() []string {
 // configDims sets up a relay's config for the run's dimensions.
 func (r *Run) configDims(cfg *config.Config) {
 	d := r.sched.Opts.Dims
+	if d.REST {
+		cfg.REST = &config.REST{PollTimeout: restPollTimeout}
+	}
 	if !d.federated() {
 		return
 	}

@@ -170,6 +170,9 @@ type relaySlot struct {
 	id    string
 	relay *relay.Relay
 	done  chan error
+	// restAddr and restDone: its REST-JSON listener (Dims.REST).
+	restAddr string
+	restDone chan error
 }
 
 // Execute runs sched and returns what failed: a check at some response, or
@@ -206,7 +209,7 @@ func Execute(sched *Schedule, dir string, log *zap.Logger) error {
 		r.ups = append(r.ups, u)
 	}
 	for i := range sched.Opts.Replicas {
-		slot := &relaySlot{index: i, addr: host}
+		slot := &relaySlot{index: i, addr: host, restAddr: host}
 		r.relays = append(r.relays, slot)
 		if err := r.startRelay(slot); err != nil {
 			return err
@@ -539,17 +542,20 @@ func (r *Run) startRelay(s *relaySlot) error {
 	}
 	s.relay, s.done = rl, make(chan error, 1)
 	go func() { s.done <- rl.Serve(lis) }()
-	return nil
+	return r.startREST(s, rl)
 }
 
 // stopRelay closes slot's relay (its warm-restart file is written).
 func (r *Run) stopRelay(s *relaySlot) {
 	s.mu.Lock()
-	rl, done := s.relay, s.done
+	rl, done, restDone := s.relay, s.done, s.restDone
 	s.relay = nil
 	s.mu.Unlock()
 	if rl != nil {
 		rl.Close()
 		<-done
+		if restDone != nil {
+			<-restDone
+		}
 	}
 }
