@@ -10,8 +10,13 @@
 // list of steps: upstream changes with
 // cross-type references, clients of every shape joining, leaving, moving
 // between replicas with what they hold, reading slowly, upstream servers
-// going down and coming back, relays restarting. Execute runs it. After
-// every response, each client checks:
+// going down and coming back, relays restarting. A seed also draws, from a
+// stream of its own, the dimensions of Dims: glob collections of a second
+// authority, silent and slow upstreams, invalid upstream responses,
+// Envoy-spelled xdstp names, TP2 replacements of the unconstrained variant,
+// a default server that lists the authority's names, more than 10,000
+// names, REST-JSON pollers (GeneratePlain is a seed without them). Execute
+// runs it. After every response, each client checks:
 //
 //   - no phantom loss: it is told a resource is gone (a Delta removal, an
 //     omission from a SotW LDS/CDS response) only if the upstream removed it
