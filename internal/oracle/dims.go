@@ -42,6 +42,10 @@ type Dims struct {
 	REST bool
 }
 
+// quiet reports whether upstreams may say nothing of a name past the
+// relays' does-not-exist time: silent, or silent after a NACK.
+func (d Dims) quiet() bool { return d.Silence || d.Invalid }
+
 // federated reports whether the world has names of the second authority.
 func (d Dims) federated() bool { return d.Glob || d.Escaped }
 

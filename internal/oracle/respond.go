@@ -154,8 +154,11 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 		}
 		h := ct.held[k]
 		if h == nil {
-			// "It does not exist": only for what the upstream has not got.
-			if ct.names[rm.name] && !c.justified(t, &held{name: rm.name, env: c.env(t)}) {
+			// "It does not exist": only for what the upstream has not got —
+			// or, where the upstream may be silent past the relay's
+			// does-not-exist time, "not found yet" for what the client
+			// does not hold.
+			if ct.names[rm.name] && !c.run.sched.Opts.Dims.quiet() && !c.justified(t, &held{name: rm.name, env: c.env(t)}) {
 				return
 			}
 			continue
