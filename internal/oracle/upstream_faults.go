@@ -84,13 +84,14 @@ func (u *Upstream) silence(typeURL string, d time.Duration) {
 	}
 }
 
-// speak ends the silence of typeURL ("" for every type, and every timed
-// one when all): the withheld responses go out in order.
+// speak ends the silence of typeURL ("" for every type; with all, every
+// fault ends: timed silences and invalid responses still to come): the
+// withheld responses go out in order.
 func (u *Upstream) speak(typeURL string, all ...bool) {
 	u.mu.Lock()
 	delete(u.mute, typeURL)
 	if len(all) > 0 {
-		u.mute = nil
+		u.mute, u.corrupt = nil, nil
 		for _, t := range u.timers {
 			t.Stop()
 		}
