@@ -156,7 +156,8 @@ func widen(s *Schedule, x *rand.Rand) {
 			c.Glob = x.IntN(2) == 0
 		}
 		if d.REST && x.IntN(3) == 0 {
-			c.REST, c.PerType, c.Delta = true, true, false
+			// REST-JSON serves no resource locators (TP2): gRPC only.
+			c.REST, c.PerType, c.Delta, c.Env = true, true, false, ""
 		}
 	}
 	servers := 1
