@@ -3,10 +3,11 @@ package oracle
 import (
 	"fmt"
 
-	"github.com/xds-relay/xds-relay/config"
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/xds-relay/xds-relay/config"
 )
 
 // Dims are the dimensions of the widened generator: each is drawn by the

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -66,7 +67,8 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 			next[c.key(t, it.name)] = h // (clients ignore what they no longer watch)
 		}
 	}
-	c.note("<- %s v=%s n=%s %v", keying.ShortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items))
+	c.note("<- %s v=%s n=%s %v errors=%d", keying.ShortType(t), resp.GetVersionInfo(), resp.GetNonce(), itemNames(items),
+		len(resp.GetResourceErrors()))
 	if resp.GetVersionInfo() == ct.acked && !ct.asked && !ct.nacked && sameHeld(next, ct.held) {
 		c.fail("%s version %s resent though the client ACKed it and asked for nothing new", t, ct.acked)
 		return
@@ -78,7 +80,12 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 	}
 	var lost []string
 	if full {
+		transient := transientErrors(resp.GetResourceErrors())
 		for k, h := range ct.held {
+			if name, _ := keying.SplitSubscriptionKey(k); transient[name] {
+				next[k] = h // TP3: a transient error keeps the client's copy
+				continue
+			}
 			if _, still := next[k]; !still && c.subscribes(t, k) {
 				if !c.justified(t, h) {
 					return
@@ -491,4 +498,18 @@ func fmtDiff(got, want map[string]string) string {
 		return fmt.Sprint(l)
 	}
 	return fmt.Sprintf("holds %d, want %d: extra %s, lacks %s, other content %s", len(got), len(want), first(extra), first(lack), first(other))
+}
+
+// transientErrors returns the names a response's TP3 errors say are
+// unavailable for now (UNAVAILABLE, INTERNAL, UNKNOWN): clients keep what
+// they hold of them.
+func transientErrors(errs []*discoverypb.ResourceError) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range errs {
+		switch codes.Code(e.GetErrorDetail().GetCode()) {
+		case codes.Unavailable, codes.Internal, codes.Unknown:
+			out[e.GetResourceName().GetName()] = true
+		}
+	}
+	return out
 }
