@@ -380,6 +380,9 @@ func (c *Client) converged(s *Snapshot) (bool, string) {
 	for _, t := range worldTypes {
 		got := map[string]string{}
 		for k, h := range c.types[t].held {
+			if _, ok := want[t][k]; !ok && c.referredLocked(t, h.name) {
+				continue // a removal held back: the upstream left a reference to it
+			}
 			got[k] = h.hash
 		}
 		if !maps.Equal(got, want[t]) {
@@ -390,6 +393,20 @@ func (c *Client) converged(s *Snapshot) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// referredLocked reports whether something the client holds refers to name
+// of t: the relay holds its removal back (make before break) while the
+// upstream itself keeps the reference (Dims.Replace). Called with mu held.
+func (c *Client) referredLocked(t, name string) bool {
+	for _, rt := range worldTypes {
+		for _, h := range c.types[rt].held {
+			if slices.Contains(h.refs[t], name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // expected is what the client should hold of s, by type and key: content.
