@@ -161,11 +161,7 @@ func widen(s *Schedule, x *rand.Rand) {
 			c.REST, c.PerType, c.Delta, c.Env = true, true, false, ""
 		}
 	}
-	servers := 1
-	if s.Opts.Fallback {
-		servers = 2
-	}
-	s.Steps = faultSteps(steps, d, servers, x)
+	s.Steps = faultSteps(steps, d, x)
 	for i := range s.Steps {
 		s.Steps[i].At = i
 	}

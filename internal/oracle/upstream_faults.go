@@ -191,9 +191,9 @@ func (s *ustream) corruptDelta(resp *discoverypb.DeltaDiscoveryResponse, restore
 // The fault steps of a schedule (Dims.Silence, Dims.Invalid); OpBulk
 // (Dims.Large) is in names.go.
 const (
-	OpSilence Op = "silence" // server Server withholds its answers of Type for N ms (0: until speak)
-	OpSpeak   Op = "speak"   // server Server answers Type again
-	OpCorrupt Op = "corrupt" // server Server's next N responses of Type are invalid
+	OpSilence Op = "silence" // the servers withhold their answers of Type for N ms (0: until speak)
+	OpSpeak   Op = "speak"   // the servers answer Type again
+	OpCorrupt Op = "corrupt" // each server's next N responses of Type are invalid
 )
 
 func (s Step) faultString() string {
@@ -204,20 +204,21 @@ func (s Step) faultString() string {
 	switch s.Op {
 	case OpSilence:
 		if s.N == 0 {
-			return fmt.Sprintf("silence server %d on %s until it speaks", s.Server, t)
+			return fmt.Sprintf("silence the servers on %s until they speak", t)
 		}
-		return fmt.Sprintf("silence server %d on %s for %d ms", s.Server, t, s.N)
+		return fmt.Sprintf("silence the servers on %s for %d ms", t, s.N)
 	case OpSpeak:
-		return fmt.Sprintf("server %d speaks on %s", s.Server, t)
+		return fmt.Sprintf("the servers speak on %s", t)
 	case OpCorrupt:
-		return fmt.Sprintf("server %d sends %d invalid %s responses", s.Server, s.N, t)
+		return fmt.Sprintf("the servers send %d invalid %s responses each", s.N, t)
 	case OpBulk:
 		return fmt.Sprintf("publish %d clusters more", s.N)
 	}
 	return string(s.Op)
 }
 
-// fault executes a fault step.
+// fault executes a fault step: on every server (a fallback server serves
+// only while the first is down; the fault must meet the relays).
 func (r *Run) fault(st Step) {
 	if st.Op == OpBulk {
 		r.model.bulk(st.N)
@@ -225,23 +226,21 @@ func (r *Run) fault(st Step) {
 		r.trace("published %d: %d clusters more", r.world.Len()-1, st.N)
 		return
 	}
-	u := r.upstream(st.Server)
-	if u == nil {
-		return
-	}
-	switch st.Op {
-	case OpSilence:
-		u.silence(st.Type, time.Duration(st.N)*time.Millisecond)
-	case OpSpeak:
-		u.speak(st.Type)
-	case OpCorrupt:
-		u.corruptNext(st.Type, st.N)
+	for _, u := range r.ups {
+		switch st.Op {
+		case OpSilence:
+			u.silence(st.Type, time.Duration(st.N)*time.Millisecond)
+		case OpSpeak:
+			u.speak(st.Type)
+		case OpCorrupt:
+			u.corruptNext(st.Type, st.N)
+		}
 	}
 }
 
 // faultSteps draws the fault steps of the dimensions d into steps, at
-// random places; servers is the number of upstream servers.
-func faultSteps(steps []Step, d Dims, servers int, x *rand.Rand) []Step {
+// random places.
+func faultSteps(steps []Step, d Dims, x *rand.Rand) []Step {
 	insert := func(at int, st Step) {
 		steps = slices.Insert(steps, min(at, len(steps)), st)
 	}
@@ -253,11 +252,11 @@ func faultSteps(steps []Step, d Dims, servers int, x *rand.Rand) []Step {
 	}
 	if d.Silence {
 		for range 1 + x.IntN(3) {
-			st := Step{Op: OpSilence, Server: x.IntN(servers), Type: typ(), N: 300 + x.IntN(1700)}
+			st := Step{Op: OpSilence, Type: typ(), N: 300 + x.IntN(1700)}
 			at := x.IntN(len(steps) + 1)
 			if x.IntN(3) == 0 {
 				st.N = 0 // until a later step, or the end
-				insert(at+1+x.IntN(10), Step{Op: OpSpeak, Server: st.Server, Type: st.Type})
+				insert(at+1+x.IntN(10), Step{Op: OpSpeak, Type: st.Type})
 			}
 			insert(at, st)
 		}
@@ -268,7 +267,7 @@ func faultSteps(steps []Step, d Dims, servers int, x *rand.Rand) []Step {
 	if d.Invalid {
 		for range 1 + x.IntN(3) {
 			t := worldTypes[x.IntN(len(worldTypes))]
-			insert(x.IntN(len(steps)+1), Step{Op: OpCorrupt, Server: x.IntN(servers), Type: t, N: 1 + x.IntN(2)})
+			insert(x.IntN(len(steps)+1), Step{Op: OpCorrupt, Type: t, N: 1 + x.IntN(2)})
 		}
 	}
 	return steps
