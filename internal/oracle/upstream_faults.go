@@ -267,8 +267,24 @@ func faultSteps(steps []Step, d Dims, x *rand.Rand) []Step {
 	if d.Invalid {
 		for range 1 + x.IntN(3) {
 			t := worldTypes[x.IntN(len(worldTypes))]
-			insert(x.IntN(len(steps)+1), Step{Op: OpCorrupt, Type: t, N: 1 + x.IntN(2)})
+			insert(firstAnswer(steps, x), Step{Op: OpCorrupt, Type: t, N: 1 + x.IntN(2)})
 		}
 	}
 	return steps
+}
+
+// firstAnswer returns where an invalid response goes: half the time just
+// before a relay restart or an upstream server's return, so that it is a
+// stream's first answer (a NACKed first answer is no answer), else anywhere.
+func firstAnswer(steps []Step, x *rand.Rand) int {
+	var at []int
+	for i, st := range steps {
+		if st.Op == OpRelayRestart || st.Op == OpUpstreamUp {
+			at = append(at, i)
+		}
+	}
+	if len(at) > 0 && x.IntN(2) == 0 {
+		return at[x.IntN(len(at))]
+	}
+	return x.IntN(len(steps) + 1)
 }
