@@ -253,7 +253,7 @@ func faultSteps(steps []Step, d Dims, x *rand.Rand) []Step {
 	if d.Silence {
 		for range 1 + x.IntN(3) {
 			st := Step{Op: OpSilence, Type: typ(), N: 300 + x.IntN(1700)}
-			at := x.IntN(len(steps) + 1)
+			at := firstAnswer(steps, x)
 			if x.IntN(3) == 0 {
 				st.N = 0 // until a later step, or the end
 				insert(at+1+x.IntN(10), Step{Op: OpSpeak, Type: st.Type})
@@ -273,9 +273,10 @@ func faultSteps(steps []Step, d Dims, x *rand.Rand) []Step {
 	return steps
 }
 
-// firstAnswer returns where an invalid response goes: half the time just
-// before a relay restart or an upstream server's return, so that it is a
-// stream's first answer (a NACKed first answer is no answer), else anywhere.
+// firstAnswer returns where a fault goes: half the time just before a relay
+// restart or an upstream server's return, so that it meets a stream's first
+// answer (a NACKed first answer is no answer; clients come back holding what
+// a silent upstream does not confirm), else anywhere.
 func firstAnswer(steps []Step, x *rand.Rand) int {
 	var at []int
 	for i, st := range steps {
