@@ -209,6 +209,7 @@ func (a *applier) resource(e *downstream.Resource) {
 		e.Listed = true // the default servers listed it first
 	}
 	a.s.armTTL(tc, e.Name, e.TTL)
+	a.answerGlob(e)
 	if cur, ok := a.edit.res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed {
 		if cur.UpstreamVersion != e.UpstreamVersion {
 			a.edit.put(e.Name, e) // same bytes, new upstream version: nothing to tell clients
@@ -349,8 +350,8 @@ func (a *applier) variantError(e upstream.ResourceError) {
 }
 
 // deleted applies the upstream's word that name does not exist: it leaves
-// the cache, and a name subscribed as such is remembered as absent, so that
-// later subscribers are told at once.
+// the cache, and a name subscribed as such, or through its glob collection,
+// is remembered as absent, so that later subscribers are told at once.
 func (a *applier) deleted(name string) {
 	tc := a.tc
 	if _, ok := a.owned(name); ok {
@@ -372,7 +373,7 @@ func (a *applier) deleted(name string) {
 	if !ofAuthority(name, a.authority) {
 		return // the default servers' word on another authority's name
 	}
-	if _, known := a.edit.absent[name]; !known && tc.up[name] {
+	if _, known := a.edit.absent[name]; !known && (tc.up[name] || tc.globCovered(name)) {
 		a.edit.markAbsent(name)
 		a.edit.change(name)
 	}

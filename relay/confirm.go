@@ -186,6 +186,26 @@ func (tc *typeCache) plainCovered(n string) bool {
 	if a, _ := keying.Authority(n); a == "" && tc.up[keying.Wildcard] {
 		return true
 	}
+	return tc.globCovered(n)
+}
+
+// answerGlob notes that e answers its glob collection's subscription: only
+// that subscription brings a member not subscribed by name, so the
+// upstream's set of the glob is what it sent (full state: every SotW
+// response from now on carries it, Delta sends its changes). The glob is
+// marked changed, so that its streams look at the set again.
+func (a *applier) answerGlob(e *downstream.Resource) {
+	tc := a.tc
+	if e.Glob == "" || !tc.up[e.Glob] || tc.up[e.Name] || !ofAuthority(e.Name, a.authority) {
+		return
+	}
+	if a.edit.answerGlob(e.Glob) {
+		a.edit.change(e.Glob)
+	}
+}
+
+// globCovered reports whether n's glob collection is subscribed upstream.
+func (tc *typeCache) globCovered(n string) bool {
 	g := keying.GlobOf(n)
 	return g != "" && tc.up[g]
 }

@@ -64,3 +64,58 @@ func TestGlobCollections(t *testing.T) {
 		t.Fatalf("upstream asked %v, want one glob subscription", up.asked)
 	}
 }
+
+// globAuth is the authority of the glob tests, g its collection.
+const (
+	globAuth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	globG    = globAuth + "g/*"
+)
+
+// startGlobRelay starts a relay whose default servers serve c0 and whose
+// authority "auth" is g, served over protocol ("sotw" or "delta").
+func startGlobRelay(t *testing.T, g *xdstest.GlobADS, protocol string) (*xdstest.Relay, *xdstest.Upstream) {
+	t.Helper()
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0"))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: protocol}}}}
+	}))
+	return r, auth
+}
+
+// A glob member the upstream deletes (a SotW full state without it, or a
+// Delta removal) is deleted for every client of the glob: a SotW client gets
+// the new set, a Delta client the removal, and later changes keep coming.
+func TestGlobMemberDeletedUpstream(t *testing.T) {
+	m1, m2, m3 := globAuth+"g/m1", globAuth+"g/m2", globAuth+"g/m3"
+	for _, protocol := range []string{"sotw", "delta"} {
+		t.Run(protocol, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1, m2)
+			r, _ := startGlobRelay(t, g, protocol)
+			sotw := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+			sotw.Subscribe(resource.ClusterType, globG)
+			resp := sotw.RecvType(resource.ClusterType)
+			wantNames(t, resp, m1, m2)
+			sotw.Ack(resp)
+			delta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+			delta.Subscribe(resource.ClusterType, []string{globG}, nil)
+			dr := delta.MustRecv()
+			wantDelta(t, dr, []string{m1, m2}, nil)
+			delta.Ack(dr)
+
+			g.Set(m1)
+			dr = delta.MustRecv()
+			wantDelta(t, dr, nil, []string{m2})
+			delta.Ack(dr)
+			resp = sotw.RecvType(resource.ClusterType)
+			wantNames(t, resp, m1)
+			sotw.Ack(resp)
+
+			g.Set(m1, m3)
+			wantNames(t, sotw.RecvType(resource.ClusterType), m1, m3)
+			wantDelta(t, delta.MustRecv(), []string{m3}, nil)
+		})
+	}
+}

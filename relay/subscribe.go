@@ -149,6 +149,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	if name == keying.Wildcard {
 		s.unsureWildcardMembers(tc)
 	}
+	s.forgetGlobSet(tc, name)
 	s.unreferenced(tc, name)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
@@ -223,6 +224,27 @@ func (s *state) unsureWildcardMembers(tc *typeCache) {
 	}
 	if len(forget) > 0 {
 		c.Forget(tc.typeURL, forget...) // (nothing on SotW)
+	}
+}
+
+// forgetGlobSet: the glob collection's upstream subscription ended, so what
+// the upstream said of its set goes stale — that it answered the set, and
+// that members only the glob covered do not exist.
+func (s *state) forgetGlobSet(tc *typeCache, glob string) {
+	if !keying.IsGlob(glob) || (!tc.view.GlobAnswered(glob) && len(tc.view.Absent) == 0) {
+		return
+	}
+	e := editOf(tc.view)
+	stale := tc.view.GlobAnswered(glob)
+	e.unanswerGlob(glob)
+	for n := range tc.view.Absent {
+		if !tc.up[n] && keying.GlobOf(n) == glob {
+			e.unmarkAbsent(n)
+			stale = true
+		}
+	}
+	if stale {
+		s.publish(tc, e.view(s.nextSeq()))
 	}
 }
 
