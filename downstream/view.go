@@ -174,11 +174,16 @@ func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 		Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Received: v.Received}
 }
 
-// GlobAnswered reports whether the upstream answered the set of the glob
-// collection glob: a member missing from it is gone.
+// GlobAnswered reports whether the View knows the whole set of the glob
+// collection glob: the upstream answered it, or the glob does not exist (a
+// TP3 data error: its authority is not configured, say). A member missing
+// from it is gone.
 func (v *View) GlobAnswered(glob string) bool {
-	_, ok := v.AnsweredGlobs[glob]
-	return ok
+	if _, ok := v.AnsweredGlobs[glob]; ok {
+		return true
+	}
+	e, ok := v.Errors[glob]
+	return ok && e.dataError()
 }
 
 // Stale reports whether the View's word on key (a name, a subscription key,
@@ -206,7 +211,7 @@ func (v *View) Gone(key string) bool {
 	if e, ok := v.Errors[key]; ok {
 		return e.dataError()
 	}
-	if len(v.AnsweredGlobs) > 0 && !keying.HasParams(key) && v.GlobAnswered(keying.GlobOf(key)) {
+	if !keying.HasParams(key) && v.GlobAnswered(keying.GlobOf(key)) {
 		return true
 	}
 	auth, _ := keying.Authority(key)

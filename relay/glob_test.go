@@ -119,3 +119,81 @@ func TestGlobMemberDeletedUpstream(t *testing.T) {
 		})
 	}
 }
+
+// startOutage makes the glob's authority leave the relay without its set —
+// "down": its server stopped; "slow": connected, answering nothing — and
+// returns what ends the outage.
+func startOutage(g *xdstest.GlobADS, auth *xdstest.Upstream, outage string) (end func()) {
+	if outage == "down" {
+		auth.Stop()
+		return auth.Restart
+	}
+	g.Pause(true)
+	return func() { g.Pause(false) }
+}
+
+// A SotW client that comes from another replica subscribed to a glob
+// collection, while the glob's authority is down or slow, waits: it may hold
+// members the relay does not know of yet. Once the authority answers the
+// glob, it gets the whole set.
+func TestGlobSotWClientFromElsewhere(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	for _, outage := range []string{"down", "slow"} {
+		t.Run(outage, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1, m2)
+			r, auth := startGlobRelay(t, g, "delta")
+			end := startOutage(g, auth, outage)
+			// Per-type CDS: on ADS, make before break holds a client from
+			// elsewhere anyway until it has LDS.
+			c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+			c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+				ResourceNames: []string{"c0", globG}})
+			c.ExpectNoResponse(quiet)
+
+			end()
+			wantNames(t, c.RecvType(resource.ClusterType), "c0", m1, m2)
+		})
+	}
+}
+
+// A Delta client that comes from another replica with glob members
+// (initial_resource_versions) is not told they are gone while the glob's
+// authority is down or slow; once the authority answers the glob, it gets
+// what changed and the removal of the member the set no longer has.
+func TestGlobDeltaClientFromElsewhere(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	for _, outage := range []string{"down", "slow"} {
+		t.Run(outage, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1)
+			r, auth := startGlobRelay(t, g, "delta")
+			end := startOutage(g, auth, outage)
+			d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+			d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{globG},
+				InitialResourceVersions: map[string]string{m1: "v-elsewhere", m2: "v-elsewhere"}})
+			if resp, ok := d.TryRecv(quiet); ok {
+				wantDelta(t, resp, nil, nil)
+			}
+
+			end()
+			held := xdstest.DeltaHolds{m1: "v-elsewhere", m2: "v-elsewhere"}
+			for held.Has(m2) || held[m1] == "v-elsewhere" {
+				resp := d.MustRecv()
+				held.Apply(resp)
+				d.Ack(resp)
+			}
+		})
+	}
+}
+
+// A glob of an authority that is not configured has no members (TP3
+// NOT_FOUND): a client from elsewhere subscribed to it is answered, not held.
+func TestGlobOfUnknownAuthorityFromElsewhere(t *testing.T) {
+	const glob = "xdstp://nowhere/envoy.config.cluster.v3.Cluster/g/*"
+	r, _ := startGlobRelay(t, xdstest.NewGlobADS(), "delta")
+	c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+		ResourceNames: []string{"c0", glob}})
+	resp := c.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0")
+	wantNotFound(t, resp.GetResourceErrors(), glob)
+}

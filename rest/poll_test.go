@@ -208,3 +208,36 @@ func TestDrainBeforeServeREST(t *testing.T) {
 		t.Fatal("the REST listener is still open after the drain")
 	}
 }
+
+// A poll that comes with a version (config from elsewhere) and a glob
+// collection whose authority is down or slow is held, as a SotW stream would
+// be: the client may hold members the relay does not know of. It is answered
+// with the whole set once the authority answers the glob. A poll without a
+// version holds nothing to lose and is answered at once.
+func TestPollGlobHeldUntilItsSetIsAnswered(t *testing.T) {
+	const auth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	glob, m1, m2 := auth+"g/*", auth+"g/m1", auth+"g/m2"
+	for _, outage := range []string{"down", "slow"} {
+		t.Run(outage, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1, m2)
+			up := xdstest.StartUpstream(t, xdstest.WithADS(g))
+			end := func() { g.Pause(false) }
+			if outage == "down" {
+				up.Stop()
+				end = up.Restart
+			} else {
+				g.Pause(true)
+			}
+			rr := startREST(t, clusters("c0"), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+				c.Upstream.Authorities = map[string]config.Authority{"auth": {
+					XDSServers: []config.Server{{ServerURI: up.Addr(), Protocol: "delta"}}}}
+			}))
+			wantClusters(t, rr.post(t, "clusters", request("fresh", "", "c0", glob)), clusters("c0"))
+			ch := rr.postAsync(t, "clusters", request("moved", "v-elsewhere", "c0", glob))
+			held(t, ch)
+
+			end()
+			wantClusters(t, wait(t, ch), clusters("c0", m1, m2))
+		})
+	}
+}

@@ -19,13 +19,15 @@ import (
 // StartUpstream(tb, WithADS(g)). Set replaces its clusters and pushes the
 // change to every stream: a SotW stream gets the full state of what it
 // subscribes, a Delta stream the new clusters and removed_resources for
-// those it was sent that are gone.
+// those it was sent that are gone. While paused (Pause) it answers nothing:
+// a slow control plane.
 type GlobADS struct {
 	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
 
 	mu       sync.Mutex
 	clusters []string
-	changed  chan struct{} // closed and replaced by every Set
+	paused   bool
+	changed  chan struct{} // closed and replaced by every Set and Pause
 }
 
 // NewGlobADS returns a GlobADS serving the EDS clusters named clusters.
@@ -38,15 +40,32 @@ func (g *GlobADS) Set(clusters ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.clusters = slices.Clone(clusters)
+	g.wakeLocked()
+}
+
+// Pause stops (true) or resumes (false) every answer; resumed, each stream
+// is answered what it missed.
+func (g *GlobADS) Pause(paused bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.paused = paused
+	g.wakeLocked()
+}
+
+func (g *GlobADS) wakeLocked() {
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
 
 // matching returns the clusters that subscriptions names select (by name or
-// by glob), sorted, and the channel the next Set closes.
-func (g *GlobADS) matching(names map[string]bool) ([]string, <-chan struct{}) {
+// by glob), sorted, and the channel the next Set or Pause closes; ok is false
+// while paused.
+func (g *GlobADS) matching(names map[string]bool) (sel []string, changed <-chan struct{}, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.paused {
+		return nil, g.changed, false
+	}
 	var out []string
 	for _, c := range g.clusters {
 		u, err := keying.ParseURN(c)
@@ -59,11 +78,11 @@ func (g *GlobADS) matching(names map[string]bool) ([]string, <-chan struct{}) {
 		}
 	}
 	slices.Sort(out)
-	return out, g.changed
+	return out, g.changed, true
 }
 
 // clusterAny is the cluster c as the GlobADS sends it.
-func clusterAny(c string) *anypb.Any { return mustAny(EDSCluster(c, "eds")) }
+func clusterAny(c string) *anypb.Any { return mustAny(EDSCluster(c, "eds-"+c)) }
 
 // StreamAggregatedResources serves SotW: CDS requests set the subscription;
 // a response goes out when the subscription or its clusters change.
@@ -82,8 +101,8 @@ func (g *GlobADS) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryS
 	names := map[string]bool{}
 	last, nonce := "", 0
 	for {
-		sel, changed := g.matching(names)
-		if key := fmt.Sprint(slices.Sorted(maps.Keys(names)), sel); len(names) > 0 && key != last {
+		sel, changed, ok := g.matching(names)
+		if key := fmt.Sprint(slices.Sorted(maps.Keys(names)), sel); ok && len(names) > 0 && key != last {
 			last, nonce = key, nonce+1
 			resp := &discoverygrpc.DiscoveryResponse{TypeUrl: resource.ClusterType, VersionInfo: strconv.Itoa(nonce), Nonce: strconv.Itoa(nonce)}
 			for _, c := range sel {
@@ -126,7 +145,7 @@ func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoverySe
 	}()
 	names, held, nonce := map[string]bool{}, map[string]bool{}, 0
 	for {
-		sel, changed := g.matching(names)
+		sel, changed, ok := g.matching(names)
 		resp := &discoverygrpc.DeltaDiscoveryResponse{TypeUrl: resource.ClusterType, SystemVersionInfo: "v"}
 		for _, c := range sel {
 			if !held[c] {
@@ -135,7 +154,7 @@ func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoverySe
 			}
 		}
 		for _, c := range slices.Sorted(maps.Keys(held)) {
-			if !slices.Contains(sel, c) {
+			if ok && !slices.Contains(sel, c) {
 				delete(held, c)
 				resp.RemovedResources = append(resp.RemovedResources, c)
 			}
