@@ -197,3 +197,27 @@ func TestGlobOfUnknownAuthorityFromElsewhere(t *testing.T) {
 	wantNames(t, resp, "c0")
 	wantNotFound(t, resp.GetResourceErrors(), glob)
 }
+
+// Once the glob's authority has gone away, the set it answered is
+// unconfirmed (View.Stale): a SotW client from elsewhere waits for the
+// authority again rather than take the relay's older set for the truth.
+func TestGlobSotWClientFromElsewhereStale(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	g := xdstest.NewGlobADS(m1, m2)
+	r, auth := startGlobRelay(t, g, "delta")
+	first := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "first"}, resource.ClusterType)
+	first.Subscribe(resource.ClusterType, globG)
+	wantNames(t, first.RecvType(resource.ClusterType), m1, m2)
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream gone", nil)
+
+	c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+		ResourceNames: []string{"c0", globG}})
+	c.ExpectNoResponse(quiet)
+	g.Set(m1, m2, globAuth+"g/m3")
+	auth.Restart()
+	wantNames(t, c.RecvType(resource.ClusterType), "c0", m1, m2, globAuth+"g/m3")
+}

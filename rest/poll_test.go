@@ -241,3 +241,31 @@ func TestPollGlobHeldUntilItsSetIsAnswered(t *testing.T) {
 		})
 	}
 }
+
+// Once the glob's authority has gone away, the set it answered is
+// unconfirmed (View.Stale): a poll with a version waits for the authority
+// again, as a SotW stream does.
+func TestPollGlobHeldWhileItsSetIsUnconfirmed(t *testing.T) {
+	const auth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	glob, m1, m2, m3 := auth+"g/*", auth+"g/m1", auth+"g/m2", auth+"g/m3"
+	g := xdstest.NewGlobADS(m1, m2)
+	up := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	rr := startREST(t, clusters("c0"), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: up.Addr(), Protocol: "delta"}}}}
+	}))
+	xdstest.Eventually(t, func() bool {
+		r := rr.post(t, "clusters", request("first", "", "c0", glob))
+		return r.resp != nil && len(r.resp.GetResources()) == 3
+	}, "the glob's set", nil)
+	up.Stop()
+	xdstest.Eventually(t, func() bool {
+		return xdstest.Metric(t, rr.Registry(), `xds_relay_upstream_reconnects_total{authority="auth",server="`+up.Addr()+`"}`) > 0
+	}, "the authority's stream gone", nil)
+
+	ch := rr.postAsync(t, "clusters", request("moved", "v-elsewhere", "c0", glob))
+	held(t, ch)
+	g.Set(m1, m2, m3)
+	up.Restart()
+	wantClusters(t, wait(t, ch), clusters("c0", m1, m2, m3))
+}
