@@ -25,7 +25,7 @@ func (st *stream) runSotW() error {
 // gRPC status that ends the stream; everything else is answered through the
 // queue.
 func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
-	typeURL, err := st.prelude(req.GetTypeUrl(), len(req.GetResourceNames())+len(req.GetResourceLocators()), req.GetNode())
+	typeURL, err := st.prelude(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return err
 	}
@@ -63,6 +63,11 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		} else {
 			st.recordACK(ts, req.GetVersionInfo())
 		}
+	}
+	if n := len(req.GetResourceNames()) + len(req.GetResourceLocators()); st.overLimit(ts, typeURL, n, n) {
+		st.mu.Unlock()
+		verdict.report(st)
+		return nil
 	}
 	if !ts.requested && ts.lastNonce == "" {
 		ts.fromElsewhere = req.GetVersionInfo() != ""
