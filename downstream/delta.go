@@ -61,7 +61,8 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		return nil
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	spellings := st.spellings(ts, add, remove, req.GetResourceNamesSubscribe())
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard, Spellings: spellings})
 	st.mu.Unlock()
 	return st.finish(cm, verdict)
 }

@@ -76,6 +76,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
+	spellings := st.spellings(ts, add, remove, req.GetResourceNames())
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
 	for _, n := range remove {
@@ -83,7 +84,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		delete(ts.unanswered, n)
 		delete(ts.answeredWith, n)
 	}
-	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard, Spellings: spellings})
 	st.mu.Unlock()
 	return st.finish(cm, verdict)
 }
