@@ -38,7 +38,8 @@ func (s *deltaStream) flush() error {
 		reqs, firsts, again := s.c.takeDelta(initial)
 		if s.c.cfg.Declared != nil {
 			for t, names := range firsts {
-				s.c.cfg.Declared(t, canonicalized(names, self))
+				names, _ = canonicalized(names, self)
+				s.c.cfg.Declared(t, names)
 			}
 		}
 		for _, req := range reqs {

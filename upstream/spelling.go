@@ -66,19 +66,19 @@ func canonical(n string) string {
 }
 
 // canonicalized returns xs with every name (name points into an element)
-// canonical, copying xs only when a name changes.
-func canonicalized[T any](xs []T, name func(*T) *string) []T {
-	out := xs
+// canonical, copying xs only when a name changes (changed).
+func canonicalized[T any](xs []T, name func(*T) *string) (out []T, changed bool) {
+	out = xs
 	for i := range xs {
 		n := *name(&xs[i])
 		if c := canonical(n); c != n {
-			if &out[0] == &xs[0] {
-				out = slices.Clone(xs)
+			if !changed {
+				out, changed = slices.Clone(xs), true
 			}
 			*name(&out[i]) = c
 		}
 	}
-	return out
+	return out, changed
 }
 
 func self(s *string) *string { return s }
@@ -89,18 +89,20 @@ func self(s *string) *string { return s }
 type canonicalHandler struct{ Handler }
 
 func (h canonicalHandler) OnUpdate(u Update) error {
-	u.Resources = canonicalized(u.Resources, func(r *Resource) *string { return &r.Name })
-	u.Removed, u.Present = canonicalized(u.Removed, self), canonicalized(u.Present, self)
-	if len(u.Removed) > 0 && len(u.Resources) > 0 {
+	var sentChanged, removedChanged bool
+	u.Resources, sentChanged = canonicalized(u.Resources, func(r *Resource) *string { return &r.Name })
+	u.Removed, removedChanged = canonicalized(u.Removed, self)
+	if (sentChanged || removedChanged) && len(u.Resources) > 0 && len(u.Removed) > 0 {
 		sent := make(map[string]bool, len(u.Resources))
 		for _, r := range u.Resources {
 			sent[r.Name] = true
 		}
 		u.Removed = slices.DeleteFunc(slices.Clone(u.Removed), func(n string) bool { return sent[n] })
 	}
+	u.Present, _ = canonicalized(u.Present, self)
 	u.Keys = canonicalKeys(u.Keys)
-	u.RemovedVariants = canonicalized(u.RemovedVariants, func(v *Variant) *string { return &v.Name })
-	u.Errors = canonicalized(u.Errors, func(e *ResourceError) *string { return &e.Name })
+	u.RemovedVariants, _ = canonicalized(u.RemovedVariants, func(v *Variant) *string { return &v.Name })
+	u.Errors, _ = canonicalized(u.Errors, func(e *ResourceError) *string { return &e.Name })
 	return h.Handler.OnUpdate(u)
 }
 
