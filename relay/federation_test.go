@@ -175,7 +175,20 @@ func TestEnvoySpelledXdstpName(t *testing.T) {
 		// entry, answered in its spelling.
 		other := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "other"})
 		other.Subscribe(resource.ClusterType, []string{plain}, nil)
-		wantDelta(t, other.MustRecv(), []string{plain}, nil)
+		resp = other.MustRecv()
+		wantDelta(t, resp, []string{plain}, nil)
+		other.Ack(resp)
+
+		// After the upstream restarts, the relay subscribes again as spelled
+		// (on Delta declaring the version it holds under that spelling): the
+		// next change reaches both.
+		up.Restart()
+		up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(envoy, "eds-2")}})
+		for c, name := range map[*xdstest.DeltaClient]string{d: envoy, other: plain} {
+			resp := c.MustRecv()
+			wantDelta(t, resp, []string{name}, nil)
+			c.Ack(resp)
+		}
 
 		for _, req := range up.Requests() {
 			if slices.Contains(req.Names(), plain) {
