@@ -48,7 +48,8 @@ func (b *deltaBuilder) build() *encoded {
 	}
 	rms := b.removals()
 	sortErrors(b.errs)
-	body := v.delta(b.send, beats, rms, b.errs, w)
+	send, beats, rms, errs := ts.respell(b.send, beats, rms, b.errs)
+	body := v.delta(send, beats, rms, errs, w)
 	if len(rms) > 0 || len(b.send) > 0 {
 		b.st.endWithholding(ts, v.TypeURL)
 	}

@@ -28,6 +28,10 @@ type typeCache struct {
 	wild *watcherSet
 	// up holds the names (and keying.Wildcard) subscribed upstream.
 	up map[string]bool
+	// spelling, while Watch adds a name a client wrote otherwise (an xdstp
+	// name not in canonical form), is that spelling: an upstream
+	// subscription made for the name now uses it (ref). Empty otherwise.
+	spelling string
 	// linger holds the pending unsubscriptions of names no stream watches.
 	linger map[string]*lingerEntry
 

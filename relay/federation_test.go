@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,23 +66,25 @@ func TestUnknownAuthority(t *testing.T) {
 }
 
 // Names that differ only in the order of their context parameters are one
-// cache entry and one upstream subscription.
+// cache entry and one upstream subscription, spelled as the first client
+// spelled it (control planes match names exactly).
 func TestContextParamOrderIsOneSubscription(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
 	}))
+	first := "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?b=2&a=1"
 	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
-	a.Subscribe(resource.EndpointType, "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?b=2&a=1")
+	a.Subscribe(resource.EndpointType, first)
+	up.WaitRequest(t, 0, "the first client's subscription", func(req xdstest.Request) bool {
+		return req.TypeURL() == resource.EndpointType && len(req.Names()) == 1 && req.Names()[0] == first
+	})
 	b := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b"})
 	b.Subscribe(resource.EndpointType, "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?a=1&b=2")
-	canonical := "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?a=1&b=2"
-	up.WaitRequest(t, 0, "the canonical subscription", func(req xdstest.Request) bool {
-		return req.TypeURL() == resource.EndpointType && len(req.Names()) == 1 && req.Names()[0] == canonical
-	})
+	b.ExpectNoResponse(quiet) // (time for its subscription to reach the upstream, were it its own)
 	for _, req := range up.Requests() {
 		if req.TypeURL() == resource.EndpointType && len(req.Names()) > 1 {
-			t.Fatalf("upstream asked for %v: want one canonical name", req.Names())
+			t.Fatalf("upstream asked for %v: want one name", req.Names())
 		}
 	}
 }
@@ -133,4 +136,72 @@ func TestWildcardListsAnotherAuthoritysName(t *testing.T) {
 	up.SetResources(clusters("c1"))
 	resp = wild.RecvType(resource.ClusterType)
 	wantNames(t, resp, "c1")
+}
+
+// Envoy percent-encodes ':' (and % ? # [ ]) in xdstp ids, and control
+// planes match names exactly: the relay keys its cache canonically, but
+// subscribes upstream with the spelling of the client that asked first, and
+// answers every Delta client in its own spelling. SotW clients get the
+// upstream's bytes, named as the upstream names them (issue 23, item 12).
+func TestEnvoySpelledXdstpName(t *testing.T) {
+	const (
+		envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+		plain = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc:8080"
+	)
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c0", envoy))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+		}))
+
+		d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+		d.Subscribe(resource.ClusterType, []string{envoy}, nil)
+		resp := d.MustRecv()
+		wantDelta(t, resp, []string{envoy}, nil)
+		d.Ack(resp)
+
+		s := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+		s.Subscribe(resource.ClusterType, "c0", envoy)
+		for {
+			sresp := s.RecvType(resource.ClusterType)
+			s.Ack(sresp)
+			if got := names(t, sresp); slices.Contains(got, envoy) && slices.Contains(got, "c0") {
+				break
+			}
+		}
+
+		// Another client writes the same URN canonically: the same cache
+		// entry, answered in its spelling.
+		other := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "other"})
+		other.Subscribe(resource.ClusterType, []string{plain}, nil)
+		resp = other.MustRecv()
+		wantDelta(t, resp, []string{plain}, nil)
+		other.Ack(resp)
+
+		// After the upstream restarts, the relay subscribes again as spelled
+		// (on Delta declaring the version it holds under that spelling): the
+		// next change reaches both.
+		up.Restart()
+		up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(envoy, "eds-2")}})
+		for c, name := range map[*xdstest.DeltaClient]string{d: envoy, other: plain} {
+			resp := c.MustRecv()
+			wantDelta(t, resp, []string{name}, nil)
+			c.Ack(resp)
+		}
+
+		for _, req := range up.Requests() {
+			if slices.Contains(req.Names(), plain) {
+				t.Fatalf("the upstream was asked for %s, which no client spelled first: %v", plain, req)
+			}
+		}
+		if !delta {
+			return // a SotW upstream cannot say that a CDS name it was never asked for is gone
+		}
+		// The upstream's removal (in its spelling) reaches both Delta clients
+		// in theirs.
+		up.SetResources(clusters("c0"))
+		wantDelta(t, d.MustRecv(), nil, []string{envoy})
+		wantDelta(t, other.MustRecv(), nil, []string{plain})
+	})
 }

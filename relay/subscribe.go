@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -80,7 +81,9 @@ func (s *state) ref(tc *typeCache, name string) {
 		return
 	}
 	tc.up[name] = true
-	c.Subscribe(tc.typeURL, name)
+	// As the client that asked first spelled it: control planes match names
+	// exactly. The upstream client speaks canonical names otherwise.
+	c.Subscribe(tc.typeURL, cmp.Or(tc.spelling, name))
 	// A new subscription gets the whole wait: one still running from an
 	// earlier subscription would take it for deleted before the server could
 	// answer this one.

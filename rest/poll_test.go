@@ -269,3 +269,18 @@ func TestPollGlobHeldWhileItsSetIsUnconfirmed(t *testing.T) {
 	up.Restart()
 	wantClusters(t, wait(t, ch), clusters("c0", m1, m2, m3))
 }
+
+// A poll of an xdstp name in Envoy's spelling (':' percent-encoded) is
+// subscribed upstream as spelled: control planes match names exactly
+// (issue 23, item 12).
+func TestPollEnvoySpelledName(t *testing.T) {
+	const name = "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/svc%3A8080"
+	res := xdstest.Resources{resource.EndpointType: {xdstest.Endpoints(name, "127.0.0.1:1")}}
+	rr := startREST(t, res, 10*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	}))
+	r := rr.post(t, "endpoints", request("envoy-1", "", name))
+	if r.code != http.StatusOK || len(r.resp.GetResources()) != 1 {
+		t.Fatalf("EDS poll of %s: %d %q", name, r.code, r.body)
+	}
+}
