@@ -428,6 +428,13 @@ func (a *applier) deltaDeletions() {
 		}
 	}
 	for _, name := range a.u.Removed {
+		if tc.variantMode(name) {
+			// A plain removal names the variant sent without constraints
+			// (xRFC TP2 requires removed_resource_names for the others).
+			tc.dropVariant(name, "")
+			a.resolved[name] = true
+			continue
+		}
 		a.deleted(name)
 	}
 }

@@ -486,3 +486,69 @@ func TestVariantModeEnteredMidResponse(t *testing.T) {
 	s.send(resource.ClusterType, "2", xdstest.EDSCluster("c", "eds"), prod)
 	refuseRemovals(t, wild, time.Now().Add(time.Second)) // the upstream sent c
 }
+
+// The xRFC's transition from an unconstrained resource: the server deletes
+// the unconstrained variant (in removed_resource_names, or in
+// removed_resources: it was sent without constraints) and creates its
+// replacements in one response. Each subscriber is sent the replacement it
+// selects, once (a Delta one also the removal of the unconstrained variant,
+// in the same response), and the cache keeps both replacements.
+func TestTP2TransitionFromUnconstrained(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		protocol      string
+		plainRemovals bool
+	}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}} {
+		t.Run(c.name, func(t *testing.T) { testTransitionFromUnconstrained(t, c.protocol, c.plainRemovals) })
+	}
+}
+
+func testTransitionFromUnconstrained(t *testing.T, protocol string, plainRemovals bool) {
+	up := xdstest.StartTP2(t)
+	up.SetPlainRemovals(plainRemovals)
+	up.Set(resource.RouteType, "routes", nil, routes("any"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = protocol }))
+
+	sotw := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test"})
+	sotw.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "test"))
+	wantGot(t, "sotw client before", recvRoutes(t, sotw), got{"any", "", true})
+
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "prod"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+		ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("routes", "env", "prod")}})
+	resp := d.MustRecv()
+	d.Ack(resp)
+	if len(resp.GetResources()) != 1 || fromWrapper(t, resp.GetResources()[0]) != (got{"any", "", true}) {
+		t.Fatalf("delta client before the transition: %v", resp)
+	}
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.RouteType)) == 2 },
+		"upstream subscriptions", func() any { return up.Subscriptions(resource.RouteType) })
+
+	up.Apply(resource.RouteType, []xdstest.VariantRef{{Name: "routes"}},
+		[]xdstest.TP2Variant{{Name: "routes", Constraints: eq("env", "prod"), Resource: routes("prod")},
+			{Name: "routes", Constraints: eq("env", "test"), Resource: routes("test")}})
+
+	resp = d.MustRecv()
+	d.Ack(resp)
+	if len(resp.GetResources()) != 1 || fromWrapper(t, resp.GetResources()[0]) != (got{"prod", "env=prod", true}) {
+		t.Fatalf("delta client after the transition: %v", resp)
+	}
+	if rm := resp.GetRemovedResourceNames(); len(rm) != 1 || rm[0].GetName() != "routes" ||
+		rm[0].GetDynamicParameterConstraints() != nil || len(resp.GetRemovedResources()) != 0 {
+		t.Fatalf("delta removals after the transition: %v / %v", rm, resp.GetRemovedResources())
+	}
+	wantGot(t, "sotw client after", recvRoutes(t, sotw), got{"test", "env=test", true})
+	// quiet suffices: a removal would follow the update at once.
+	d.ExpectNoResponse(quiet)
+	sotw.ExpectNoResponse(quiet)
+
+	var cached []string
+	for _, e := range r.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"}) {
+		if e.Subscribers > 0 {
+			cached = append(cached, e.Constraints)
+		}
+	}
+	if slices.Sort(cached); !slices.Equal(cached, []string{"env=prod", "env=test"}) {
+		t.Fatalf("/debug/cache after the transition: %+v", r.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"}))
+	}
+}
