@@ -14,6 +14,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 const unknownName = "xdstp://unknown.example/envoy.config.cluster.v3.Cluster/c1"
@@ -204,4 +205,70 @@ func TestEnvoySpelledXdstpName(t *testing.T) {
 		wantDelta(t, d.MustRecv(), nil, []string{envoy})
 		wantDelta(t, other.MustRecv(), nil, []string{plain})
 	})
+}
+
+// An xdstp name that the default servers also list in their Delta wildcard
+// answer, named by a client that left, then the wildcard lapsing and coming
+// back: servers that keep what they sent (xDS allows it) send it again on
+// neither stream by themselves, so the relay has the default servers
+// confirm it (subscribed with the wildcard, then unsubscribed), as it does
+// for the wildcard's own members. It took it for deleted after
+// does_not_exist_after: the wildcard client was told x was gone, and the
+// cache dropped it, while both servers had it.
+func TestListedNameBackWithTheWildcard(t *testing.T) {
+	const x = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/x"
+	k := &keepingDelta{res: map[string]string{"c0": "e0", x: "ex"}}
+	r := xdstest.StartRelay(t, serveADS(t, k), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}} // the default servers
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	unsubscribed := func(name string) {
+		t.Helper()
+		xdstest.Eventually(t, func() bool {
+			return slices.ContainsFunc(k.requests(), func(req *discoverygrpc.DeltaDiscoveryRequest) bool {
+				return slices.Contains(req.GetResourceNamesUnsubscribe(), name)
+			})
+		}, "the unsubscription of "+name, nil)
+	}
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c0"}, nil)
+	keeper.Ack(keeper.MustRecv())
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	receiveAll(t, first, 2)
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, []string{x}, nil)
+	named.Ack(named.MustRecv())
+	xdstest.Eventually(t, func() bool {
+		return slices.ContainsFunc(r.DebugCache(relay.CacheFilter{}), func(e relay.CacheEntryInfo) bool {
+			return e.Name == x && e.Authority == "auth.example"
+		})
+	}, "x from its authority's stream", func() any { return r.DebugCache(relay.CacheFilter{}) })
+	named.Close()
+	unsubscribed(x)
+	first.Close()
+	unsubscribed("*")
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := xdstest.DeltaHolds{}
+	for deadline := time.Now().Add(5 * 200 * time.Millisecond); ; { // five times does_not_exist_after
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the wildcard client was told %v are gone; the servers have them", removed)
+		}
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	if !held.Has("c0") || !held.Has(x) {
+		t.Fatalf("the wildcard client holds %v, want c0 and x", held)
+	}
+	if !slices.ContainsFunc(r.DebugCache(relay.CacheFilter{}), func(e relay.CacheEntryInfo) bool { return e.Name == x }) {
+		t.Fatalf("/debug/cache lost x: %+v", r.DebugCache(relay.CacheFilter{}))
+	}
 }

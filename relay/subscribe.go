@@ -199,7 +199,10 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 
 // unsureWildcardMembers: the wildcard's upstream subscription ended, and what
 // only it covered stays cached (unreferenced) but unsure: nothing tells the
-// relay of its deletion any more. Named later, it is served as cached but
+// relay of its deletion any more. So too another authority's name the
+// default servers list (Resource.Listed): its own stream no longer confirms
+// it either, and the default servers, which think the relay holds it, would
+// not send it again. Named later, it is served as cached but
 // taken for deleted unless the upstream sends it within
 // upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
 // without it proves nothing, as the name was not in the type's first request.
@@ -219,8 +222,8 @@ func (s *state) unsureWildcardMembers(tc *typeCache) {
 	}
 	var forget []string
 	for n, res := range tc.view.Resources {
-		if n != res.Name || res.Authority != "" || tc.up[n] {
-			continue // a TP2 selection, another authority's, or subscribed by name
+		if n != res.Name || !res.InWildcard() || tc.up[n] {
+			continue // a TP2 selection, another authority's not listed, or subscribed by name
 		}
 		tc.markUnsure(n)
 		forget = append(forget, n)
