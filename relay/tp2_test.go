@@ -552,3 +552,39 @@ func testTransitionFromUnconstrained(t *testing.T, protocol string, plainRemoval
 		t.Fatalf("/debug/cache after the transition: %+v", r.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"}))
 	}
 }
+
+// A full-state SotW response is the upstream's word on the plain name it
+// answers too: the default variant of c1 deleted upstream, while c1{env=prod}
+// stays, is gone for the client of the plain name, not for the other.
+func TestTP2FullStateDefaultVariantDeleted(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.ClusterType, "c1", nil, xdstest.EDSCluster("c1", "eds-default"))
+	up.Set(resource.ClusterType, "c1", eq("env", "prod"), xdstest.EDSCluster("c1", "eds-prod"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+
+	plain := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "plain"})
+	plain.Subscribe(resource.ClusterType, "c1")
+	resp := plain.RecvType(resource.ClusterType)
+	plain.Ack(resp)
+	if n := len(resp.GetResources()); n != 1 {
+		t.Fatalf("plain client: %v", resp)
+	}
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	for { // the cached default variant first, then its own
+		resp := prod.RecvType(resource.ClusterType)
+		prod.Ack(resp)
+		w := &discoverygrpc.Resource{}
+		if err := proto.Unmarshal(resp.GetResources()[0].GetValue(), w); err != nil {
+			t.Fatal(err)
+		}
+		if w.GetResourceName().GetDynamicParameterConstraints() != nil {
+			break
+		}
+	}
+
+	up.Delete(resource.ClusterType, "c1", nil)
+	xdstest.Eventually(t, func() bool { return len(r.DebugCache(relay.CacheFilter{Type: "Cluster"})) == 1 },
+		"the default variant leaves the cache", func() any { return r.DebugCache(relay.CacheFilter{Type: "Cluster"}) })
+	prod.ExpectNoResponse(quiet)
+}
