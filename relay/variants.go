@@ -228,3 +228,30 @@ func variantVersion(b []byte, constraints string) string {
 	}
 	return downstream.ResourceVersion(append(b[:len(b):len(b)], constraints...))
 }
+
+// pruneVariants drops the variants of name that a full-state response
+// replaced: it carries the variants the keys it answers select, so one such
+// key's selection that it left out is gone. It is the upstream's word only
+// on those keys: a variant another key selects, or none, stays.
+func (a *applier) pruneVariants(name string) {
+	tc, old := a.tc, a.edit.old.Resources
+	gone := make(map[string]bool)
+	for _, answered := range []bool{true, false} {
+		for _, k := range tc.keysOf(name) {
+			if sel, ok := old[k]; ok && !a.sent[name][sel.Constraints] && a.answers(name, k) == answered {
+				gone[sel.Constraints] = answered // an unanswered key's selection stays
+			}
+		}
+	}
+	tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return gone[v.res.Constraints] })
+}
+
+// answers reports whether the full-state response answers key k of name: a
+// key with parameters (or a plain name) it is known to answer, or the plain
+// name of a member of the wildcard set it answers.
+func (a *applier) answers(name, k string) bool {
+	if _, ok := a.u.Keys[k]; ok {
+		return true
+	}
+	return k == name && a.u.Complete && a.authority == "" && a.edit.old.Resources[k].InWildcard()
+}
