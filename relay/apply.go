@@ -451,9 +451,7 @@ func (a *applier) reselect() {
 // reselectName recomputes the selections of name's keys.
 func (a *applier) reselectName(name string) {
 	tc, res := a.tc, a.edit.resources()
-	if a.fullSotW && a.sent[name] != nil {
-		a.pruneVariants(name)
-	}
+	a.pruneVariants(name)
 	a.s.resolveVariants(tc, name, a.edit)
 	// The name's plain selection, if the upstream sent it, is confirmed
 	// when a subscription covers it: the name's own, the wildcard's, its

@@ -229,11 +229,14 @@ func variantVersion(b []byte, constraints string) string {
 	return downstream.ResourceVersion(append(b[:len(b):len(b)], constraints...))
 }
 
-// pruneVariants drops the variants of name that a full-state response
-// replaced: it carries the variants the keys it answers select, so one such
-// key's selection that it left out is gone. It is the upstream's word only
-// on those keys: a variant another key selects, or none, stays.
+// pruneVariants drops the variants of name that a full-state response with
+// some replaced: it carries the variants the keys it answers select, so one
+// such key's selection that it left out is gone. It is the upstream's word
+// only on those keys: a variant another key selects, or none, stays.
 func (a *applier) pruneVariants(name string) {
+	if !a.fullSotW || a.sent[name] == nil {
+		return
+	}
 	tc, old := a.tc, a.edit.old.Resources
 	gone := make(map[string]bool)
 	for _, answered := range []bool{true, false} {
