@@ -472,20 +472,7 @@ func (a *applier) reselectName(name string) {
 			a.edit.change(k)
 		}
 	}
-	for k := range tc.params[name] {
-		if _, ok := res[k]; ok {
-			a.edit.unmarkAbsent(k) // a variant matches again
-			continue
-		}
-		// The upstream says the name does not exist, or sent every variant
-		// of it (full state) and none matches k — a SotW full-state
-		// response only of the keys it answers.
-		_, answered := a.u.Keys[k]
-		if tc.up[k] && (a.removed[name] || (a.fullSotW && a.sent[name] != nil)) && (!a.fullSotW || answered) {
-			a.edit.markAbsent(k)
-			a.edit.change(k)
-		}
-	}
+	a.markGone(name)
 }
 
 // forgetUncovered has the upstream client forget the answers to

@@ -553,25 +553,94 @@ func testTransitionFromUnconstrained(t *testing.T, protocol string, plainRemoval
 	}
 }
 
-// A full-state SotW response is the upstream's word on the plain name it
-// answers too: the default variant of c1 deleted upstream, while c1{env=prod}
-// stays, is gone for the client of the plain name, not for the other.
-func TestTP2FullStateDefaultVariantDeleted(t *testing.T) {
+// The default variant of c1 deleted upstream while c1{env=prod} stays: by
+// the upstream's word (a full state without it, a Delta removal) c1 is gone
+// for its plain subscribers, whose no parameters match no remaining variant
+// (xRFC TP2: the server acts as if it did not exist), and they are told so
+// once — SotW by a full state without it, Delta by removed_resources — while
+// the subscribers of env=prod keep theirs; when that variant goes too, they
+// are told once.
+func TestTP2DefaultVariantDeleted(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		protocol      string
+		plainRemovals bool
+	}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}} {
+		t.Run(c.name, func(t *testing.T) { testDefaultVariantDeleted(t, c.protocol, c.plainRemovals) })
+	}
+}
+
+func testDefaultVariantDeleted(t *testing.T, protocol string, plainRemovals bool) {
 	up := xdstest.StartTP2(t)
+	up.SetPlainRemovals(plainRemovals)
 	up.Set(resource.ClusterType, "c1", nil, xdstest.EDSCluster("c1", "eds-default"))
 	up.Set(resource.ClusterType, "c1", eq("env", "prod"), xdstest.EDSCluster("c1", "eds-prod"))
-	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = "sotw" }))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = protocol }))
 
 	plain := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "plain"})
 	plain.Subscribe(resource.ClusterType, "c1")
-	resp := plain.RecvType(resource.ClusterType)
-	plain.Ack(resp)
-	if n := len(resp.GetResources()); n != 1 {
-		t.Fatalf("plain client: %v", resp)
+	recvClusterCount(t, plain, "plain sotw client", 1)
+	plainDelta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "plain-delta"})
+	plainDelta.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	if resp := plainDelta.MustRecv(); len(resp.GetResources()) != 1 {
+		t.Fatalf("plain delta client: %v", resp)
+	} else {
+		plainDelta.Ack(resp)
 	}
+	prod, prodDelta := subscribeProdC1(t, r)
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.ClusterType)) == 2 },
+		"upstream subscriptions", func() any { return up.Subscriptions(resource.ClusterType) })
+	// quiet suffices for the checks below: a second removal, or one for
+	// another client, would come with the first.
+	quietAll := func() {
+		t.Helper()
+		plain.ExpectNoResponse(quiet)
+		plainDelta.ExpectNoResponse(quiet)
+		prod.ExpectNoResponse(quiet)
+		prodDelta.ExpectNoResponse(quiet)
+	}
+
+	up.Delete(resource.ClusterType, "c1", nil)
+	recvClusterCount(t, plain, "plain sotw client after the deletion", 0)
+	resp := plainDelta.MustRecv()
+	plainDelta.Ack(resp)
+	if len(resp.GetResources()) != 0 || !slices.Equal(resp.GetRemovedResources(), []string{"c1"}) {
+		t.Fatalf("plain delta client after the deletion: %v", resp)
+	}
+	quietAll()
+	if cached := r.DebugCache(relay.CacheFilter{Type: "Cluster"}); len(cached) != 1 || cached[0].Constraints != "env=prod" {
+		t.Fatalf("/debug/cache after the deletion: %+v", cached)
+	}
+
+	up.Delete(resource.ClusterType, "c1", eq("env", "prod"))
+	recvClusterCount(t, prod, "prod sotw client after the deletion", 0)
+	resp = prodDelta.MustRecv()
+	prodDelta.Ack(resp)
+	if rm := resp.GetRemovedResourceNames(); len(resp.GetResources()) != 0 || len(rm) != 1 || rm[0].GetName() != "c1" {
+		t.Fatalf("prod delta client after the deletion: %v", resp)
+	}
+	quietAll()
+}
+
+// recvClusterCount receives and ACKs c's next CDS response, which must
+// carry n resources.
+func recvClusterCount(t *testing.T, c *xdstest.ADSClient, what string, n int) {
+	t.Helper()
+	resp := c.RecvType(resource.ClusterType)
+	c.Ack(resp)
+	if len(resp.GetResources()) != n {
+		t.Fatalf("%s: %v", what, resp)
+	}
+}
+
+// subscribeProdC1 subscribes a SotW and a Delta client to c1{env=prod} and
+// waits until each holds its own variant (the cached default variant may
+// come first).
+func subscribeProdC1(t *testing.T, r *xdstest.Relay) (*xdstest.ADSClient, *xdstest.DeltaClient) {
+	t.Helper()
 	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
 	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
-	for { // the cached default variant first, then its own
+	for {
 		resp := prod.RecvType(resource.ClusterType)
 		prod.Ack(resp)
 		w := &discoverygrpc.Resource{}
@@ -582,9 +651,14 @@ func TestTP2FullStateDefaultVariantDeleted(t *testing.T) {
 			break
 		}
 	}
-
-	up.Delete(resource.ClusterType, "c1", nil)
-	xdstest.Eventually(t, func() bool { return len(r.DebugCache(relay.CacheFilter{Type: "Cluster"})) == 1 },
-		"the default variant leaves the cache", func() any { return r.DebugCache(relay.CacheFilter{Type: "Cluster"}) })
-	prod.ExpectNoResponse(quiet)
+	prodDelta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "prod-delta"})
+	prodDelta.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("c1", "env", "prod")}})
+	for {
+		resp := prodDelta.MustRecv()
+		prodDelta.Ack(resp)
+		if len(resp.GetResources()) == 1 && resp.GetResources()[0].GetResourceName().GetDynamicParameterConstraints() != nil {
+			return prod, prodDelta
+		}
+	}
 }

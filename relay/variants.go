@@ -258,3 +258,42 @@ func (a *applier) answers(name, k string) bool {
 	}
 	return k == name && a.u.Complete && a.authority == "" && a.edit.old.Resources[k].InWildcard()
 }
+
+// markGone marks each key of name, plain or with parameters, that is
+// subscribed upstream and selects no variant absent when the response is the
+// upstream's word on it: a key that no remaining variant matches is answered
+// as if the resource did not exist (xRFC TP2). A key that selects a variant
+// is absent no more.
+func (a *applier) markGone(name string) {
+	res := a.edit.resources()
+	for _, k := range a.tc.keysOf(name) {
+		if _, ok := res[k]; ok {
+			a.edit.unmarkAbsent(k) // a variant matches again
+			continue
+		}
+		if !a.tc.up[k] || !a.upstreamSaysGone(name, k) {
+			continue
+		}
+		a.edit.markAbsent(k)
+		if _, was := a.edit.old.Absent[k]; !was {
+			a.edit.change(k)
+		}
+	}
+}
+
+// upstreamSaysGone reports whether the response is the upstream's word that
+// key k of name, which selects no variant, does not exist: it deleted the
+// name; or, a SotW full state answering k, it sent every variant of name k
+// may select; or it removed the variant k selected (Delta
+// removed_resource_names, removed_resources of the unconstrained variant, a
+// NOT_FOUND variant error).
+func (a *applier) upstreamSaysGone(name, k string) bool {
+	if a.fullSotW {
+		return (a.removed[name] || a.sent[name] != nil) && a.answers(name, k)
+	}
+	if a.removed[name] {
+		return true
+	}
+	sel, had := a.edit.old.Resources[k]
+	return had && !slices.ContainsFunc(a.tc.variants[name], func(v variant) bool { return v.res.Constraints == sel.Constraints })
+}
