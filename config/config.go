@@ -312,8 +312,13 @@ type Cache struct {
 
 // Limits protect the relay from misbehaving clients.
 type Limits struct {
-	// MaxNamesPerRequest is the most resource names one request may carry.
-	// Default 10000.
+	// MaxNamesPerRequest is the most resource names one request may
+	// subscribe and unsubscribe (initial_resource_versions, what a Delta
+	// client holds, are bounded by MaxRecvMessageBytes alone). A request over
+	// it or over MaxSubscriptionsPerStream is refused for its type only: the
+	// client keeps its previous subscription of the type and the stream goes
+	// on. Default 100000: an Envoy with 20,000 clusters names them all in one
+	// EDS request.
 	MaxNamesPerRequest int `yaml:"max_names_per_request"`
 	// MaxRecvMessageBytes is the largest request accepted. Default 4 MiB.
 	MaxRecvMessageBytes int `yaml:"max_recv_message_bytes"`

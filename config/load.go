@@ -24,7 +24,7 @@ const (
 	DefaultUnavailableAfter    = 10 * time.Second
 	DefaultDoesNotExistAfter   = 15 * time.Second
 	DefaultMaxUnreferenced     = 10000
-	DefaultMaxNamesPerRequest  = 10000
+	DefaultMaxNamesPerRequest  = 100000
 	DefaultMaxRecvMessageBytes = 4 << 20
 
 	DefaultMaxSubscriptionsPerStream = 100000

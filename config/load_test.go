@@ -25,7 +25,7 @@ func TestDefault(t *testing.T) {
 		},
 		Cache:    config.Cache{MaxUnreferenced: 10000},
 		Shutdown: config.Shutdown{DrainWindow: 5 * time.Second},
-		Limits: config.Limits{MaxNamesPerRequest: 10000, MaxRecvMessageBytes: 4 << 20, MaxSubscriptionsPerStream: 100000,
+		Limits: config.Limits{MaxNamesPerRequest: 100000, MaxRecvMessageBytes: 4 << 20, MaxSubscriptionsPerStream: 100000,
 			MaxStreamsPerConnection: 100, NewStreamsPerSecond: 5000, MaxConnectionAge: 30 * time.Minute, KeepaliveMinTime: 10 * time.Second},
 	}
 	if diff := cmp.Diff(want, config.Default()); diff != "" {

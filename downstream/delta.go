@@ -25,9 +25,7 @@ func (st *stream) runDelta() error {
 // handleDelta applies one incremental request. xDS: subscription changes are
 // honoured whatever the nonce; ACK/NACK is per response nonce.
 func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
-	n := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceNamesUnsubscribe()) + len(req.GetInitialResourceVersions()) +
-		len(req.GetResourceLocatorsSubscribe()) + len(req.GetResourceLocatorsUnsubscribe())
-	typeURL, err := st.prelude(req.GetTypeUrl(), n, req.GetNode())
+	typeURL, err := st.prelude(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return err
 	}
@@ -55,8 +53,16 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 			ts.counters.acks.Inc()
 		}
 	}
+	subs := len(req.GetResourceNamesSubscribe()) + len(req.GetResourceLocatorsSubscribe())
+	n := subs + len(req.GetResourceNamesUnsubscribe()) + len(req.GetResourceLocatorsUnsubscribe())
+	if st.overLimit(ts, typeURL, n, len(ts.names)+subs) {
+		st.mu.Unlock()
+		verdict.report(st)
+		return nil
+	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	spellings := st.spellings(ts, add, remove, req.GetResourceNamesSubscribe())
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard, Spellings: spellings})
 	st.mu.Unlock()
 	return st.finish(cm, verdict)
 }

@@ -48,7 +48,8 @@ func (b *deltaBuilder) build() *encoded {
 	}
 	rms := b.removals()
 	sortErrors(b.errs)
-	body := v.delta(b.send, beats, rms, b.errs, w)
+	send, beats, rms, errs := ts.respell(b.send, beats, rms, b.errs)
+	body := v.delta(send, beats, rms, errs, w)
 	if len(rms) > 0 || len(b.send) > 0 {
 		b.st.endWithholding(ts, v.TypeURL)
 	}
@@ -142,6 +143,7 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 				b.sendIfNew(r)
 			}
 		}
+		b.dropBroughtMembers(n)
 		return
 	}
 	r, present := v.Resources[n]
@@ -160,6 +162,22 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 	case covered:
 		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
 			b.drop(n)
+		}
+	}
+}
+
+// dropBroughtMembers tells the client which members of glob it brought from
+// elsewhere (initial_resource_versions) are gone: those missing from the
+// glob's set once the upstream answered it (View.Gone).
+func (b *deltaBuilder) dropBroughtMembers(glob string) {
+	st, ts, v := b.st, b.ts, b.v
+	if !v.GlobAnswered(glob) {
+		return
+	}
+	for k := range ts.initial {
+		if _, present := v.Resources[k]; !present && keying.GlobOf(k) == glob &&
+			st.checkRemoval(ts, v, k) && !st.withholdReferenced(ts, v, k) {
+			b.drop(k)
 		}
 	}
 }

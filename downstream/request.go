@@ -17,15 +17,12 @@ import (
 )
 
 // prelude checks what every request must satisfy before it touches the
-// stream's state: a valid type URL, at most MaxNamesPerRequest names (n),
-// and the stream's one node. It returns the request's type URL.
-func (st *stream) prelude(typeURL string, n int, node *corev3.Node) (string, error) {
+// stream's state: a valid type URL and the stream's one node. It returns the
+// request's type URL.
+func (st *stream) prelude(typeURL string, node *corev3.Node) (string, error) {
 	typeURL, err := st.checkType(typeURL)
 	if err != nil {
 		return "", err
-	}
-	if n > st.srv.opts.MaxNamesPerRequest {
-		return "", st.tooMany(n)
 	}
 	if err := st.bind(node); err != nil {
 		st.srv.m.RejectedRequests.WithLabelValues("node").Inc()
@@ -70,23 +67,35 @@ func (st *stream) checkNames(names []string, locs ...[]*discoverypb.ResourceLoca
 	return nil
 }
 
-func (st *stream) tooMany(n int) error {
-	return st.reject("too_many_names", codes.ResourceExhausted,
-		"%d resource names in one request, the limit is %d", n, st.srv.opts.MaxNamesPerRequest)
-}
-
-// checkSubscriptions refuses a subscription growing past the stream's limit.
-// Called with mu held.
-func (st *stream) checkSubscriptions() error {
-	n := 0
-	for _, ts := range st.types {
-		n += len(ts.names)
+// overLimit reports whether a request of ts's type that names n resources
+// (subscribed and unsubscribed; never initial_resource_versions, what the
+// client holds) and leaves the type at most typeNames subscribed names is
+// over MaxNamesPerRequest or takes the stream over MaxSubscriptions. Such a
+// request is refused for its type alone: its subscription change is ignored
+// (its ACK or NACK still counts), the client keeps its previous
+// subscription of the type, and the stream and its other types go on — an
+// ADS stream carries every type, so ending it would punish them all. Each
+// refusal is counted; the first of a stream is logged. Called with mu held.
+func (st *stream) overLimit(ts *typeState, typeURL string, n, typeNames int) bool {
+	reason, got, limit := "too_many_names", n, st.srv.opts.MaxNamesPerRequest
+	if n <= limit {
+		total := typeNames - len(ts.names)
+		for _, o := range st.types {
+			total += len(o.names)
+		}
+		reason, got, limit = "too_many_subscriptions", total, st.srv.opts.MaxSubscriptions
+		if total <= limit {
+			return false
+		}
 	}
-	if n > st.srv.opts.MaxSubscriptions {
-		return st.reject("too_many_subscriptions", codes.ResourceExhausted,
-			"%d subscribed names on one stream, the limit is %d", n, st.srv.opts.MaxSubscriptions)
+	st.srv.m.RejectedRequests.WithLabelValues(reason).Inc()
+	if !st.limitLogged {
+		st.limitLogged = true
+		st.srv.log.Warn("request over a limit: its subscription change is ignored, the stream goes on",
+			zap.Uint64("stream", st.id), zap.String("node", st.nodeID), zap.String("type", typeURL),
+			zap.String("reason", reason), zap.Int("names", got), zap.Int("limit", limit))
 	}
-	return nil
+	return true
 }
 
 // reject counts a request refused with a status and returns it.
@@ -100,7 +109,6 @@ func (st *stream) reject(reason string, code codes.Code, format string, args ...
 type commitment struct {
 	typeURL string
 	c       Change // the subscription change, authorized
-	err     error  // the stream's limit is exceeded
 	// wildcardDenied: the stream may not subscribe to the wildcard.
 	wildcardDenied bool
 	// droppedInflight: the type's unacknowledged responses were forgotten;
@@ -109,15 +117,14 @@ type commitment struct {
 }
 
 // commitLocked applies the subscription change of a request to the
-// stream's state: it authorizes it and checks the stream's limit. Called
-// with mu held; the caller then releases mu and calls finish.
+// stream's state: it authorizes it. Called with mu held; the caller then
+// releases mu and calls finish.
 func (st *stream) commitLocked(ts *typeState, typeURL string, c Change) commitment {
 	out := commitment{typeURL: typeURL}
 	if len(c.Remove) > 0 || c.Wildcard != nil {
 		out.droppedInflight = !ts.wildcard && len(ts.names) == 0 && st.dropInflight(typeURL)
 	}
 	out.c = st.authorize(ts, typeURL, c)
-	out.err = st.checkSubscriptions()
 	out.wildcardDenied = ts.wildcardDenied
 	// Make before break: what the client stopped subscribing to no longer
 	// withholds the removal of what it referred to.
@@ -136,9 +143,6 @@ func (st *stream) finish(cm commitment, verdict canaryVerdict) error {
 		st.kick()
 	}
 	verdict.report(st)
-	if cm.err != nil {
-		return cm.err
-	}
 	c := cm.c
 	if c.Wildcard != nil && *c.Wildcard && cm.wildcardDenied {
 		return st.reject("permission_denied", codes.PermissionDenied,

@@ -51,6 +51,10 @@ type Change struct {
 	// Answer are names to answer from the current View without watching
 	// them (the stream was refused them: it answers with an error).
 	Answer []string
+	// Spellings maps names of Add that the client wrote otherwise (an xdstp
+	// name not in canonical form) to its spelling: an upstream subscription
+	// made for them uses it.
+	Spellings map[string]string
 }
 
 func (c Change) empty() bool {
@@ -73,10 +77,12 @@ type Watcher interface {
 
 // Options configure a Server. Zero values take the documented defaults.
 type Options struct {
-	// MaxNamesPerRequest bounds the names of one request. Default 10000.
+	// MaxNamesPerRequest bounds the names one request subscribes and
+	// unsubscribes (not its initial_resource_versions). Default 100000.
 	MaxNamesPerRequest int
 	// MaxSubscriptions bounds the names one stream subscribes to, all types
-	// together. Default 100000.
+	// together. Default 100000. A request over either limit is refused for
+	// its type alone; the stream goes on (overLimit).
 	MaxSubscriptions int
 	// NewStreamsPerSecond is the admission rate of new streams (burst of
 	// the same size, at least one); 0 admits every stream.
@@ -120,7 +126,7 @@ type Server struct {
 // NewServer returns a server answering from src.
 func NewServer(src Source, opts Options) *Server {
 	if opts.MaxNamesPerRequest <= 0 {
-		opts.MaxNamesPerRequest = 10000
+		opts.MaxNamesPerRequest = 100000
 	}
 	if opts.MaxSubscriptions <= 0 {
 		opts.MaxSubscriptions = 100000

@@ -25,7 +25,7 @@ func (st *stream) runSotW() error {
 // gRPC status that ends the stream; everything else is answered through the
 // queue.
 func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
-	typeURL, err := st.prelude(req.GetTypeUrl(), len(req.GetResourceNames())+len(req.GetResourceLocators()), req.GetNode())
+	typeURL, err := st.prelude(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return err
 	}
@@ -64,6 +64,11 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			st.recordACK(ts, req.GetVersionInfo())
 		}
 	}
+	if n := len(req.GetResourceNames()) + len(req.GetResourceLocators()); st.overLimit(ts, typeURL, n, n) {
+		st.mu.Unlock()
+		verdict.report(st)
+		return nil
+	}
 	if !ts.requested && ts.lastNonce == "" {
 		ts.fromElsewhere = req.GetVersionInfo() != ""
 		if ts.fromElsewhere {
@@ -71,6 +76,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
+	spellings := st.spellings(ts, add, remove, req.GetResourceNames())
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
 	for _, n := range remove {
@@ -78,7 +84,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		delete(ts.unanswered, n)
 		delete(ts.answeredWith, n)
 	}
-	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard})
+	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard, Spellings: spellings})
 	st.mu.Unlock()
 	return st.finish(cm, verdict)
 }

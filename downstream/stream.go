@@ -90,6 +90,7 @@ type stream struct {
 	cluster       string           // guarded by mu
 	ttl           bool             // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
 	principal     *authz.Principal // guarded by mu: built at the first authorization
+	limitLogged   bool             // guarded by mu: a request over a limit was logged (overLimit)
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {

@@ -22,8 +22,10 @@ import (
 // losesNothing reports whether the full-state response b drops nothing the
 // client may hold without the View knowing it is gone: what the stream sent
 // last, or, for a client that came with config from elsewhere, everything
-// it subscribes to by name. A name the client no longer subscribes to, or
-// may not have (denied), may go. Called with mu held.
+// it subscribes to by name and every member of its glob collections (known
+// only once the upstream answered the glob's set). A name the client no
+// longer subscribes to, or may not have (denied), may go. Called with mu
+// held.
 func (ts *typeState) losesNothing(v *View, b *body) bool {
 	lost := func(k string) bool {
 		if _, in := b.keys[k]; in {
@@ -36,7 +38,11 @@ func (ts *typeState) losesNothing(v *View, b *body) bool {
 	}
 	if ts.fromElsewhere {
 		for k := range ts.names {
-			if !keying.IsGlob(k) && lost(k) {
+			if keying.IsGlob(k) {
+				if !v.GlobAnswered(k) {
+					return false
+				}
+			} else if lost(k) {
 				return false
 			}
 		}

@@ -42,6 +42,9 @@ type subscription struct {
 	// TP2: wrapped holds the subscribed keys that came as resource locators:
 	// their variants are sent in a Resource with name and constraints.
 	wrapped map[string]struct{}
+	// spelled holds, for subscribed keys the client wrote otherwise (an
+	// xdstp name not in canonical form), its spelling (spelling.go).
+	spelled map[string]string
 }
 
 // acks is the ACK bookkeeping: what was sent, acknowledged or rejected.

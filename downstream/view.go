@@ -135,6 +135,11 @@ type View struct {
 	// Complete reports that the upstream answered the wildcard subscription,
 	// so the default authority's resources are the full set.
 	Complete bool
+	// AnsweredGlobs holds the glob collections whose set the upstream
+	// answered on their subscription, as Complete does the wildcard: their
+	// members in Resources are the full set (never modified once published;
+	// may be shared between Views).
+	AnsweredGlobs map[string]struct{}
 	// Unconfirmed holds the authorities ("" the default servers') whose word
 	// in the View no live upstream stream confirms: the upstream is away, or
 	// has not answered since the relay reconnected or started from its
@@ -166,7 +171,19 @@ type View struct {
 // publishes it. v is not modified.
 func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 	return &View{TypeURL: v.TypeURL, Seq: seq, Resources: v.Resources, Changed: changed, Absent: v.Absent,
-		Errors: v.Errors, Complete: v.Complete, Unconfirmed: v.Unconfirmed, Received: v.Received}
+		Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Received: v.Received}
+}
+
+// GlobAnswered reports whether the View knows the whole set of the glob
+// collection glob: the upstream answered it, or the glob does not exist (a
+// TP3 data error: its authority is not configured, say). A member missing
+// from it is gone.
+func (v *View) GlobAnswered(glob string) bool {
+	if _, ok := v.AnsweredGlobs[glob]; ok {
+		return true
+	}
+	e, ok := v.Errors[glob]
+	return ok && e.dataError()
 }
 
 // Stale reports whether the View's word on key (a name, a subscription key,
@@ -185,13 +202,17 @@ func (v *View) Stale(key string) bool {
 // Gone reports whether the View knows that key does not exist upstream: the
 // upstream said so (a removal, NOT_FOUND), the stream may not have it
 // (PERMISSION_DENIED), or it is a name of the default authority missing from
-// the complete wildcard set. Only for a key not in Resources.
+// the complete wildcard set or from its glob collection's answered set.
+// Only for a key not in Resources.
 func (v *View) Gone(key string) bool {
 	if _, ok := v.Absent[key]; ok {
 		return true
 	}
 	if e, ok := v.Errors[key]; ok {
 		return e.dataError()
+	}
+	if !keying.HasParams(key) && v.GlobAnswered(keying.GlobOf(key)) {
+		return true
 	}
 	auth, _ := keying.Authority(key)
 	return v.Complete && auth == "" && !keying.HasParams(key) && !keying.IsGlob(key)

@@ -590,16 +590,34 @@ func TestChaosBadInputsAtVolume(t *testing.T) {
 	})
 
 	t.Run("100k names", func(t *testing.T) {
-		names := make([]string, 100_000)
+		// One more than limits.max_names_per_request: the EDS request is
+		// refused, and the stream goes on serving CDS.
+		names := make([]string, config.DefaultMaxNamesPerRequest+1)
 		for i := range names {
 			names[i] = fmt.Sprintf("n%06d", i)
 		}
-		badStreams(t, conns, repeat/5+1, func(delta bool) []any {
-			if delta {
-				return []any{&discoverygrpc.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: names}}
+		for i := range repeat/5 + 1 {
+			delta := i%2 == 1
+			ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+			s, err := rawADS(ctx, conns[i%len(conns)], delta)
+			if err != nil {
+				cancel()
+				t.Fatal(err)
 			}
-			return []any{&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: names}}
-		}, codes.ResourceExhausted, "limit is")
+			var eds any = &discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: names}
+			if delta {
+				eds = &discoverygrpc.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: names}
+			}
+			for _, m := range []any{eds, first(delta)} {
+				if err := s.SendMsg(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := recvOne(s, delta); err != nil {
+				t.Fatalf("CDS on a stream after an EDS request over the limit: %v", err)
+			}
+			cancel()
+		}
 		stillServed(t)
 	})
 

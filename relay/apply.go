@@ -33,6 +33,9 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 		return nil // closed, or a node's own scope whose streams are gone
 	}
 	tc := sc.typeCache(u.TypeURL)
+	if u.Event == upstream.Response {
+		tc.spokeOn(authority)
+	}
 	a := &applier{s: s, sc: sc, tc: tc, authority: authority, u: u, in: in,
 		edit: editOf(tc.view), fullSotW: !u.Delta && keying.FullState(u.TypeURL),
 		seen: make(map[string]struct{}, len(in.fresh)), beats: make(map[string]struct{}),
@@ -209,6 +212,7 @@ func (a *applier) resource(e *downstream.Resource) {
 		e.Listed = true // the default servers listed it first
 	}
 	a.s.armTTL(tc, e.Name, e.TTL)
+	a.answerGlob(e)
 	if cur, ok := a.edit.res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed {
 		if cur.UpstreamVersion != e.UpstreamVersion {
 			a.edit.put(e.Name, e) // same bytes, new upstream version: nothing to tell clients
@@ -349,8 +353,8 @@ func (a *applier) variantError(e upstream.ResourceError) {
 }
 
 // deleted applies the upstream's word that name does not exist: it leaves
-// the cache, and a name subscribed as such is remembered as absent, so that
-// later subscribers are told at once.
+// the cache, and a name subscribed as such, or through its glob collection,
+// is remembered as absent, so that later subscribers are told at once.
 func (a *applier) deleted(name string) {
 	tc := a.tc
 	if _, ok := a.owned(name); ok {
@@ -372,7 +376,7 @@ func (a *applier) deleted(name string) {
 	if !ofAuthority(name, a.authority) {
 		return // the default servers' word on another authority's name
 	}
-	if _, known := a.edit.absent[name]; !known && tc.up[name] {
+	if _, known := a.edit.absent[name]; !known && (tc.up[name] || tc.globCovered(name)) {
 		a.edit.markAbsent(name)
 		a.edit.change(name)
 	}
@@ -427,7 +431,12 @@ func (a *applier) deltaDeletions() {
 		}
 	}
 	for _, name := range a.u.Removed {
-		a.deleted(name)
+		if tc.variantMode(name) { // it names the variant without constraints (TP2: removed_resource_names the others)
+			tc.dropVariant(name, "")
+			a.resolved[name] = true
+		} else {
+			a.deleted(name)
+		}
 	}
 }
 
@@ -445,10 +454,7 @@ func (a *applier) reselect() {
 // reselectName recomputes the selections of name's keys.
 func (a *applier) reselectName(name string) {
 	tc, res := a.tc, a.edit.resources()
-	if a.fullSotW && a.sent[name] != nil {
-		// A full-state response carries every variant of what it names.
-		tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return !a.sent[name][v.res.Constraints] })
-	}
+	a.pruneVariants(name)
 	a.s.resolveVariants(tc, name, a.edit)
 	// The name's plain selection, if the upstream sent it, is confirmed
 	// when a subscription covers it: the name's own, the wildcard's, its
@@ -469,20 +475,7 @@ func (a *applier) reselectName(name string) {
 			a.edit.change(k)
 		}
 	}
-	for k := range tc.params[name] {
-		if _, ok := res[k]; ok {
-			a.edit.unmarkAbsent(k) // a variant matches again
-			continue
-		}
-		// The upstream says the name does not exist, or sent every variant
-		// of it (full state) and none matches k — a SotW full-state
-		// response only of the keys it answers.
-		_, answered := a.u.Keys[k]
-		if tc.up[k] && (a.removed[name] || (a.fullSotW && a.sent[name] != nil)) && (!a.fullSotW || answered) {
-			a.edit.markAbsent(k)
-			a.edit.change(k)
-		}
-	}
+	a.markGone(name)
 }
 
 // forgetUncovered has the upstream client forget the answers to

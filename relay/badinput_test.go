@@ -27,6 +27,11 @@ type badInputEnv struct {
 	relay *xdstest.Relay
 	good  *xdstest.ADSClient
 	gen   int
+	// refused counts the requests refused over a limit before the current
+	// subtest's, whose client subscribed to the EDS name held
+	// (overLimitClient).
+	refused float64
+	held    string
 }
 
 func newBadInputEnv(t *testing.T) *badInputEnv {
@@ -50,6 +55,47 @@ func (e *badInputEnv) stillServed(t *testing.T) {
 	resp := e.good.RecvType(resource.ClusterType)
 	wantNames(t, resp, "c0")
 	e.good.Ack(resp)
+}
+
+// overLimitClient is an ADS client that subscribes to CDS c0 and to an EDS
+// name the upstream does not have yet (held) before it goes over a limit.
+func (e *badInputEnv) overLimitClient(t *testing.T) *xdstest.ADSClient {
+	e.refused = e.refusedOverLimit(t)
+	e.held = fmt.Sprintf("held-%d", e.gen)
+	c := xdstest.DialADS(t, e.relay.Addr(), &core.Node{Id: "big"})
+	c.Subscribe(resource.ClusterType, "c0")
+	c.Ack(c.RecvType(resource.ClusterType))
+	c.Subscribe(resource.EndpointType, e.held)
+	return c
+}
+
+// refusedForItsType checks that c's last EDS request, over a limit, was
+// refused for EDS alone: counted, the stream open, CDS on it still served,
+// and the client's previous EDS subscription (held) kept.
+func (e *badInputEnv) refusedForItsType(t *testing.T, c *xdstest.ADSClient, reason string) {
+	t.Helper()
+	sample := fmt.Sprintf(`xds_relay_rejected_requests_total{reason=%q}`, reason)
+	xdstest.Eventually(t, func() bool { return e.refusedOverLimit(t) > e.refused }, sample+" grows", nil)
+	if got := xdstest.Metric(t, e.relay.Registry(), sample); got == 0 {
+		t.Fatalf("%s = 0", sample)
+	}
+	e.stillServed(t)
+	resp := c.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0")
+	c.Ack(resp)
+	e.up.SetResources(xdstest.Resources{
+		resource.ClusterType:  {xdstest.EDSCluster("c0", fmt.Sprintf("eds-%d", e.gen))},
+		resource.EndpointType: {xdstest.Endpoints(e.held, "127.0.0.1:1")},
+	})
+	if got := c.RecvType(resource.EndpointType); len(got.GetResources()) != 1 {
+		t.Fatalf("EDS after the refused request: %d resources, want %s", len(got.GetResources()), e.held)
+	}
+}
+
+// refusedOverLimit sums the requests refused over a limit.
+func (e *badInputEnv) refusedOverLimit(t *testing.T) float64 {
+	return xdstest.Metric(t, e.relay.Registry(), `xds_relay_rejected_requests_total{reason="too_many_names"}`) +
+		xdstest.Metric(t, e.relay.Registry(), `xds_relay_rejected_requests_total{reason="too_many_subscriptions"}`)
 }
 
 func wantCode(t *testing.T, c *xdstest.ADSClient, code codes.Code, msg string) {
@@ -83,24 +129,22 @@ func TestBadInput(t *testing.T) {
 		e.stillServed(t)
 	})
 	t.Run("too many names", func(t *testing.T) {
-		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		c := e.overLimitClient(t)
 		names := make([]string, 101)
 		for i := range names {
 			names[i] = fmt.Sprintf("n%d", i)
 		}
 		c.Subscribe(resource.EndpointType, names...)
-		wantCode(t, c, codes.ResourceExhausted, "limit is 100")
-		e.stillServed(t)
+		e.refusedForItsType(t, c, "too_many_names")
 	})
 	t.Run("too many TP2 locators", func(t *testing.T) {
-		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
+		c := e.overLimitClient(t)
 		locs := make([]*discoverygrpc.ResourceLocator, 101)
 		for i := range locs {
 			locs[i] = xdstest.Locator("n", "i", fmt.Sprint(i)) // 101 parameter sets of one name
 		}
 		c.SubscribeLocators(resource.EndpointType, nil, locs...)
-		wantCode(t, c, codes.ResourceExhausted, "limit is 100")
-		e.stillServed(t)
+		e.refusedForItsType(t, c, "too_many_names")
 	})
 	t.Run("name with a NUL byte", func(t *testing.T) {
 		// The NUL separates a subscription key's name from its parameters.
@@ -116,16 +160,15 @@ func TestBadInput(t *testing.T) {
 		e.stillServed(t)
 	})
 	t.Run("too many subscriptions on one stream", func(t *testing.T) {
-		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))
-		for _, typ := range []string{resource.EndpointType, resource.RouteType} {
+		c := e.overLimitClient(t)
+		for _, typ := range []string{resource.RouteType, resource.EndpointType} {
 			names := make([]string, 80)
 			for i := range names {
 				names[i] = fmt.Sprintf("%s-%d", typ, i)
 			}
 			c.Subscribe(typ, names...)
 		}
-		wantCode(t, c, codes.ResourceExhausted, "limit is 150")
-		e.stillServed(t)
+		e.refusedForItsType(t, c, "too_many_subscriptions")
 	})
 	t.Run("nonce never sent", func(t *testing.T) {
 		c := xdstest.DialADS(t, e.relay.Addr(), node("bad"))

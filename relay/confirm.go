@@ -29,6 +29,9 @@ type upstreamHandler struct {
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 	s := h.r.lock()
 	h.sc.connected[h.authority] = connected
+	for _, tc := range h.sc.types {
+		delete(tc.spoke, h.authority) // a new stream, or none: it has said nothing yet
+	}
 	if connected {
 		s.rearmUnknown(h.sc, h.authority)
 	} else {
@@ -186,6 +189,26 @@ func (tc *typeCache) plainCovered(n string) bool {
 	if a, _ := keying.Authority(n); a == "" && tc.up[keying.Wildcard] {
 		return true
 	}
+	return tc.globCovered(n)
+}
+
+// answerGlob notes that e answers its glob collection's subscription: only
+// that subscription brings a member not subscribed by name, so the
+// upstream's set of the glob is what it sent (full state: every SotW
+// response from now on carries it, Delta sends its changes). The glob is
+// marked changed, so that its streams look at the set again.
+func (a *applier) answerGlob(e *downstream.Resource) {
+	tc := a.tc
+	if e.Glob == "" || !tc.up[e.Glob] || tc.up[e.Name] || !ofAuthority(e.Name, a.authority) {
+		return
+	}
+	if a.edit.answerGlob(e.Glob) {
+		a.edit.change(e.Glob)
+	}
+}
+
+// globCovered reports whether n's glob collection is subscribed upstream.
+func (tc *typeCache) globCovered(n string) bool {
 	g := keying.GlobOf(n)
 	return g != "" && tc.up[g]
 }
@@ -221,11 +244,12 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 // armUnknown watches a name subscribed upstream that the cache knows nothing
 // of. While its authority is unreachable, clients get a TP3 UNAVAILABLE error
 // after UnavailableAfter (transient: they keep what they have). Once the
-// upstream is connected and has answered the type, a name it still says
-// nothing of after upstream.does_not_exist_after is taken as not existing — a
-// SotW server tells nothing of a named resource that does not exist, and xDS
-// clients conclude the same with their own does-not-exist timer — so that
-// clients holding back for it (transitions) are answered.
+// upstream is connected and has sent a response of the type on its stream
+// (typeCache.spoke; its silence alone, settled or not, proves nothing), a
+// name it still says nothing of after upstream.does_not_exist_after is taken
+// as not existing — a SotW server tells nothing of a named resource that does
+// not exist, and xDS clients conclude the same with their own does-not-exist
+// timer — so that clients holding back for it (transitions) are answered.
 func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.unavail[name] != nil || tc.knows(name) {
 		return
@@ -257,7 +281,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 				tc.unreachable[name] = true
 				s.notify(tc, tc.view)
 			}
-		case !tc.unconfirmed[auth]:
+		case !tc.unconfirmed[auth] && tc.spoke[auth]:
 			e := editOf(tc.view)
 			e.change(name)
 			if cached {
@@ -334,4 +358,13 @@ func (s *state) setError(tc *typeCache, e *downstream.ResourceError) {
 	edit.setError(e.Name, e)
 	edit.change(e.Name)
 	s.publish(tc, edit.view(s.nextSeq()))
+}
+
+// spokeOn records that authority's upstream sent a response of tc's type on
+// its current stream (typeCache.spoke).
+func (tc *typeCache) spokeOn(authority string) {
+	if tc.spoke == nil {
+		tc.spoke = make(map[string]bool)
+	}
+	tc.spoke[authority] = true
 }

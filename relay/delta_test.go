@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -273,4 +274,40 @@ func TestDeletedNameAnsweredAtOnce(t *testing.T) {
 		}
 		wantDelta(t, resp, nil, []string{"a"})
 	})
+}
+
+// A Delta client that holds more resources than one request may name
+// (limits.max_names_per_request) reconnects with all of them in
+// initial_resource_versions: what a client holds is no subscription, so the
+// stream is served — only what changed is sent (issue 23, item 9).
+func TestDeltaReconnectDeclaresAllItHolds(t *testing.T) {
+	const n = 10_001
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%05d", i)
+	}
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(names...))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 100 }))
+
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "d"})
+	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := make(map[string]string, n)
+	for len(held) < n {
+		resp := first.MustRecv()
+		for _, res := range resp.GetResources() {
+			held[res.GetName()] = res.GetVersion()
+		}
+		first.Ack(resp)
+	}
+	first.Close()
+
+	again := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "d"})
+	again.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: held})
+	resp := again.MustRecv() // the wildcard's answer: the client holds it all
+	wantDelta(t, resp, nil, nil)
+	again.Ack(resp)
+	up.SetResources(withCluster(clusters(names...), xdstest.EDSCluster("new", "eds-new")))
+	wantDelta(t, again.MustRecv(), []string{"new"}, nil)
 }

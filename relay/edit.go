@@ -16,13 +16,14 @@ type viewEdit struct {
 	absent  map[string]struct{}
 	errs    map[string]*downstream.ResourceError
 	changed map[string]struct{}
+	globs   map[string]struct{} // the glob collections whose set the upstream answered
 
-	resCopied, absentCopied, errsCopied bool
+	resCopied, absentCopied, errsCopied, globsCopied bool
 }
 
 // editOf starts an edit of v.
 func editOf(v *downstream.View) *viewEdit {
-	return &viewEdit{old: v, res: v.Resources, absent: v.Absent, errs: v.Errors}
+	return &viewEdit{old: v, res: v.Resources, absent: v.Absent, errs: v.Errors, globs: v.AnsweredGlobs}
 }
 
 // resources returns the edit's own copy of the resources, to change.
@@ -71,6 +72,34 @@ func (e *viewEdit) unmarkAbsent(key string) {
 	delete(e.absent, key)
 }
 
+// answerGlob records that the upstream answered the glob collection's set,
+// and reports whether it had not yet.
+func (e *viewEdit) answerGlob(glob string) bool {
+	if _, ok := e.globs[glob]; ok {
+		return false
+	}
+	e.ownGlobs()
+	e.globs[glob] = struct{}{}
+	return true
+}
+
+// unanswerGlob forgets that the upstream answered the glob collection's set.
+func (e *viewEdit) unanswerGlob(glob string) {
+	if _, ok := e.globs[glob]; ok {
+		e.ownGlobs()
+		delete(e.globs, glob)
+	}
+}
+
+func (e *viewEdit) ownGlobs() {
+	if !e.globsCopied {
+		e.globs, e.globsCopied = maps.Clone(e.globs), true
+		if e.globs == nil {
+			e.globs = make(map[string]struct{})
+		}
+	}
+}
+
 // setError records a TP3 error for key.
 func (e *viewEdit) setError(key string, re *downstream.ResourceError) {
 	e.ownErrors()
@@ -107,6 +136,6 @@ func (e *viewEdit) change(key string) {
 // sequence number seq and the changed names, for the caller to publish.
 func (e *viewEdit) view(seq uint64) *downstream.View {
 	v := e.old.Next(seq, e.changed)
-	v.Resources, v.Absent, v.Errors = e.res, e.absent, e.errs
+	v.Resources, v.Absent, v.Errors, v.AnsweredGlobs = e.res, e.absent, e.errs, e.globs
 	return v
 }

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 const unknownName = "xdstp://unknown.example/envoy.config.cluster.v3.Cluster/c1"
@@ -65,23 +67,25 @@ func TestUnknownAuthority(t *testing.T) {
 }
 
 // Names that differ only in the order of their context parameters are one
-// cache entry and one upstream subscription.
+// cache entry and one upstream subscription, spelled as the first client
+// spelled it (control planes match names exactly).
 func TestContextParamOrderIsOneSubscription(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
 	}))
+	first := "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?b=2&a=1"
 	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
-	a.Subscribe(resource.EndpointType, "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?b=2&a=1")
+	a.Subscribe(resource.EndpointType, first)
+	up.WaitRequest(t, 0, "the first client's subscription", func(req xdstest.Request) bool {
+		return req.TypeURL() == resource.EndpointType && len(req.Names()) == 1 && req.Names()[0] == first
+	})
 	b := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "b"})
 	b.Subscribe(resource.EndpointType, "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?a=1&b=2")
-	canonical := "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/e?a=1&b=2"
-	up.WaitRequest(t, 0, "the canonical subscription", func(req xdstest.Request) bool {
-		return req.TypeURL() == resource.EndpointType && len(req.Names()) == 1 && req.Names()[0] == canonical
-	})
+	b.ExpectNoResponse(quiet) // (time for its subscription to reach the upstream, were it its own)
 	for _, req := range up.Requests() {
 		if req.TypeURL() == resource.EndpointType && len(req.Names()) > 1 {
-			t.Fatalf("upstream asked for %v: want one canonical name", req.Names())
+			t.Fatalf("upstream asked for %v: want one name", req.Names())
 		}
 	}
 }
@@ -133,4 +137,138 @@ func TestWildcardListsAnotherAuthoritysName(t *testing.T) {
 	up.SetResources(clusters("c1"))
 	resp = wild.RecvType(resource.ClusterType)
 	wantNames(t, resp, "c1")
+}
+
+// Envoy percent-encodes ':' (and % ? # [ ]) in xdstp ids, and control
+// planes match names exactly: the relay keys its cache canonically, but
+// subscribes upstream with the spelling of the client that asked first, and
+// answers every Delta client in its own spelling. SotW clients get the
+// upstream's bytes, named as the upstream names them (issue 23, item 12).
+func TestEnvoySpelledXdstpName(t *testing.T) {
+	const (
+		envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+		plain = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc:8080"
+	)
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c0", envoy))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+		}))
+
+		d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+		d.Subscribe(resource.ClusterType, []string{envoy}, nil)
+		resp := d.MustRecv()
+		wantDelta(t, resp, []string{envoy}, nil)
+		d.Ack(resp)
+
+		s := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+		s.Subscribe(resource.ClusterType, "c0", envoy)
+		for {
+			sresp := s.RecvType(resource.ClusterType)
+			s.Ack(sresp)
+			if got := names(t, sresp); slices.Contains(got, envoy) && slices.Contains(got, "c0") {
+				break
+			}
+		}
+
+		// Another client writes the same URN canonically: the same cache
+		// entry, answered in its spelling.
+		other := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "other"})
+		other.Subscribe(resource.ClusterType, []string{plain}, nil)
+		resp = other.MustRecv()
+		wantDelta(t, resp, []string{plain}, nil)
+		other.Ack(resp)
+
+		// After the upstream restarts, the relay subscribes again as spelled
+		// (on Delta declaring the version it holds under that spelling): the
+		// next change reaches both.
+		up.Restart()
+		up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(envoy, "eds-2")}})
+		for c, name := range map[*xdstest.DeltaClient]string{d: envoy, other: plain} {
+			resp := c.MustRecv()
+			wantDelta(t, resp, []string{name}, nil)
+			c.Ack(resp)
+		}
+
+		for _, req := range up.Requests() {
+			if slices.Contains(req.Names(), plain) {
+				t.Fatalf("the upstream was asked for %s, which no client spelled first: %v", plain, req)
+			}
+		}
+		if !delta {
+			return // a SotW upstream cannot say that a CDS name it was never asked for is gone
+		}
+		// The upstream's removal (in its spelling) reaches both Delta clients
+		// in theirs.
+		up.SetResources(clusters("c0"))
+		wantDelta(t, d.MustRecv(), nil, []string{envoy})
+		wantDelta(t, other.MustRecv(), nil, []string{plain})
+	})
+}
+
+// An xdstp name that the default servers also list in their Delta wildcard
+// answer, named by a client that left, then the wildcard lapsing and coming
+// back: servers that keep what they sent (xDS allows it) send it again on
+// neither stream by themselves, so the relay has the default servers
+// confirm it (subscribed with the wildcard, then unsubscribed), as it does
+// for the wildcard's own members. It took it for deleted after
+// does_not_exist_after: the wildcard client was told x was gone, and the
+// cache dropped it, while both servers had it.
+func TestListedNameBackWithTheWildcard(t *testing.T) {
+	const x = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/x"
+	k := &keepingDelta{res: map[string]string{"c0": "e0", x: "ex"}}
+	r := xdstest.StartRelay(t, serveADS(t, k), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}} // the default servers
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	unsubscribed := func(name string) {
+		t.Helper()
+		xdstest.Eventually(t, func() bool {
+			return slices.ContainsFunc(k.requests(), func(req *discoverygrpc.DeltaDiscoveryRequest) bool {
+				return slices.Contains(req.GetResourceNamesUnsubscribe(), name)
+			})
+		}, "the unsubscription of "+name, nil)
+	}
+	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.ClusterType, []string{"c0"}, nil)
+	keeper.Ack(keeper.MustRecv())
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	receiveAll(t, first, 2)
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, []string{x}, nil)
+	named.Ack(named.MustRecv())
+	xdstest.Eventually(t, func() bool {
+		return slices.ContainsFunc(r.DebugCache(relay.CacheFilter{}), func(e relay.CacheEntryInfo) bool {
+			return e.Name == x && e.Authority == "auth.example"
+		})
+	}, "x from its authority's stream", func() any { return r.DebugCache(relay.CacheFilter{}) })
+	named.Close()
+	unsubscribed(x)
+	first.Close()
+	unsubscribed("*")
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := xdstest.DeltaHolds{}
+	for deadline := time.Now().Add(5 * 200 * time.Millisecond); ; { // five times does_not_exist_after
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the wildcard client was told %v are gone; the servers have them", removed)
+		}
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	if !held.Has("c0") || !held.Has(x) {
+		t.Fatalf("the wildcard client holds %v, want c0 and x", held)
+	}
+	if !slices.ContainsFunc(r.DebugCache(relay.CacheFilter{}), func(e relay.CacheEntryInfo) bool { return e.Name == x }) {
+		t.Fatalf("/debug/cache lost x: %+v", r.DebugCache(relay.CacheFilter{}))
+	}
 }

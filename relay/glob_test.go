@@ -64,3 +64,160 @@ func TestGlobCollections(t *testing.T) {
 		t.Fatalf("upstream asked %v, want one glob subscription", up.asked)
 	}
 }
+
+// globAuth is the authority of the glob tests, g its collection.
+const (
+	globAuth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	globG    = globAuth + "g/*"
+)
+
+// startGlobRelay starts a relay whose default servers serve c0 and whose
+// authority "auth" is g, served over protocol ("sotw" or "delta").
+func startGlobRelay(t *testing.T, g *xdstest.GlobADS, protocol string) (*xdstest.Relay, *xdstest.Upstream) {
+	t.Helper()
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0"))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: protocol}}}}
+	}))
+	return r, auth
+}
+
+// A glob member the upstream deletes (a SotW full state without it, or a
+// Delta removal) is deleted for every client of the glob: a SotW client gets
+// the new set, a Delta client the removal, and later changes keep coming.
+func TestGlobMemberDeletedUpstream(t *testing.T) {
+	m1, m2, m3 := globAuth+"g/m1", globAuth+"g/m2", globAuth+"g/m3"
+	for _, protocol := range []string{"sotw", "delta"} {
+		t.Run(protocol, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1, m2)
+			r, _ := startGlobRelay(t, g, protocol)
+			sotw := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+			sotw.Subscribe(resource.ClusterType, globG)
+			resp := sotw.RecvType(resource.ClusterType)
+			wantNames(t, resp, m1, m2)
+			sotw.Ack(resp)
+			delta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+			delta.Subscribe(resource.ClusterType, []string{globG}, nil)
+			dr := delta.MustRecv()
+			wantDelta(t, dr, []string{m1, m2}, nil)
+			delta.Ack(dr)
+
+			g.Set(m1)
+			dr = delta.MustRecv()
+			wantDelta(t, dr, nil, []string{m2})
+			delta.Ack(dr)
+			resp = sotw.RecvType(resource.ClusterType)
+			wantNames(t, resp, m1)
+			sotw.Ack(resp)
+
+			g.Set(m1, m3)
+			wantNames(t, sotw.RecvType(resource.ClusterType), m1, m3)
+			wantDelta(t, delta.MustRecv(), []string{m3}, nil)
+		})
+	}
+}
+
+// startOutage makes the glob's authority leave the relay without its set —
+// "down": its server stopped; "slow": connected, answering nothing — and
+// returns what ends the outage.
+func startOutage(g *xdstest.GlobADS, auth *xdstest.Upstream, outage string) (end func()) {
+	if outage == "down" {
+		auth.Stop()
+		return auth.Restart
+	}
+	g.Pause(true)
+	return func() { g.Pause(false) }
+}
+
+// A SotW client that comes from another replica subscribed to a glob
+// collection, while the glob's authority is down or slow, waits: it may hold
+// members the relay does not know of yet. Once the authority answers the
+// glob, it gets the whole set.
+func TestGlobSotWClientFromElsewhere(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	for _, outage := range []string{"down", "slow"} {
+		t.Run(outage, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1, m2)
+			r, auth := startGlobRelay(t, g, "delta")
+			end := startOutage(g, auth, outage)
+			// Per-type CDS: on ADS, make before break holds a client from
+			// elsewhere anyway until it has LDS.
+			c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+			c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+				ResourceNames: []string{"c0", globG}})
+			c.ExpectNoResponse(quiet)
+
+			end()
+			wantNames(t, c.RecvType(resource.ClusterType), "c0", m1, m2)
+		})
+	}
+}
+
+// A Delta client that comes from another replica with glob members
+// (initial_resource_versions) is not told they are gone while the glob's
+// authority is down or slow; once the authority answers the glob, it gets
+// what changed and the removal of the member the set no longer has.
+func TestGlobDeltaClientFromElsewhere(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	for _, outage := range []string{"down", "slow"} {
+		t.Run(outage, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1)
+			r, auth := startGlobRelay(t, g, "delta")
+			end := startOutage(g, auth, outage)
+			d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+			d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{globG},
+				InitialResourceVersions: map[string]string{m1: "v-elsewhere", m2: "v-elsewhere"}})
+			if resp, ok := d.TryRecv(quiet); ok {
+				wantDelta(t, resp, nil, nil)
+			}
+
+			end()
+			held := xdstest.DeltaHolds{m1: "v-elsewhere", m2: "v-elsewhere"}
+			for held.Has(m2) || held[m1] == "v-elsewhere" {
+				resp := d.MustRecv()
+				held.Apply(resp)
+				d.Ack(resp)
+			}
+		})
+	}
+}
+
+// A glob of an authority that is not configured has no members (TP3
+// NOT_FOUND): a client from elsewhere subscribed to it is answered, not held.
+func TestGlobOfUnknownAuthorityFromElsewhere(t *testing.T) {
+	const glob = "xdstp://nowhere/envoy.config.cluster.v3.Cluster/g/*"
+	r, _ := startGlobRelay(t, xdstest.NewGlobADS(), "delta")
+	c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+		ResourceNames: []string{"c0", glob}})
+	resp := c.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0")
+	wantNotFound(t, resp.GetResourceErrors(), glob)
+}
+
+// Once the glob's authority has gone away, the set it answered is
+// unconfirmed (View.Stale): a SotW client from elsewhere waits for the
+// authority again rather than take the relay's older set for the truth.
+func TestGlobSotWClientFromElsewhereStale(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	g := xdstest.NewGlobADS(m1, m2)
+	r, auth := startGlobRelay(t, g, "delta")
+	first := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "first"}, resource.ClusterType)
+	first.Subscribe(resource.ClusterType, globG)
+	wantNames(t, first.RecvType(resource.ClusterType), m1, m2)
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream gone", nil)
+
+	c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+		ResourceNames: []string{"c0", globG}})
+	c.ExpectNoResponse(quiet)
+	g.Set(m1, m2, globAuth+"g/m3")
+	auth.Restart()
+	wantNames(t, c.RecvType(resource.ClusterType), "c0", m1, m2, globAuth+"g/m3")
+}

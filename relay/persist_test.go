@@ -96,6 +96,65 @@ func TestWarmRestartVariants(t *testing.T) {
 	}
 }
 
+// A SotW full-state response speaks only for the keys it answers: after a
+// warm restart, a CDS answer to the one locator c{env=prod} carries just
+// that variant, and the file's default variant of c (the wildcard's) stays.
+// The answer pruned it, so a wildcard client from elsewhere, served from the
+// file's complete set, was sent an empty CDS.
+func TestWarmRestartVariantAnswerKeepsTheDefault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+	})
+	body, err := anypb.New(xdstest.EDSCluster("c", "eds-prod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prodVariant := &discoverygrpc.Resource{Resource: body,
+		ResourceName: &discoverygrpc.ResourceName{Name: "c", DynamicParameterConstraints: eq("env", "prod")}}
+	withLocator := func(s *scriptedStream) { // the request that subscribes the locator
+		for req := s.next(resource.ClusterType); len(req.GetResourceLocators()) == 0; req = s.next(resource.ClusterType) {
+			continue
+		}
+	}
+	f, addr := startScripted(t)
+
+	first := xdstest.StartRelay(t, addr, opt)
+	s := f.stream(t)
+	wild := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	s.next(resource.ClusterType)
+	s.send(resource.ClusterType, "1", xdstest.EDSCluster("c", "eds-default"))
+	resp := wild.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c")
+	prod := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
+	withLocator(s)
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("c", "eds-default"), prodVariant)
+	if n := len(prod.RecvType(resource.ClusterType).GetResources()); n != 1 {
+		t.Fatalf("prod client: %d resources", n)
+	}
+	wild.Close()
+	prod.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+
+	second := xdstest.StartRelay(t, addr, opt)
+	s = f.stream(t)
+	prod = xdstest.DialADS(t, second.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c", "env", "prod"))
+	withLocator(s)
+	nonce := s.send(resource.ClusterType, "1", prodVariant) // the one key it answers
+	for req := s.next(resource.ClusterType); req.GetResponseNonce() != nonce; req = s.next(resource.ClusterType) {
+		continue // the relay ACKs once it applied the answer
+	}
+	wild = xdstest.DialADS(t, second.Addr(), &core.Node{Id: "wild"})
+	wild.Resume(resource.ClusterType, resp.GetVersionInfo(), "*")
+	wantNames(t, wild.RecvType(resource.ClusterType), "c")
+}
+
 // A warm-restart file's resource deleted upstream while the relay was down
 // leaves the wildcard set even when the wildcard is subscribed after a name
 // on the Delta upstream stream. It stayed in the wildcard set for good:

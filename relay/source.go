@@ -83,7 +83,10 @@ func (r *Relay) Watch(w downstream.Watcher, typeURL string, c downstream.Change)
 	}()
 	for _, name := range add {
 		force = append(force, name) // (asked again: send it again)
-		if !s.watchKey(tc, name, w.ID()) {
+		tc.spelling = c.Spellings[name]
+		watched := s.watchKey(tc, name, w.ID())
+		tc.spelling = ""
+		if !watched {
 			continue
 		}
 		if _, ok := tc.view.Resources[name]; ok {

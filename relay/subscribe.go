@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -80,7 +81,9 @@ func (s *state) ref(tc *typeCache, name string) {
 		return
 	}
 	tc.up[name] = true
-	c.Subscribe(tc.typeURL, name)
+	// As the client that asked first spelled it: control planes match names
+	// exactly. The upstream client speaks canonical names otherwise.
+	c.Subscribe(tc.typeURL, cmp.Or(tc.spelling, name))
 	// A new subscription gets the whole wait: one still running from an
 	// earlier subscription would take it for deleted before the server could
 	// answer this one.
@@ -149,6 +152,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	if name == keying.Wildcard {
 		s.unsureWildcardMembers(tc)
 	}
+	s.forgetGlobSet(tc, name)
 	s.unreferenced(tc, name)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
@@ -195,7 +199,10 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 
 // unsureWildcardMembers: the wildcard's upstream subscription ended, and what
 // only it covered stays cached (unreferenced) but unsure: nothing tells the
-// relay of its deletion any more. Named later, it is served as cached but
+// relay of its deletion any more. So too another authority's name the
+// default servers list (Resource.Listed): its own stream no longer confirms
+// it either, and the default servers, which think the relay holds it, would
+// not send it again. Named later, it is served as cached but
 // taken for deleted unless the upstream sends it within
 // upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
 // without it proves nothing, as the name was not in the type's first request.
@@ -215,14 +222,35 @@ func (s *state) unsureWildcardMembers(tc *typeCache) {
 	}
 	var forget []string
 	for n, res := range tc.view.Resources {
-		if n != res.Name || res.Authority != "" || tc.up[n] {
-			continue // a TP2 selection, another authority's, or subscribed by name
+		if n != res.Name || !res.InWildcard() || tc.up[n] {
+			continue // a TP2 selection, another authority's not listed, or subscribed by name
 		}
 		tc.markUnsure(n)
 		forget = append(forget, n)
 	}
 	if len(forget) > 0 {
 		c.Forget(tc.typeURL, forget...) // (nothing on SotW)
+	}
+}
+
+// forgetGlobSet: the glob collection's upstream subscription ended, so what
+// the upstream said of its set goes stale — that it answered the set, and
+// that members only the glob covered do not exist.
+func (s *state) forgetGlobSet(tc *typeCache, glob string) {
+	if !keying.IsGlob(glob) || (!tc.view.GlobAnswered(glob) && len(tc.view.Absent) == 0) {
+		return
+	}
+	e := editOf(tc.view)
+	stale := tc.view.GlobAnswered(glob)
+	e.unanswerGlob(glob)
+	for n := range tc.view.Absent {
+		if !tc.up[n] && keying.GlobOf(n) == glob {
+			e.unmarkAbsent(n)
+			stale = true
+		}
+	}
+	if stale {
+		s.publish(tc, e.view(s.nextSeq()))
 	}
 }
 

@@ -486,3 +486,179 @@ func TestVariantModeEnteredMidResponse(t *testing.T) {
 	s.send(resource.ClusterType, "2", xdstest.EDSCluster("c", "eds"), prod)
 	refuseRemovals(t, wild, time.Now().Add(time.Second)) // the upstream sent c
 }
+
+// The xRFC's transition from an unconstrained resource: the server deletes
+// the unconstrained variant (in removed_resource_names, or in
+// removed_resources: it was sent without constraints) and creates its
+// replacements in one response. Each subscriber is sent the replacement it
+// selects, once (a Delta one also the removal of the unconstrained variant,
+// in the same response), and the cache keeps both replacements.
+func TestTP2TransitionFromUnconstrained(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		protocol      string
+		plainRemovals bool
+	}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}} {
+		t.Run(c.name, func(t *testing.T) { testTransitionFromUnconstrained(t, c.protocol, c.plainRemovals) })
+	}
+}
+
+func testTransitionFromUnconstrained(t *testing.T, protocol string, plainRemovals bool) {
+	up := xdstest.StartTP2(t)
+	up.SetPlainRemovals(plainRemovals)
+	up.Set(resource.RouteType, "routes", nil, routes("any"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = protocol }))
+
+	sotw := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "test"})
+	sotw.SubscribeLocators(resource.RouteType, nil, xdstest.Locator("routes", "env", "test"))
+	wantGot(t, "sotw client before", recvRoutes(t, sotw), got{"any", "", true})
+
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "prod"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+		ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("routes", "env", "prod")}})
+	resp := d.MustRecv()
+	d.Ack(resp)
+	if len(resp.GetResources()) != 1 || fromWrapper(t, resp.GetResources()[0]) != (got{"any", "", true}) {
+		t.Fatalf("delta client before the transition: %v", resp)
+	}
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.RouteType)) == 2 },
+		"upstream subscriptions", func() any { return up.Subscriptions(resource.RouteType) })
+
+	up.Apply(resource.RouteType, []xdstest.VariantRef{{Name: "routes"}},
+		[]xdstest.TP2Variant{{Name: "routes", Constraints: eq("env", "prod"), Resource: routes("prod")},
+			{Name: "routes", Constraints: eq("env", "test"), Resource: routes("test")}})
+
+	resp = d.MustRecv()
+	d.Ack(resp)
+	if len(resp.GetResources()) != 1 || fromWrapper(t, resp.GetResources()[0]) != (got{"prod", "env=prod", true}) {
+		t.Fatalf("delta client after the transition: %v", resp)
+	}
+	if rm := resp.GetRemovedResourceNames(); len(rm) != 1 || rm[0].GetName() != "routes" ||
+		rm[0].GetDynamicParameterConstraints() != nil || len(resp.GetRemovedResources()) != 0 {
+		t.Fatalf("delta removals after the transition: %v / %v", rm, resp.GetRemovedResources())
+	}
+	wantGot(t, "sotw client after", recvRoutes(t, sotw), got{"test", "env=test", true})
+	// quiet suffices: a removal would follow the update at once.
+	d.ExpectNoResponse(quiet)
+	sotw.ExpectNoResponse(quiet)
+
+	var cached []string
+	for _, e := range r.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"}) {
+		if e.Subscribers > 0 {
+			cached = append(cached, e.Constraints)
+		}
+	}
+	if slices.Sort(cached); !slices.Equal(cached, []string{"env=prod", "env=test"}) {
+		t.Fatalf("/debug/cache after the transition: %+v", r.DebugCache(relay.CacheFilter{Type: "RouteConfiguration"}))
+	}
+}
+
+// The default variant of c1 deleted upstream while c1{env=prod} stays: by
+// the upstream's word (a full state without it, a Delta removal) c1 is gone
+// for its plain subscribers, whose no parameters match no remaining variant
+// (xRFC TP2: the server acts as if it did not exist), and they are told so
+// once — SotW by a full state without it, Delta by removed_resources — while
+// the subscribers of env=prod keep theirs; when that variant goes too, they
+// are told once.
+func TestTP2DefaultVariantDeleted(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		protocol      string
+		plainRemovals bool
+	}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}} {
+		t.Run(c.name, func(t *testing.T) { testDefaultVariantDeleted(t, c.protocol, c.plainRemovals) })
+	}
+}
+
+func testDefaultVariantDeleted(t *testing.T, protocol string, plainRemovals bool) {
+	up := xdstest.StartTP2(t)
+	up.SetPlainRemovals(plainRemovals)
+	up.Set(resource.ClusterType, "c1", nil, xdstest.EDSCluster("c1", "eds-default"))
+	up.Set(resource.ClusterType, "c1", eq("env", "prod"), xdstest.EDSCluster("c1", "eds-prod"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Upstream.XDSServers[0].Protocol = protocol }))
+
+	plain := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "plain"})
+	plain.Subscribe(resource.ClusterType, "c1")
+	recvClusterCount(t, plain, "plain sotw client", 1)
+	plainDelta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "plain-delta"})
+	plainDelta.Subscribe(resource.ClusterType, []string{"c1"}, nil)
+	if resp := plainDelta.MustRecv(); len(resp.GetResources()) != 1 {
+		t.Fatalf("plain delta client: %v", resp)
+	} else {
+		plainDelta.Ack(resp)
+	}
+	prod, prodDelta := subscribeProdC1(t, r)
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.ClusterType)) == 2 },
+		"upstream subscriptions", func() any { return up.Subscriptions(resource.ClusterType) })
+	// quiet suffices for the checks below: a second removal, or one for
+	// another client, would come with the first.
+	quietAll := func() {
+		t.Helper()
+		plain.ExpectNoResponse(quiet)
+		plainDelta.ExpectNoResponse(quiet)
+		prod.ExpectNoResponse(quiet)
+		prodDelta.ExpectNoResponse(quiet)
+	}
+
+	up.Delete(resource.ClusterType, "c1", nil)
+	recvClusterCount(t, plain, "plain sotw client after the deletion", 0)
+	resp := plainDelta.MustRecv()
+	plainDelta.Ack(resp)
+	if len(resp.GetResources()) != 0 || !slices.Equal(resp.GetRemovedResources(), []string{"c1"}) {
+		t.Fatalf("plain delta client after the deletion: %v", resp)
+	}
+	quietAll()
+	if cached := r.DebugCache(relay.CacheFilter{Type: "Cluster"}); len(cached) != 1 || cached[0].Constraints != "env=prod" {
+		t.Fatalf("/debug/cache after the deletion: %+v", cached)
+	}
+
+	up.Delete(resource.ClusterType, "c1", eq("env", "prod"))
+	recvClusterCount(t, prod, "prod sotw client after the deletion", 0)
+	resp = prodDelta.MustRecv()
+	prodDelta.Ack(resp)
+	if rm := resp.GetRemovedResourceNames(); len(resp.GetResources()) != 0 || len(rm) != 1 || rm[0].GetName() != "c1" {
+		t.Fatalf("prod delta client after the deletion: %v", resp)
+	}
+	quietAll()
+}
+
+// recvClusterCount receives and ACKs c's next CDS response, which must
+// carry n resources.
+func recvClusterCount(t *testing.T, c *xdstest.ADSClient, what string, n int) {
+	t.Helper()
+	resp := c.RecvType(resource.ClusterType)
+	c.Ack(resp)
+	if len(resp.GetResources()) != n {
+		t.Fatalf("%s: %v", what, resp)
+	}
+}
+
+// subscribeProdC1 subscribes a SotW and a Delta client to c1{env=prod} and
+// waits until each holds its own variant (the cached default variant may
+// come first).
+func subscribeProdC1(t *testing.T, r *xdstest.Relay) (*xdstest.ADSClient, *xdstest.DeltaClient) {
+	t.Helper()
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	for {
+		resp := prod.RecvType(resource.ClusterType)
+		prod.Ack(resp)
+		w := &discoverygrpc.Resource{}
+		if err := proto.Unmarshal(resp.GetResources()[0].GetValue(), w); err != nil {
+			t.Fatal(err)
+		}
+		if w.GetResourceName().GetDynamicParameterConstraints() != nil {
+			break
+		}
+	}
+	prodDelta := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "prod-delta"})
+	prodDelta.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator("c1", "env", "prod")}})
+	for {
+		resp := prodDelta.MustRecv()
+		prodDelta.Ack(resp)
+		if len(resp.GetResources()) == 1 && resp.GetResources()[0].GetResourceName().GetDynamicParameterConstraints() != nil {
+			return prod, prodDelta
+		}
+	}
+}

@@ -228,3 +228,72 @@ func variantVersion(b []byte, constraints string) string {
 	}
 	return downstream.ResourceVersion(append(b[:len(b):len(b)], constraints...))
 }
+
+// pruneVariants drops the variants of name that a full-state response with
+// some replaced: it carries the variants the keys it answers select, so one
+// such key's selection that it left out is gone. It is the upstream's word
+// only on those keys: a variant another key selects, or none, stays.
+func (a *applier) pruneVariants(name string) {
+	if !a.fullSotW || a.sent[name] == nil {
+		return
+	}
+	tc, old := a.tc, a.edit.old.Resources
+	gone := make(map[string]bool)
+	for _, answered := range []bool{true, false} {
+		for _, k := range tc.keysOf(name) {
+			if sel, ok := old[k]; ok && !a.sent[name][sel.Constraints] && a.answers(name, k) == answered {
+				gone[sel.Constraints] = answered // an unanswered key's selection stays
+			}
+		}
+	}
+	tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return gone[v.res.Constraints] })
+}
+
+// answers reports whether the full-state response answers key k of name: a
+// key with parameters (or a plain name) it is known to answer, or the plain
+// name of a member of the wildcard set it answers.
+func (a *applier) answers(name, k string) bool {
+	if _, ok := a.u.Keys[k]; ok {
+		return true
+	}
+	return k == name && a.u.Complete && a.authority == "" && a.edit.old.Resources[k].InWildcard()
+}
+
+// markGone marks each key of name, plain or with parameters, that is
+// subscribed upstream and selects no variant absent when the response is the
+// upstream's word on it: a key that no remaining variant matches is answered
+// as if the resource did not exist (xRFC TP2). A key that selects a variant
+// is absent no more.
+func (a *applier) markGone(name string) {
+	res := a.edit.resources()
+	for _, k := range a.tc.keysOf(name) {
+		if _, ok := res[k]; ok {
+			a.edit.unmarkAbsent(k) // a variant matches again
+			continue
+		}
+		if !a.tc.up[k] || !a.upstreamSaysGone(name, k) {
+			continue
+		}
+		a.edit.markAbsent(k)
+		if _, was := a.edit.old.Absent[k]; !was {
+			a.edit.change(k)
+		}
+	}
+}
+
+// upstreamSaysGone reports whether the response is the upstream's word that
+// key k of name, which selects no variant, does not exist: it deleted the
+// name; or, a SotW full state answering k, it sent every variant of name k
+// may select; or it removed the variant k selected (Delta
+// removed_resource_names, removed_resources of the unconstrained variant, a
+// NOT_FOUND variant error).
+func (a *applier) upstreamSaysGone(name, k string) bool {
+	if a.fullSotW {
+		return (a.removed[name] || a.sent[name] != nil) && a.answers(name, k)
+	}
+	if a.removed[name] {
+		return true
+	}
+	sel, had := a.edit.old.Resources[k]
+	return had && !slices.ContainsFunc(a.tc.variants[name], func(v variant) bool { return v.res.Constraints == sel.Constraints })
+}

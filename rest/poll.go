@@ -28,7 +28,8 @@ type poll struct {
 	version   string // the request's version_info
 	started   time.Time
 	principal *authz.Principal
-	keys      []string // subscribed keys, allowed ones after authorize
+	keys      []string          // subscribed keys, allowed ones after authorize
+	spellings map[string]string // keys the request wrote otherwise (downstream.Change.Spellings)
 	wildcard  bool
 	denied    []*downstream.ResourceError // names the node may not have, by name
 	wake      chan struct{}               // one slot: a View arrived or a rollout resolved
@@ -69,6 +70,12 @@ func (p *poll) subscription(names []string) {
 		k := n
 		if c, err := keying.Canonical(n); err == nil {
 			k = c
+		}
+		if k != n && params == "" {
+			if p.spellings == nil {
+				p.spellings = make(map[string]string)
+			}
+			p.spellings[k] = n // the upstream is asked as the client asked
 		}
 		k = keying.NodeSubscriptionKey(k, params)
 		if !seen[k] {
@@ -116,7 +123,7 @@ func (p *poll) change(on bool) downstream.Change {
 		c.Wildcard = &w
 	}
 	if on {
-		c.Add = p.keys
+		c.Add, c.Spellings = p.keys, p.spellings
 		for _, e := range p.denied {
 			c.Answer = append(c.Answer, e.Name) // answered with their error now
 		}

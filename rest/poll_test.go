@@ -208,3 +208,79 @@ func TestDrainBeforeServeREST(t *testing.T) {
 		t.Fatal("the REST listener is still open after the drain")
 	}
 }
+
+// A poll that comes with a version (config from elsewhere) and a glob
+// collection whose authority is down or slow is held, as a SotW stream would
+// be: the client may hold members the relay does not know of. It is answered
+// with the whole set once the authority answers the glob. A poll without a
+// version holds nothing to lose and is answered at once.
+func TestPollGlobHeldUntilItsSetIsAnswered(t *testing.T) {
+	const auth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	glob, m1, m2 := auth+"g/*", auth+"g/m1", auth+"g/m2"
+	for _, outage := range []string{"down", "slow"} {
+		t.Run(outage, func(t *testing.T) {
+			g := xdstest.NewGlobADS(m1, m2)
+			up := xdstest.StartUpstream(t, xdstest.WithADS(g))
+			end := func() { g.Pause(false) }
+			if outage == "down" {
+				up.Stop()
+				end = up.Restart
+			} else {
+				g.Pause(true)
+			}
+			rr := startREST(t, clusters("c0"), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+				c.Upstream.Authorities = map[string]config.Authority{"auth": {
+					XDSServers: []config.Server{{ServerURI: up.Addr(), Protocol: "delta"}}}}
+			}))
+			wantClusters(t, rr.post(t, "clusters", request("fresh", "", "c0", glob)), clusters("c0"))
+			ch := rr.postAsync(t, "clusters", request("moved", "v-elsewhere", "c0", glob))
+			held(t, ch)
+
+			end()
+			wantClusters(t, wait(t, ch), clusters("c0", m1, m2))
+		})
+	}
+}
+
+// Once the glob's authority has gone away, the set it answered is
+// unconfirmed (View.Stale): a poll with a version waits for the authority
+// again, as a SotW stream does.
+func TestPollGlobHeldWhileItsSetIsUnconfirmed(t *testing.T) {
+	const auth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	glob, m1, m2, m3 := auth+"g/*", auth+"g/m1", auth+"g/m2", auth+"g/m3"
+	g := xdstest.NewGlobADS(m1, m2)
+	up := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	rr := startREST(t, clusters("c0"), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: up.Addr(), Protocol: "delta"}}}}
+	}))
+	xdstest.Eventually(t, func() bool {
+		r := rr.post(t, "clusters", request("first", "", "c0", glob))
+		return r.resp != nil && len(r.resp.GetResources()) == 3
+	}, "the glob's set", nil)
+	up.Stop()
+	xdstest.Eventually(t, func() bool {
+		return xdstest.Metric(t, rr.Registry(), `xds_relay_upstream_reconnects_total{authority="auth",server="`+up.Addr()+`"}`) > 0
+	}, "the authority's stream gone", nil)
+
+	ch := rr.postAsync(t, "clusters", request("moved", "v-elsewhere", "c0", glob))
+	held(t, ch)
+	g.Set(m1, m2, m3)
+	up.Restart()
+	wantClusters(t, wait(t, ch), clusters("c0", m1, m2, m3))
+}
+
+// A poll of an xdstp name in Envoy's spelling (':' percent-encoded) is
+// subscribed upstream as spelled: control planes match names exactly
+// (issue 23, item 12).
+func TestPollEnvoySpelledName(t *testing.T) {
+	const name = "xdstp://auth.example/envoy.config.endpoint.v3.ClusterLoadAssignment/svc%3A8080"
+	res := xdstest.Resources{resource.EndpointType: {xdstest.Endpoints(name, "127.0.0.1:1")}}
+	rr := startREST(t, res, 10*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	}))
+	r := rr.post(t, "endpoints", request("envoy-1", "", name))
+	if r.code != http.StatusOK || len(r.resp.GetResources()) != 1 {
+		t.Fatalf("EDS poll of %s: %d %q", name, r.code, r.body)
+	}
+}

@@ -79,6 +79,13 @@ func (p *poll) answer(v *downstream.View) answer {
 					some = true
 				}
 			}
+			// A client that holds config may hold members the View does not
+			// know of until the upstream answered the glob's set.
+			if v.GlobAnswered(k) && trust(k) {
+				some = true
+			} else if p.version != "" {
+				all = false
+			}
 			continue
 		}
 		if r, ok := v.Resources[k]; ok {

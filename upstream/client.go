@@ -112,6 +112,9 @@ type typeState struct {
 	// the wildcard is not proven: a response may still answer a request that
 	// named them, so one of them proves nothing about the wildcard.
 	dropped map[string]struct{}
+	// spelled maps a canonical xdstp name to the spelling it was subscribed
+	// with, when that differs (spelling.go).
+	spelled map[string]string
 }
 
 // deltaAck is one queued Delta ACK (err nil) or NACK.
@@ -151,7 +154,7 @@ func New(cfg Config, h Handler) *Client {
 	}
 	c := &Client{
 		cfg:     cfg,
-		h:       h,
+		h:       canonicalHandler{h},
 		log:     log.With(zap.String("authority", cfg.Authority)),
 		backoff: cfg.Backoff,
 		retry:   cfg.PrimaryRetryInterval,
@@ -178,7 +181,8 @@ func New(cfg Config, h Handler) *Client {
 }
 
 // Subscribe adds names (keying.Wildcard for a wildcard subscription) to the
-// subscription for typeURL. Names already subscribed are ignored.
+// subscription for typeURL, spelled as given (spelling.go). Names already
+// subscribed are ignored.
 func (c *Client) Subscribe(typeURL string, names ...string) {
 	c.mu.Lock()
 	st := c.typeLocked(typeURL)
@@ -199,6 +203,7 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 	changed := false
 	for _, n := range names {
 		if _, ok := st.names[n]; !ok {
+			st.spellLocked(n)
 			st.names[n] = struct{}{}
 			delete(st.dropped, n)
 			changed = true
@@ -225,6 +230,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 	changed := false
 	if ok {
 		for _, n := range names {
+			n = st.spelling(n)
 			if _, ok := st.names[n]; !ok {
 				continue
 			}
@@ -296,6 +302,7 @@ func (c *Client) Forget(typeURL string, names ...string) {
 	}
 	changed := false
 	for _, n := range names {
+		n = st.spelling(n)
 		if _, sub := st.names[n]; !sub {
 			if st.forget == nil {
 				st.forget = make(map[string]struct{})

@@ -38,6 +38,7 @@ func (s *deltaStream) flush() error {
 		reqs, firsts, again := s.c.takeDelta(initial)
 		if s.c.cfg.Declared != nil {
 			for t, names := range firsts {
+				names, _ = canonicalized(names, self)
 				s.c.cfg.Declared(t, names)
 			}
 		}
@@ -109,7 +110,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				keep = append(keep, t)
 				continue
 			}
-			iv = initialVersions(st, v)
+			iv = initialVersions(st, st.spelledVersions(v))
 		}
 		if first {
 			for n := range st.forget {

@@ -102,7 +102,8 @@ type Update struct {
 	// Keys, with a SotW LDS/CDS response, are the subscribed TP2 keys (name
 	// and parameters) the response answers: one whose name has variants in
 	// it but none that matches is not there. Other keys may be answered by a
-	// later response only.
+	// later response only. With them, the plain names it answers (those
+	// Removed is judged by).
 	Keys map[string]struct{}
 	// Complete reports that the response answers the wildcard subscription:
 	// with it the relay holds the default authority's whole set of the type

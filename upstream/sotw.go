@@ -213,7 +213,10 @@ func (c *Client) sotwUpdateLocked(server string, st *typeState, typeURL string, 
 		}
 	}
 	sort.Strings(u.Removed)
-	u.Keys = maps.Clone(st.keys)
+	u.Keys = make(map[string]struct{}, len(st.keys)+len(st.known)+len(st.sure))
+	for _, set := range []map[string]struct{}{st.keys, st.known, st.sure} {
+		maps.Copy(u.Keys, set)
+	}
 	return u, true
 }
 

@@ -177,7 +177,9 @@ present keeps its value, 0 included):
                                 closed (their streams end with UNAVAILABLE) spread over this
                                 window (0: all at once)
   limits:
-    max_names_per_request: 10000
+    max_names_per_request: 100000  names one request (un)subscribes; over it, or over
+                                   max_subscriptions_per_stream, the request is refused
+                                   for its type only and the stream goes on
     max_recv_message_bytes: 4194304
     max_subscriptions_per_stream: 100000
     max_streams_per_connection: 100

@@ -57,6 +57,9 @@ type Server struct {
 	mu       sync.Mutex
 	variants map[string]map[string]map[string]*stored // type URL → name → canonical constraints → variant
 	streams  map[*stream]struct{}
+	// plainRemovals: Delta removals of unconstrained variants go in
+	// removed_resources (SetPlainRemovals).
+	plainRemovals bool
 }
 
 // Ref names one variant of a resource: its name and constraints
@@ -159,6 +162,15 @@ func (s *Server) Subscriptions(typeURL string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// SetPlainRemovals has Delta streams remove unconstrained variants in
+// removed_resources instead of removed_resource_names, as a server may: the
+// xRFC requires the latter only for variants sent with constraints.
+func (s *Server) SetPlainRemovals(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plainRemovals = on
 }
 
 // Set adds or replaces (by canonical constraints) one variant of typeURL/name
@@ -363,13 +375,18 @@ func (s *Server) deltaPushLocked(st *stream, typeURL string, t *typeState) {
 		}
 	}
 	for _, d := range dropped {
-		if !held[d.id()] {
-			held[d.id()] = true // remove once
-			resp.RemovedResourceNames = append(resp.RemovedResourceNames,
-				&discoverypb.ResourceName{Name: d.name, DynamicParameterConstraints: d.c})
+		if held[d.id()] {
+			continue
 		}
+		held[d.id()] = true // remove once
+		if d.c == nil && s.plainRemovals {
+			resp.RemovedResources = append(resp.RemovedResources, d.name)
+			continue
+		}
+		resp.RemovedResourceNames = append(resp.RemovedResourceNames,
+			&discoverypb.ResourceName{Name: d.name, DynamicParameterConstraints: d.c})
 	}
-	if len(resp.Resources) == 0 && len(resp.RemovedResourceNames) == 0 {
+	if len(resp.Resources) == 0 && len(resp.RemovedResourceNames) == 0 && len(resp.RemovedResources) == 0 {
 		return
 	}
 	resp.Nonce = st.nextNonce()

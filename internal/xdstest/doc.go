@@ -1,7 +1,8 @@
 // Package xdstest holds the shared helpers of xds-relay's tests: a real
 // go-control-plane xDS server that records every request it receives and can
 // be stopped and restarted (Upstream; over snapshots, over per-resource
-// LinearCaches with Linear, or around a test's own ADS with WithADS), a gRPC
+// LinearCaches with Linear, or around a test's own ADS with WithADS, such as
+// GlobADS, a CDS control plane that expands xdstp glob collections), a gRPC
 // backend that answers any method and says who it is (Backend), the minimal
 // proxyless-gRPC resource set (GRPCResources), a gRPC xDS bootstrap builder
 // (Bootstrap), raw ADS SotW and Delta clients for protocol tests (ADSClient,
