@@ -265,7 +265,8 @@ func (st *typeState) confirmForgotten(sub, unsub []string) (refetch, again, conf
 }
 
 // initialVersions keeps the versions of what the first request subscribes
-// to: the names, or all of them with the wildcard. Only those: a Delta server
+// to: the names, the members of its glob collections, or all of them with the
+// wildcard. Only those: a Delta server
 // may forget the others as soon as it answers — go-control-plane does — so
 // telling it of them would not make it say when they are gone (the relay
 // keeps them unsure instead, and confirms them when the wildcard comes).
@@ -278,7 +279,9 @@ func initialVersions(st *typeState, v map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(v))
 	for n, ver := range v {
-		if _, ok := st.names[n]; ok {
+		_, named := st.names[n]
+		_, globbed := st.names[keying.GlobOf(n)]
+		if named || globbed {
 			out[n] = ver
 		}
 	}
