@@ -33,9 +33,6 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 		return nil // closed, or a node's own scope whose streams are gone
 	}
 	tc := sc.typeCache(u.TypeURL)
-	if u.Event == upstream.Response {
-		tc.spokeOn(authority)
-	}
 	a := &applier{s: s, sc: sc, tc: tc, authority: authority, u: u, in: in,
 		edit: editOf(tc.view), fullSotW: !u.Delta && keying.FullState(u.TypeURL),
 		seen: make(map[string]struct{}, len(in.fresh)), beats: make(map[string]struct{}),

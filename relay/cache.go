@@ -46,12 +46,6 @@ type typeCache struct {
 	// unreachable the names whose error is that UNAVAILABLE.
 	unavail     map[string]*time.Timer
 	unreachable map[string]bool
-	// spoke holds the authorities whose upstream sent a response of the type
-	// on their current stream: only then does a name it still says nothing
-	// of count as absent (armUnknown). A server that has answered nothing —
-	// go-control-plane with no snapshot for the relay's node — has said
-	// nothing of any name, and what clients hold of it stays theirs.
-	spoke map[string]bool
 	// unsure holds the cached names whose upstream subscription ended and
 	// that the upstream has not sent since, or that came from the
 	// warm-restart file: the upstream may no longer tell the relay of them (a

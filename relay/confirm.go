@@ -29,9 +29,6 @@ type upstreamHandler struct {
 func (h *upstreamHandler) OnState(server string, connected bool, err error) {
 	s := h.r.lock()
 	h.sc.connected[h.authority] = connected
-	for _, tc := range h.sc.types {
-		delete(tc.spoke, h.authority) // a new stream, or none: it has said nothing yet
-	}
 	if connected {
 		s.rearmUnknown(h.sc, h.authority)
 	} else {
@@ -244,12 +241,11 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 // armUnknown watches a name subscribed upstream that the cache knows nothing
 // of. While its authority is unreachable, clients get a TP3 UNAVAILABLE error
 // after UnavailableAfter (transient: they keep what they have). Once the
-// upstream is connected and has sent a response of the type on its stream
-// (typeCache.spoke; its silence alone, settled or not, proves nothing), a
-// name it still says nothing of after upstream.does_not_exist_after is taken
-// as not existing — a SotW server tells nothing of a named resource that does
-// not exist, and xDS clients conclude the same with their own does-not-exist
-// timer — so that clients holding back for it (transitions) are answered.
+// upstream is connected and has answered the type, a name it still says
+// nothing of after upstream.does_not_exist_after is taken as not existing — a
+// SotW server tells nothing of a named resource that does not exist, and xDS
+// clients conclude the same with their own does-not-exist timer — so that
+// clients holding back for it (transitions) are answered.
 func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.unavail[name] != nil || tc.knows(name) {
 		return
@@ -281,7 +277,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 				tc.unreachable[name] = true
 				s.notify(tc, tc.view)
 			}
-		case !tc.unconfirmed[auth] && tc.spoke[auth]:
+		case !tc.unconfirmed[auth]:
 			e := editOf(tc.view)
 			e.change(name)
 			if cached {
@@ -358,13 +354,4 @@ func (s *state) setError(tc *typeCache, e *downstream.ResourceError) {
 	edit.setError(e.Name, e)
 	edit.change(e.Name)
 	s.publish(tc, edit.view(s.nextSeq()))
-}
-
-// spokeOn records that authority's upstream sent a response of tc's type on
-// its current stream (typeCache.spoke).
-func (tc *typeCache) spokeOn(authority string) {
-	if tc.spoke == nil {
-		tc.spoke = make(map[string]bool)
-	}
-	tc.spoke[authority] = true
 }

@@ -150,34 +150,3 @@ func TestNameThatNeverExists(t *testing.T) {
 	d.Subscribe(resource.ClusterType, []string{"c9"}, nil)
 	wantDelta(t, d.MustRecv(), nil, []string{"c9"}) // known at once now
 }
-
-// The does-not-exist timer counts only once the upstream has spoken (issue
-// 23, item 4). The upstream is connected but answers nothing
-// (go-control-plane with no snapshot for the relay's node): its silence is no
-// word on e0, so a Delta client that brought e0 from another replica is not
-// told it is gone, however long it waits; it gets e0 when the upstream sends
-// it.
-func TestDoesNotExistTimerWaitsForTheUpstreamToSpeak(t *testing.T) {
-	up := xdstest.StartUpstream(t)
-	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
-	}))
-	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
-	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"e0"},
-		InitialResourceVersions: map[string]string{"e0": "v-elsewhere"}})
-
-	// Five times the timer: a removal, were the timer taken for the
-	// upstream's word, would have come by then.
-	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
-		resp, ok := moved.TryRecv(time.Until(deadline))
-		if !ok {
-			break
-		}
-		if _, removed := deltaNames(resp); len(removed) > 0 {
-			t.Fatalf("the client that brought e0 was told %v are gone: only the relay's timer said so", removed)
-		}
-		moved.Ack(resp)
-	}
-	up.SetResources(clusters("e0"))
-	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
-}
