@@ -103,10 +103,13 @@ func ParseDims(s string) (Dims, error) {
 // so that make test stays a gate while their bugs are open.
 var DrawOpen bool
 
-// openDims are the dimensions with known, unfixed failures: foreign (seed 35:
-// the default servers stop listing an authority's glob members, and wildcard
-// clients keep them; or list them again and a client misses one — issue 23).
-var openDims = Dims{Foreign: true}
+// openDims are the dimensions with known, unfixed failures (issue 23):
+// foreign (seed 35: the default servers stop listing an authority's glob
+// members, and wildcard clients keep them; or list them again and a client
+// misses one) and replace (seeds 11, 9741086: after a cluster's
+// unconstrained variant is replaced by a constrained one, a SotW wildcard
+// Envoy's CDS freezes).
+var openDims = Dims{Foreign: true, Replace: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the
 // plain world keeps most of the coverage.
@@ -124,6 +127,7 @@ func drawDims(x *rand.Rand) Dims {
 	}
 	if !DrawOpen {
 		d.Foreign = d.Foreign && !openDims.Foreign
+		d.Replace = d.Replace && !openDims.Replace
 	}
 	return d
 }
