@@ -62,7 +62,7 @@ fuzz:
 SOAKTIME ?= 2h
 soak:
 	$(GO) test -race -count=1 -timeout $(SOAKTIME) -run 'Chaos|Soak' ./integration/ -soak
-	$(GO) test -count=1 -timeout 0 -run 'TestOracle$$' ./internal/oracle -oracle.duration $(SOAKTIME)
+	$(GO) test -count=1 -timeout 0 -run 'TestOracle$$' ./internal/oracle -oracle.duration $(SOAKTIME) -oracle.large
 
 # democp → relay → loadgen on loopback; prints the live progress line and the
 # summary. Ports: democp 18000, relay 18001, relay admin 9902.

@@ -26,6 +26,7 @@ var (
 	logTo    = flag.String("oracle.log", "", "write the relays' debug log of a failing schedule to this file")
 	keep     = flag.String("oracle.keep", "", "run only these steps of the schedule (comma-separated, as a shrunk schedule prints them)")
 	all      = flag.Bool("oracle.all", false, "run every seed of the range, past failures (a survey of a new dimension)")
+	large    = flag.Bool("oracle.large", false, "also draw large worlds, more than 10,000 names (oracle.DrawLarge; make soak sets it)")
 	open     = flag.Bool("oracle.open", false, "also draw the dimensions whose failures are known and open (oracle.DrawOpen)")
 	dims     = flag.String("oracle.dims", "", "generate schedules with exactly these dimensions (comma-separated, as a schedule prints them; \"none\" for the plain ones) instead of the drawn ones")
 )
@@ -96,7 +97,7 @@ func TestOracle(t *testing.T) {
 // generate returns the schedule of seed, with the dimensions -oracle.dims
 // forces, if any.
 func generate(t *testing.T, seed uint64) *oracle.Schedule {
-	oracle.DrawOpen = *open
+	oracle.DrawOpen, oracle.DrawLarge = *open, *large
 	if *dims == "" {
 		return oracle.Generate(seed, *steps)
 	}
