@@ -386,7 +386,7 @@ func (a *applier) deleted(name string) {
 // response itself.
 func (a *applier) fullStateDeletions() {
 	u, old := a.u, a.edit.old
-	gone := slices.Clone(u.Removed)
+	gone := append(slices.Clone(u.Removed), a.globsLacking()...)
 	if u.Complete && u.Event != upstream.Settle && a.authority == "" {
 		for key, cur := range old.Resources {
 			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.InWildcard() {
