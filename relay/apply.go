@@ -494,8 +494,8 @@ func (a *applier) holdHalted() {
 	for name := range a.edit.changed {
 		nr, ok := a.edit.res[name]
 		cur, had := old.Resources[name]
-		if !ok || !had {
-			continue // additions and removals are not rolled out
+		if !ok || !had || nr.Version == cur.Version {
+			continue // additions, removals and a new listing alone are not rolled out
 		}
 		if tc.halted[name] == nr.Version {
 			a.edit.put(name, cur) // a halted version again: keep the accepted one
