@@ -6,6 +6,7 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -86,4 +87,32 @@ func TestDeltaWildcardSendsOnlyChanges(t *testing.T) {
 	r = c.MustRecv()
 	wantNames(t, "resources", names(r), []string{"b", "c"})
 	wantNames(t, "removals", r.GetRemovedResources(), nil)
+}
+
+// Another authority's name the default servers stop listing (Resource.Listed),
+// while its own authority's stream still delivers it, leaves the wildcard's
+// set: a Delta client that holds it through the wildcard alone is told it is
+// removed, one that names it keeps it. It stayed with the wildcard client.
+func TestDeltaWildcardNameNoLongerListed(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	src := newFakeSource()
+	c1, listed := resource("c1", "c1"), resource(x, "x1")
+	listed.Authority, listed.Listed = "auth", true
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": c1, x: listed})
+	addr := start(t, src)
+	wild := xdstest.DialDelta(t, addr, testNode)
+	wild.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*"}})
+	r := wild.MustRecv()
+	wantNames(t, "resources", names(r), []string{"c1", x})
+	wild.Ack(r)
+	named := xdstest.DialDelta(t, addr, testNode)
+	named.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*", x}})
+	r = named.MustRecv()
+	wantNames(t, "resources", names(r), []string{"c1", x})
+	named.Ack(r)
+
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": c1, x: listed.WithListed(false)})
+	r = wild.MustRecv()
+	wantNames(t, "removals", r.GetRemovedResources(), []string{x})
+	named.ExpectNoResponse(quiet) // (as long as the other tests wait for a response that does not come)
 }

@@ -163,6 +163,12 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
+	case present && ts.wildcard && plainKey && v.Complete && !v.Stale(keying.Wildcard):
+		// The default servers' whole set no longer lists another
+		// authority's name (Resource.Listed): it left the wildcard's set.
+		if _, held := ts.holds[n]; held && !b.st.withholdReferenced(ts, v, n) {
+			b.drop(n)
+		}
 	}
 }
 

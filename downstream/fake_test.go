@@ -130,3 +130,28 @@ const quiet = 300 * time.Millisecond
 
 // testNode is the node of the tests' clients.
 var testNode = &corev3.Node{Id: "test-node"}
+
+// publishResources is publish with the resources as given (their authority
+// and listing too): a name changes when its version or listing does.
+func (f *fakeSource) publishResources(typeURL string, rs map[string]*downstream.Resource) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	prev := f.views[typeURL]
+	v := &downstream.View{TypeURL: typeURL, Resources: rs, Changed: map[string]struct{}{}, Complete: true, Seq: 1}
+	if prev != nil {
+		v.Seq = prev.Seq + 1
+	}
+	for name, r := range rs {
+		var old *downstream.Resource
+		if prev != nil {
+			old = prev.Resources[name]
+		}
+		if old == nil || old.Version != r.Version || old.Listed != r.Listed {
+			v.Changed[name] = struct{}{}
+		}
+	}
+	f.views[typeURL] = v
+	for _, w := range f.ws[typeURL] {
+		w.Notify(v, nil)
+	}
+}

@@ -386,7 +386,7 @@ func (a *applier) deleted(name string) {
 // response itself.
 func (a *applier) fullStateDeletions() {
 	u, old := a.u, a.edit.old
-	gone := slices.Clone(u.Removed)
+	gone := append(slices.Clone(u.Removed), a.globsLacking()...)
 	if u.Complete && u.Event != upstream.Settle && a.authority == "" {
 		for key, cur := range old.Resources {
 			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.InWildcard() {
@@ -494,8 +494,8 @@ func (a *applier) holdHalted() {
 	for name := range a.edit.changed {
 		nr, ok := a.edit.res[name]
 		cur, had := old.Resources[name]
-		if !ok || !had {
-			continue // additions and removals are not rolled out
+		if !ok || !had || nr.Version == cur.Version {
+			continue // additions, removals and a new listing alone are not rolled out
 		}
 		if tc.halted[name] == nr.Version {
 			a.edit.put(name, cur) // a halted version again: keep the accepted one

@@ -272,3 +272,44 @@ func TestListedNameBackWithTheWildcard(t *testing.T) {
 		t.Fatalf("/debug/cache lost x: %+v", r.DebugCache(relay.CacheFilter{}))
 	}
 }
+
+// An xdstp name the default servers start listing while its authority's
+// stream already delivered it joins the wildcard set at once: a new listing
+// carries no new content, so a guarded rollout neither holds it for canaries
+// nor halts on a canary's NACK. It was rolled out like an update, and once a
+// canary NACKed, the halt kept it out of the wildcard set for good: wildcard
+// clients never got it while both servers had it.
+func TestListingIsNotRolledOut(t *testing.T) {
+	const x = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/x"
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1", x))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}} // the default servers
+		c.Rollout = &config.Rollout{CanaryFraction: 1, Hold: 30 * time.Second, MaxNACKRatio: 0}
+	}))
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "grpc"})
+	named.Subscribe(resource.ClusterType, x)
+	resp := named.RecvType(resource.ClusterType)
+	wantNames(t, resp, x)
+	named.Ack(resp)
+
+	nacker := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "nacker"})
+	nacker.Subscribe(resource.ClusterType, "*")
+	nacker.Nack(nacker.RecvType(resource.ClusterType), "no")
+
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	wild.Subscribe(resource.ClusterType, "*")
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		resp, err := wild.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("the wildcard client never got %s, which the default servers list", x)
+		}
+		wild.Ack(resp)
+		if slices.Equal(names(t, resp), []string{"c1", x}) {
+			break
+		}
+	}
+}

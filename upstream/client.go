@@ -85,7 +85,11 @@ type typeState struct {
 	// response matched (the server has seen a request with them, and
 	// answers requests in order). Never a key subscribed since, which a
 	// response in flight may not answer yet.
-	keys  map[string]struct{}
+	keys map[string]struct{}
+	// globs holds, for SotW full-state types, the glob collections of the
+	// type's first request on this stream that are still subscribed: every
+	// response on the stream answers them whole.
+	globs map[string]struct{}
 	named bool                // SotW: a request with explicit names was sent on this stream
 	sent  map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
 	// forget (Delta): names the server may think the relay holds, to be
@@ -237,6 +241,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.names, n)
 			delete(st.sure, n)
 			delete(st.keys, n)
+			delete(st.globs, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
@@ -449,7 +454,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
-		st.sure, st.keys, st.dropped = nil, nil, nil
+		st.sure, st.keys, st.globs, st.dropped = nil, nil, nil, nil
 		st.answered, st.wildSure, st.settleAt, st.refetch, st.rejected = false, false, time.Time{}, false, false
 	}
 	order := make([]string, 0, len(c.types))

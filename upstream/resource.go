@@ -105,6 +105,10 @@ type Update struct {
 	// later response only. With them, the plain names it answers (those
 	// Removed is judged by).
 	Keys map[string]struct{}
+	// Globs, with a SotW LDS/CDS response, are the glob collections it
+	// answers whole (they were in the stream's first request): a member of
+	// one that it lacks is deleted, whatever the client knew of it.
+	Globs []string
 	// Complete reports that the response answers the wildcard subscription:
 	// with it the relay holds the default authority's whole set of the type
 	// (SotW: it is that set). Only when that is certain; see settle.go.

@@ -68,10 +68,13 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			if keying.FullState(t) {
 				st.sure = make(map[string]struct{}, len(st.names))
 				st.keys = make(map[string]struct{})
+				st.globs = make(map[string]struct{})
 				for n := range st.names {
 					switch {
 					case keying.HasParams(n):
 						st.keys[n] = struct{}{}
+					case keying.IsGlob(n):
+						st.globs[n] = struct{}{}
 					case n != keying.Wildcard && !keying.IsGlob(n):
 						st.sure[n] = struct{}{}
 					}
@@ -213,6 +216,8 @@ func (c *Client) sotwUpdateLocked(server string, st *typeState, typeURL string, 
 		}
 	}
 	sort.Strings(u.Removed)
+	proveGlobsLocked(st, resources)
+	u.Globs = slices.Sorted(maps.Keys(st.globs))
 	u.Keys = make(map[string]struct{}, len(st.keys)+len(st.known)+len(st.sure))
 	for _, set := range []map[string]struct{}{st.keys, st.known, st.sure} {
 		maps.Copy(u.Keys, set)
@@ -237,6 +242,27 @@ func (st *typeState) knowLocked(resources []Resource) {
 		_, byGlob := named[keying.GlobOf(r.Name)]
 		if byName || byGlob || wildcard {
 			st.known[r.Name] = struct{}{}
+		}
+	}
+}
+
+// proveGlobsLocked adds to st.globs the subscribed glob collections that a
+// member in resources proves the server applies: only the glob brings a
+// member the stream does not name, has not dropped and no wildcard covers.
+// Called with c.mu held.
+func proveGlobsLocked(st *typeState, resources []Resource) {
+	if st.wildcard() {
+		return // the wildcard may list another authority's names too
+	}
+	for _, r := range resources {
+		g := keying.GlobOf(r.Name)
+		_, subscribed := st.names[g]
+		_, dropped := st.dropped[r.Name]
+		if subscribed && !dropped && !st.namedLocked(r.Name) {
+			if st.globs == nil {
+				st.globs = make(map[string]struct{})
+			}
+			st.globs[g] = struct{}{}
 		}
 	}
 }

@@ -378,10 +378,10 @@ func (m *model) snapshot() *Snapshot {
 		if !g.noDefault {
 			add(keying.ClusterType, c, "", cl(g.gen), refs, g)
 		}
-		add(keying.EndpointType, e, "", xdstest.Endpoints(e, fmt.Sprintf("127.0.0.1:%d", 10000+g.eds)), nil, nil)
+		add(keying.EndpointType, e, "", xdstest.Endpoints(e, fmt.Sprintf("127.0.0.1:%d", 10000+g.eds%50000)), nil, nil)
 		if g.prod != 0 {
 			add(keying.ClusterType, c, envProd, cl(g.prod), refs, g)
-			add(keying.EndpointType, e, envProd, xdstest.Endpoints(e, fmt.Sprintf("127.0.0.1:%d", 10000+g.prodEndpoint)), nil, nil)
+			add(keying.EndpointType, e, envProd, xdstest.Endpoints(e, fmt.Sprintf("127.0.0.1:%d", 10000+g.prodEndpoint%50000)), nil, nil)
 		}
 	}
 	return s

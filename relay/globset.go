@@ -1,0 +1,24 @@
+package relay
+
+// globsLacking returns the cached members of the glob collections that a
+// SotW full state answers whole (upstream.Update.Globs) and that it lacks:
+// the upstream's word that they are gone, though the upstream client, which
+// forgot them with an earlier subscription of the glob, does not list them
+// as removed. Each of those globs counts as answered, empty or not.
+func (a *applier) globsLacking() []string {
+	var gone []string
+	for _, g := range a.u.Globs {
+		if !a.tc.up[g] {
+			continue // no longer subscribed: its answer says nothing of the set
+		}
+		if a.edit.answerGlob(g) {
+			a.edit.change(g)
+		}
+		for key, cur := range a.edit.old.Resources {
+			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.Glob == g {
+				gone = append(gone, key)
+			}
+		}
+	}
+	return gone
+}
