@@ -106,10 +106,8 @@ var DrawOpen bool
 // openDims are the dimensions with known, unfixed failures (issue 23):
 // foreign (seed 35: the default servers stop listing an authority's glob
 // members, and wildcard clients keep them; or list them again and a client
-// misses one) and replace (seeds 11, 9741086: after a cluster's
-// unconstrained variant is replaced by a constrained one, a SotW wildcard
-// Envoy's CDS freezes).
-var openDims = Dims{Foreign: true, Replace: true}
+// misses one).
+var openDims = Dims{Foreign: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the
 // plain world keeps most of the coverage.

@@ -207,7 +207,13 @@ var regressions = []struct {
 		"the oracle's server, not the relay: asked to confirm the clusters a client brought under the wildcard, the relay subscribed them by name and unsubscribed them; the server forgot them instead of answering the unsubscription with each resource or its removal (xDS; go-control-plane does), so their deletion right after never reached the relay and a wildcard Envoy kept them for good (fails rarely, under load, before the oracle's fix; found against the forgetful server)"},
 	{7101733, wholeSchedule(42),
 		"after a warm restart, the SotW upstream's first CDS answer, to the one TP2 locator the request carried, pruned the file's default variant of the cluster, which it did not answer; a wildcard Envoy from elsewhere was sent an empty CDS (fails about one run in twenty, pre-existing; relay's TestWarmRestartVariantAnswerKeepsTheDefault always)"},
+	{9741086, []int{5, 6, 9, 20, 23, 24, 25, 26},
+		"a SotW Envoy from elsewhere held a route to a cluster whose default variant the upstream replaced by a constrained one: make before break held its CDS for a cluster it could not read, for good (relay's TestMakeBeforeBreakDanglingReferenceFromElsewhere always)"},
 }
+
+// foundWithDims: the regressions found with these dimensions (-oracle.dims);
+// the others were found before dimensions existed.
+var foundWithDims = map[uint64]string{9741086: "replace"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
@@ -225,7 +231,15 @@ func wholeSchedule(n int) []int {
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
 func TestOracleRegressions(t *testing.T) {
 	for _, r := range regressions {
-		s := oracle.GeneratePlain(r.seed, 40).Keep(r.keep)
+		s := oracle.GeneratePlain(r.seed, 40)
+		if dims, ok := foundWithDims[r.seed]; ok {
+			d, err := oracle.ParseDims(dims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = oracle.GenerateDims(r.seed, 40, &d)
+		}
+		s = s.Keep(r.keep)
 		s.Opts.Forgetful = foundForgetful[r.seed] // as they were found
 		for range 3 {
 			if err := oracle.Execute(s, t.TempDir(), zap.NewNop()); err != nil {
