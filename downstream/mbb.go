@@ -26,6 +26,10 @@ import (
 // An upstream whose own state refers to a resource it deleted keeps the
 // client holding that resource until the reference goes: the client keeps
 // working, and xds_relay_removals_held_total{reason="referenced"} counts it.
+// One the client brought from elsewhere, which the stream cannot send as the
+// client holds it, is held only during the reconnect (referrerGrace): past
+// it, waiting for such a reference to go would withhold every later update
+// of the type.
 
 // refs returns what r refers to (keying.References), parsed once per stored
 // variant.
@@ -202,7 +206,8 @@ func (st *stream) withholdReferenced(ts *typeState, v *View, key string) bool {
 // carry, by key: what v dropped — it is not in b, not in v — that the
 // stream subscribes to and that something the client holds refers to (the
 // client holds it then, or should); nil for one whose content the stream
-// does not have (the client brought it from elsewhere). ok is false when
+// does not have (the client brought it from elsewhere), only within the
+// reconnect's grace (referrerGrace). ok is false when
 // the response must be withheld whole: such a resource, or a referrer the
 // stream cannot read while the client may lose something. Called with mu
 // held.
@@ -249,13 +254,16 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		if r == nil {
 			r = ts.clientResource(k)
 		}
+		if r == nil && !st.inGrace() {
+			// The stream cannot keep what it cannot read, and past the
+			// reconnect the reference may be the upstream's own for good:
+			// holding the whole type would freeze every later update.
+			continue
+		}
 		if keep == nil {
 			keep = make(map[string]*Resource)
 		}
 		keep[k] = r
-		if r == nil {
-			ok = false
-		}
 	}
 	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
 }
@@ -316,7 +324,8 @@ func (st *stream) releaseWithheld(typeURL string) bool {
 // elsewhere (a reconnect: version_info, initial_resource_versions) a type it
 // has not asked for yet may still be one it holds: clients send every
 // type's first request at once, but the relay may answer the first before
-// it reads the others.
+// it reads the others. It also bounds how long a full-state response is
+// held for a referenced resource the stream cannot read (withheldFull).
 const referrerGrace = time.Second
 
 // inGrace reports whether the stream is within referrerGrace of a client

@@ -251,3 +251,46 @@ func TestMakeBeforeBreakRemovalAloneIsReleased(t *testing.T) {
 	up.SetResources(state("c2", "c2")) // one snapshot: c1 goes, the route moves to c2
 	step("c2", "c2")
 }
+
+// A SotW client from elsewhere holds a route to a cluster the upstream no
+// longer has (the upstream's own state leaves the reference dangling, as a
+// TP2 replacement does for a client that no new variant matches). The relay
+// cannot send the cluster as the client may hold it, so make before break
+// may hold the CDS response only while the client's reconnect is in
+// progress: after that it goes out, and so do later updates.
+func TestMakeBeforeBreakDanglingReferenceFromElsewhere(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	state := func(clusters ...string) xdstest.Resources {
+		res := xdstest.Resources{resource.RouteType: {xdstest.GRPCRoute("r1", "c1")}}
+		for _, c := range clusters {
+			res[resource.ClusterType] = append(res[resource.ClusterType], xdstest.EDSCluster(c, c))
+		}
+		return res
+	}
+	up.SetResources(state("c2")) // r1 names c1, which the upstream does not have
+	r := xdstest.StartRelay(t, up.Addr())
+	cl := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+	cl.Resume(resource.ClusterType, "v-elsewhere")
+	cl.Resume(resource.RouteType, "v-elsewhere", "r1")
+	want := [][]string{{"c2"}, {"c2", "c3"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(want) > 0 {
+		resp, err := cl.Recv(ctx)
+		if err != nil {
+			t.Fatalf("the client never got clusters %v: %v", want[0], err)
+		}
+		cl.Ack(resp)
+		if resp.GetTypeUrl() != resource.ClusterType {
+			continue
+		}
+		got := anyNames(resp)
+		slices.Sort(got)
+		if !slices.Equal(got, want[0]) {
+			t.Fatalf("clusters %v, want %v", got, want[0])
+		}
+		if want = want[1:]; len(want) == 1 {
+			up.SetResources(state("c2", "c3"))
+		}
+	}
+}

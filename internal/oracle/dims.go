@@ -111,12 +111,10 @@ var DrawLarge bool
 // openDims are the dimensions with known, unfixed failures (issue 23):
 // foreign (with -oracle.dims glob,foreign, seeds 4, 11, 12, 20: a member
 // that left the cache or the default servers' listing stays with a
-// wildcard or glob client; seed 35's two causes are fixed), Envoy-spelled
+// wildcard or glob client; seed 35's two causes are fixed) and Envoy-spelled
 // names in TP2 worlds (seed 36: a locator of …/svc%3A16 is subscribed
-// upstream as …/svc:16, which the server does not hold), and replace
-// (seeds 11, 9741086: after a cluster's unconstrained variant is replaced
-// by a constrained one, a SotW wildcard Envoy's CDS freezes).
-var openDims = Dims{Foreign: true, Replace: true}
+// upstream as …/svc:16, which the server does not hold).
+var openDims = Dims{Foreign: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the
 // plain world keeps most of the coverage.
@@ -135,7 +133,6 @@ func drawDims(x *rand.Rand) Dims {
 	d.Large = d.Large && DrawLarge
 	if !DrawOpen {
 		d.Foreign = d.Foreign && !openDims.Foreign
-		d.Replace = d.Replace && !openDims.Replace
 	}
 	return d
 }

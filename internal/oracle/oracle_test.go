@@ -212,11 +212,13 @@ var regressions = []struct {
 		"a glob member deleted upstream while nothing subscribed the glob stayed cached — the default servers' listing pinned it — and the glob's next SotW subscriber was served it for good: the upstream client had forgotten it, so the SotW full state answering the glob again did not count as its deletion (fails now and then before the fix; relay's TestGlobMemberDeletedWhileUnsubscribed always)"},
 	{35, []int{0, 1, 2, 3, 4, 10, 13, 14, 15, 16, 17, 18, 19, 20, 23, 24, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39},
 		"the default servers listing a glob member its authority's stream had delivered was rolled out like an update; a canary's NACK halted it, and a SotW wildcard Envoy never got the member (fails about one run in three before the fix; relay's TestListingIsNotRolledOut always)"},
+	{9741086, []int{5, 6, 9, 20, 23, 24, 25, 26},
+		"a SotW Envoy from elsewhere held a route to a cluster whose default variant the upstream replaced by a constrained one: make before break held its CDS for a cluster it could not read, for good (relay's TestMakeBeforeBreakDanglingReferenceFromElsewhere always)"},
 }
 
 // foundDims: the dimensions of the regressions found in a widened world
 // (as -oracle.dims spells them); the others are plain schedules.
-var foundDims = map[uint64]string{35: "glob,foreign"}
+var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
