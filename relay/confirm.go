@@ -310,6 +310,24 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 	tc.unavail[name] = t
 }
 
+// wildcardUnfound records in the edit whether the wildcard's set is not found
+// yet (View.Unfound): the upstream's silence settled it (a Settle), until its
+// word makes it complete or the wildcard is unsubscribed (subscribe.go). It
+// reports whether that is new.
+func (a *applier) wildcardUnfound(complete bool) bool {
+	tc := a.tc
+	if complete {
+		a.edit.markUnfound(keying.Wildcard, false)
+		return false
+	}
+	_, was := a.edit.unfound[keying.Wildcard]
+	if was || !a.u.Unfound || a.authority != "" || !tc.up[keying.Wildcard] || (!a.sc.own && tc.withholdsWildcard()) {
+		return false
+	}
+	a.edit.markUnfound(keying.Wildcard, true)
+	return true
+}
+
 // rearmUnknown restarts the watches of unknown names of authority in sc when
 // its upstream connects: from now on the does-not-exist wait.
 func (s *state) rearmUnknown(sc *scope, authority string) {

@@ -173,14 +173,17 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
 	// it does not exist, or (the wildcard) that the cache holds the whole set
-	// — and so does the relay's own UNAVAILABLE: it would keep a name missing
-	// from the complete wildcard set from counting as gone (View.Gone).
+	// — and so does what its silence said (View.Unfound) and the relay's own
+	// UNAVAILABLE: it would keep a name missing from the complete wildcard
+	// set from counting as gone (View.Gone).
 	_, absent := tc.view.Absent[name]
+	_, unfound := tc.view.Unfound[name]
 	incomplete := name == keying.Wildcard && tc.view.Complete
 	unreachable := tc.unreachable[name]
-	if absent || incomplete || unreachable {
+	if absent || unfound || incomplete || unreachable {
 		e := editOf(tc.view)
 		e.unmarkAbsent(name)
+		e.markUnfound(name, false)
 		if unreachable {
 			e.change(name)
 			e.clearError(name)

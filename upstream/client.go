@@ -95,7 +95,9 @@ type typeState struct {
 	nack              error      // SotW: NACK to send with the next request
 	acks              []deltaAck // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
-	// certainly applies the wildcard on this stream; settleAt: when, if the
+	// certainly applies the wildcard on this stream; wildSettled: the
+	// wildcard, not proven, settled by the server's silence (reported
+	// once, as Update.Unfound); settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
 	// (zero: no wait); refetch: the type was subscribed again and asked for
 	// with no version, and no wildcard settles before the server answers;
@@ -103,11 +105,12 @@ type typeState struct {
 	// answered, the relay holds none of it, and the server sends again only
 	// on a change, so its silence settles nothing until a valid response.
 	// See settle.go.
-	answered bool
-	wildSure bool
-	settleAt time.Time
-	refetch  bool
-	rejected bool
+	answered    bool
+	wildSure    bool
+	wildSettled bool
+	settleAt    time.Time
+	refetch     bool
+	rejected    bool
 	// dropped (LDS/CDS) holds the names unsubscribed on this stream while
 	// the wildcard is not proven: a response may still answer a request that
 	// named them, so one of them proves nothing about the wildcard.
@@ -246,7 +249,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			}
 			switch {
 			case n == keying.Wildcard:
-				st.wildSure = false
+				st.wildSure, st.wildSettled = false, false
 				if st.answered {
 					st.settleAt = time.Time{}
 				} // else the wait for the type's first answer goes on (settle.go)
@@ -450,7 +453,7 @@ func (c *Client) resetForStreamLocked() {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
 		st.sure, st.keys, st.dropped = nil, nil, nil
-		st.answered, st.wildSure, st.settleAt, st.refetch, st.rejected = false, false, time.Time{}, false, false
+		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

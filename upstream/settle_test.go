@@ -18,7 +18,8 @@ import (
 // A wildcard added to a stream that already subscribed by name is proven by
 // a response that carries an unnamed resource; when the named resources are
 // all there is, no response can prove it, and it settles after the server
-// said nothing more. No update before that claims the full set.
+// said nothing more — as not found yet (Unfound), never as the full set:
+// silence is not the server's word. No update claims the full set unproven.
 func TestWildcardAddedMidStream(t *testing.T) {
 	for _, mode := range []upstream.Mode{upstream.ModeSotW, upstream.ModeDelta} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -47,14 +48,18 @@ func TestWildcardAddedMidStream(t *testing.T) {
 					c.Subscribe(keying.ClusterType, keying.Wildcard)
 					for {
 						u := rec.nextUpdate(t, &cur, keying.ClusterType)
-						if !u.Complete {
+						settle := u.Event == upstream.Settle
+						if settle && (u.Complete || !u.Unfound) {
+							t.Fatalf("a settle is not the wildcard's unfound set: %+v", u)
+						}
+						if !u.Complete && !settle {
 							if slices.ContainsFunc(names(u), func(n string) bool { return n != "a" }) {
 								t.Fatalf("an unnamed resource did not complete the wildcard: %+v", u)
 							}
 							continue
 						}
-						if (u.Event == upstream.Settle) != tc.settled {
-							t.Fatalf("complete update settled=%v, want %v: %+v", u.Event == upstream.Settle, tc.settled, u)
+						if settle != tc.settled {
+							t.Fatalf("the wildcard's update settled=%v, want %v: %+v", settle, tc.settled, u)
 						}
 						break
 					}
@@ -181,7 +186,7 @@ func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
 				srv.NextSotW(t, &cur, tc.typeURL)
 			}
 			u := rec.nextUpdate(t, &ucur, tc.typeURL)
-			if u.Event != upstream.Settle || u.Complete != (tc.sub == keying.Wildcard && !tc.again) {
+			if u.Event != upstream.Settle || u.Complete || u.Unfound != (tc.sub == keying.Wildcard && !tc.again) {
 				t.Fatalf("the type's update after the server said nothing: %+v", u)
 			}
 		})
