@@ -242,10 +242,12 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 // of. While its authority is unreachable, clients get a TP3 UNAVAILABLE error
 // after UnavailableAfter (transient: they keep what they have). Once the
 // upstream is connected and has answered the type, a name it still says
-// nothing of after upstream.does_not_exist_after is taken as not existing — a
-// SotW server tells nothing of a named resource that does not exist, and xDS
-// clients conclude the same with their own does-not-exist timer — so that
-// clients holding back for it (transitions) are answered.
+// nothing of after upstream.does_not_exist_after is not found yet
+// (View.Unfound) — a SotW server tells nothing of a named resource that does
+// not exist, and xDS clients conclude the same with their own does-not-exist
+// timer — so that clients that hold none of it are answered. Silence is not
+// the upstream's word: a client that holds it is not told it is gone, and
+// an unsure cached copy stays cached (and served) until the upstream speaks.
 func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.unavail[name] != nil || tc.knows(name) {
 		return
@@ -277,23 +279,13 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 				tc.unreachable[name] = true
 				s.notify(tc, tc.view)
 			}
+		case !tc.unconfirmed[auth] && cached:
+			return // the upstream did not send it again, nor say it is gone: it stays
 		case !tc.unconfirmed[auth]:
 			e := editOf(tc.view)
 			e.change(name)
-			if cached {
-				// The upstream did not send it again: it is gone (in TP2
-				// variant mode, the variant the name selects).
-				if tc.variantMode(name) {
-					tc.dropVariant(name, e.res[name].Constraints)
-					s.resolveVariants(tc, name, e)
-				} else {
-					e.drop(name)
-				}
-				delete(tc.unsure, name)
-				s.unref.forget(tc.lruKey(name))
-			}
 			if tc.up[name] {
-				e.markAbsent(name)
+				e.markUnfound(name, true)
 			}
 			if tc.unreachable[name] {
 				e.clearError(name) // the upstream is back: it is no longer unreachable
@@ -343,13 +335,14 @@ func (s *state) rearmUnknown(sc *scope, authority string) {
 }
 
 // knows reports whether the cache knows something of name: its resource
-// (unless unsure), that it does not exist, or an error other than its own
-// UNAVAILABLE.
+// (unless unsure), that it does not exist or is not found yet, or an error
+// other than its own UNAVAILABLE.
 func (tc *typeCache) knows(name string) bool {
 	_, cached := tc.view.Resources[name]
 	_, absent := tc.view.Absent[name]
+	_, unfound := tc.view.Unfound[name]
 	_, failed := tc.view.Errors[name]
-	return (cached && !tc.unsure[name]) || absent || (failed && !tc.unreachable[name])
+	return (cached && !tc.unsure[name]) || absent || unfound || (failed && !tc.unreachable[name])
 }
 
 // covers reports whether an upstream subscription covers name: its own, or

@@ -223,3 +223,41 @@ func sotwClusters(t *testing.T, names ...string) *discoverygrpc.DiscoveryRespons
 	}
 	return resp
 }
+
+// The does-not-exist timer is not the upstream's word (issue 23, item 4). The
+// upstream is connected but answers nothing (go-control-plane with no
+// snapshot for the relay's node). Past upstream.does_not_exist_after a client
+// that holds nothing of e0 may be told it does not exist — grpc clients wait
+// for that — but a Delta client that brought e0 from another replica is not
+// told it is gone; it gets e0 when the upstream sends it.
+func TestDoesNotExistTimerRemovesNothingHeld(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
+	}))
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"e0"},
+		InitialResourceVersions: map[string]string{"e0": "v-elsewhere"}})
+
+	fresh := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.ClusterType, []string{"e0"}, nil)
+	wantDelta(t, fresh.MustRecv(), nil, []string{"e0"}) // not found yet: it holds nothing
+	grpc := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "grpc"})
+	grpc.Subscribe(resource.ClusterType, "e0")
+	wantNames(t, grpc.RecvType(resource.ClusterType))
+
+	// Past the timer, and the second make before break gives a client from
+	// elsewhere, the moved client still holds e0.
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the client that brought e0 was told %v are gone: only the relay's timer said so", removed)
+		}
+		moved.Ack(resp)
+	}
+	up.SetResources(clusters("e0"))
+	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
+}
