@@ -279,21 +279,10 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 				tc.unreachable[name] = true
 				s.notify(tc, tc.view)
 			}
-		case !tc.unconfirmed[auth] && cached:
-			return // the upstream did not send it again, nor say it is gone: it stays
+		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
+			// A new stream asks for the upstream's word: wait for it.
 		case !tc.unconfirmed[auth]:
-			e := editOf(tc.view)
-			e.change(name)
-			if tc.up[name] {
-				e.markUnfound(name, true)
-			}
-			if tc.unreachable[name] {
-				e.clearError(name) // the upstream is back: it is no longer unreachable
-				delete(tc.unreachable, name)
-			}
-			v := e.view(s.nextSeq())
-			s.publish(tc, v)
-			s.notify(tc, v)
+			s.silent(tc, name, cached)
 			return
 		}
 		s.armUnknown(tc, name) // not answered yet: look again later
@@ -318,6 +307,53 @@ func (a *applier) wildcardUnfound(complete bool) bool {
 	}
 	a.edit.markUnfound(keying.Wildcard, true)
 	return true
+}
+
+// askUpstream has the upstream client ask the server for its word on name
+// on a new stream (upstream.Client.Resync), and reports whether it will.
+func (s *state) askUpstream(tc *typeCache, name string) bool {
+	c := tc.clientFor(name)
+	return c != nil && c.Resync(tc.typeURL, name)
+}
+
+// silent: the upstream said nothing of name for does_not_exist_after, and
+// asking again on a new stream can tell no more. A SotW server's silence on
+// a type that is not full state (RDS, EDS) is all the protocol offers — no
+// response proves a name it lacks, on any stream — so the name is taken as
+// gone, as xDS clients do with their own timer. Otherwise silence is not the
+// upstream's word: a name the cache lacks is not found yet (View.Unfound),
+// answering clients that hold none of it, and a cached copy stays.
+func (s *state) silent(tc *typeCache, name string, cached bool) {
+	c := tc.clientFor(name)
+	gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
+	if cached && !gone {
+		return
+	}
+	e := editOf(tc.view)
+	e.change(name)
+	if cached {
+		// In TP2 variant mode, the variant the name selects is gone.
+		if tc.variantMode(name) {
+			tc.dropVariant(name, e.res[name].Constraints)
+			s.resolveVariants(tc, name, e)
+		} else {
+			e.drop(name)
+		}
+		delete(tc.unsure, name)
+		s.unref.forget(tc.lruKey(name))
+	}
+	if tc.up[name] && gone {
+		e.markAbsent(name)
+	} else if tc.up[name] {
+		e.markUnfound(name, true)
+	}
+	if tc.unreachable[name] {
+		e.clearError(name) // the upstream is back: it is no longer unreachable
+		delete(tc.unreachable, name)
+	}
+	v := e.view(s.nextSeq())
+	s.publish(tc, v)
+	s.notify(tc, v)
 }
 
 // rearmUnknown restarts the watches of unknown names of authority in sc when

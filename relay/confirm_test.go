@@ -26,9 +26,8 @@ import (
 // variant changes just as the relay's last subscription that is sent it
 // ends, and the server's answer arrives after the relay unsubscribed. It is
 // applied, but confirms nothing: the server, which has forgotten the ended
-// subscription, would not tell the relay of a deletion. A client that names
-// c later was told it is gone after does_not_exist_after; now that silence is
-// not the upstream's word (issue 23, item 4), it keeps the copy it was sent.
+// subscription, would not tell the relay of a deletion, and a client that
+// names c later must be told it is gone after does_not_exist_after.
 
 // The key c{env=test}, which selects the default variant, ends. The relay
 // took the answer for confirmed, as the name still had parameter keys
@@ -88,7 +87,24 @@ func inFlightTP2(t *testing.T, prodStays bool) {
 
 	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
 	named.Subscribe(resource.ClusterType, []string{"c"}, nil)
-	keptThroughSilence(t, named, "c")
+	toldGone(t, named, "c")
+}
+
+// toldGone reads c's responses, ACKing each, until one removes name; it
+// fails after 5 s: name was deleted upstream.
+func toldGone(t *testing.T, c *xdstest.DeltaClient, name string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, ok := c.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("a client that named %s was never told it was deleted upstream", name)
+		}
+		c.Ack(resp)
+		if _, removed := deltaNames(resp); slices.Contains(removed, name) {
+			return
+		}
+	}
 }
 
 // A plain name whose only variant is constrained so that a subscriber
@@ -126,12 +142,10 @@ func TestConstrainedPlainSelectionSubscribedAgain(t *testing.T) {
 // confirms e (the response path confirms every name of a SotW response),
 // although the server, told e is no longer subscribed, would not tell the
 // relay of its deletion, and its silence on e subscribed again proves
-// nothing for EDS — nor takes e for deleted (issue 23, item 4): the client
-// keeps the copy it was sent.
+// nothing for EDS.
 func TestInFlightSotWAnswerAfterItsSubscriptionEnded(t *testing.T) { inFlightSotW(t, true) }
 
-// Control: without the push in flight, e is unsure, and the wait does not
-// remove it either.
+// Control: without the push in flight, e is unsure and the wait removes it.
 func TestSotWSubscriptionEndedControl(t *testing.T) { inFlightSotW(t, false) }
 
 func inFlightSotW(t *testing.T, push bool) {
@@ -174,7 +188,7 @@ func inFlightSotW(t *testing.T, push bool) {
 	named.Subscribe(resource.EndpointType, []string{"e"}, nil)
 	s.nextNames(resource.EndpointType, "e0", "e")
 	s.send(resource.EndpointType, "4", xdstest.Endpoints("e0", "10.0.0.1:80")) // no e: it is gone
-	keptThroughSilence(t, named, "e")
+	toldGone(t, named, "e")
 }
 
 // A warm-restart file's TP2 name (in variant mode: it has a constrained
@@ -182,8 +196,7 @@ func inFlightSotW(t *testing.T, push bool) {
 // names), and a SotW upstream has no first-request declaration (declared)
 // to mark it: its default variant, deleted upstream while the relay was
 // down, is trusted and served for good to a client that names it (RDS: a
-// SotW response without it proves nothing). Unsure, it is served all the
-// same now: only the upstream's word removes it (issue 23, item 4).
+// SotW response without it proves nothing).
 func TestWarmRestartSotWVariantModeNameDeletedWhileDown(t *testing.T) { warmRestartSotW(t, true) }
 
 // Control: the same name without a constrained variant is unsure on load.
@@ -218,5 +231,5 @@ func warmRestartSotW(t *testing.T, variants bool) {
 	second := xdstest.StartRelay(t, up.Addr(), opt)
 	named := xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "named"})
 	named.Subscribe(resource.RouteType, []string{"routes"}, nil)
-	keptThroughSilence(t, named, "routes")
+	toldGone(t, named, "routes")
 }

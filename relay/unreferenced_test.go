@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,13 +54,12 @@ func TestMaxUnreferenced(t *testing.T) {
 
 // A cached resource whose upstream subscription ended is not trusted when it
 // is subscribed again: a Delta server forgets what the relay unsubscribed,
-// so a deletion meanwhile never reached the cache. It was taken for deleted
-// after upstream.does_not_exist_after unless the upstream sent it again; now
-// only the upstream's word removes it (issue 23, item 4): a client that was
-// sent the cached copy keeps it while the upstream says nothing — a SotW
-// answer to "*", the whole set, removes it from the wildcard set.
+// so a deletion meanwhile never reached the cache. Unless the upstream sends
+// it again, it is taken for deleted after upstream.does_not_exist_after —
+// for a client that names it and for a wildcard client (it stayed in the
+// wildcard set for good).
 func TestUnsubscribedCacheEntryConfirmedAgain(t *testing.T) {
-	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
 		up := xdstest.StartUpstream(t)
 		up.SetResources(clusters("c1", "c2", "c3"))
 		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
@@ -81,25 +81,32 @@ func TestUnsubscribedCacheEntryConfirmedAgain(t *testing.T) {
 
 		named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
 		named.Subscribe(resource.ClusterType, []string{"c2"}, nil)
-		keptThroughSilence(t, named, "c2") // the cached c2: the upstream says nothing of it
+		resp := named.MustRecv() // the cached c2 (or already its removal)
+		if got, removed := deltaNames(resp); !slices.Equal(removed, []string{"c2"}) {
+			if !slices.Equal(got, []string{"c2"}) {
+				t.Fatalf("named: %v -%v", got, removed)
+			}
+			named.Ack(resp)
+			if resp, ok := named.TryRecv(5 * time.Second); !ok {
+				t.Fatal("a client that named c2 again was never told it was deleted upstream")
+			} else {
+				wantDelta(t, resp, nil, []string{"c2"})
+			}
+		}
 
 		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
 		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
-		if delta {
-			keeps(t, wild, "c1")
-		} else {
-			convergeTo(t, wild, "c1") // the SotW answer to "*" is the whole set
-		}
+		convergeTo(t, wild, "c1")
 	})
 }
 
 // The same for a name the wildcard covered as well: unsubscribed together
 // with the wildcard, a Delta server forgets it and does not tell the relay
-// when it is deleted; with the wildcard subscribed again, a SotW server's
-// answer (the whole set) removes it; a Delta server says nothing of it, and
-// silence removes nothing (issue 23, item 4).
+// when it is deleted; with the wildcard subscribed again, it is taken for
+// deleted unless the upstream sends it again (found by the oracle, seed
+// 302527: it stayed in the wildcard set for good).
 func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
-	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
 		up := xdstest.StartUpstream(t)
 		up.SetResources(clusters("c1", "c2"))
 		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
@@ -115,11 +122,7 @@ func TestUnsubscribedWithTheWildcardConfirmedAgain(t *testing.T) {
 
 		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
 		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
-		if delta {
-			keeps(t, wild, "c1")
-		} else {
-			convergeTo(t, wild, "c1") // the SotW answer to "*" is the whole set
-		}
+		convergeTo(t, wild, "c1")
 	})
 }
 
@@ -154,61 +157,11 @@ func convergeTo(t *testing.T, c *xdstest.DeltaClient, want string) {
 	}
 }
 
-// keptThroughSilence reads c's responses for two seconds, ACKing each, and
-// fails if one removes a name or if c does not hold every one of names at
-// the end. They were deleted upstream while the relay did not listen, and
-// the client got them from the cache: only the upstream's word, which the
-// test's upstream does not give, may tell it they are gone — never the
-// relay's does-not-exist timer (issue 23, item 4). Two seconds cover
-// upstream.does_not_exist_after (at most a second in these tests).
-func keptThroughSilence(t *testing.T, c *xdstest.DeltaClient, names ...string) {
-	t.Helper()
-	held := xdstest.DeltaHolds{}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		resp, ok := c.TryRecv(time.Until(deadline))
-		if !ok {
-			break
-		}
-		if _, removed := deltaNames(resp); len(removed) > 0 {
-			t.Fatalf("the client was told %v are gone: only the relay's timer said so", removed)
-		}
-		held.Apply(resp)
-		c.Ack(resp)
-	}
-	for _, n := range names {
-		if !held.Has(n) {
-			t.Fatalf("the client holds %v, want %v", held, names)
-		}
-	}
-}
-
-// keeps reads c's responses for two seconds, ACKing each, and fails unless
-// c then holds every one of names. What else it was sent from the cache may
-// stay or go: a Delta server's answer to the relay's Forget with "*" says
-// whether a cached member was deleted (its word) — or says nothing.
-func keeps(t *testing.T, c *xdstest.DeltaClient, names ...string) {
-	t.Helper()
-	held := xdstest.DeltaHolds{}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		resp, ok := c.TryRecv(time.Until(deadline))
-		if !ok {
-			break
-		}
-		held.Apply(resp)
-		c.Ack(resp)
-	}
-	for _, n := range names {
-		if !held.Has(n) {
-			t.Fatalf("the client holds %v, want %v", held, names)
-		}
-	}
-}
-
 // A TP2 name's variants cached for a subscription with parameters that ended
 // are not confirmed any more either: the default variant deleted upstream
-// meanwhile was taken for deleted when the plain name was subscribed again
-// and the upstream did not send it (oracle seed 308908); silence removes
-// nothing now (issue 23, item 4): the client keeps the copy it was sent.
+// meanwhile is taken for deleted when the plain name is subscribed again and
+// the upstream does not send it (found by the oracle, seed 308908: a
+// wildcard client held it for good).
 func TestUnsubscribedTP2VariantConfirmedAgain(t *testing.T) {
 	up := xdstest.StartTP2(t)
 	up.Set(resource.ClusterType, "c", nil, xdstest.EDSCluster("c", "eds"))
@@ -228,19 +181,16 @@ func TestUnsubscribedTP2VariantConfirmedAgain(t *testing.T) {
 
 	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
 	named.Subscribe(resource.ClusterType, []string{"c"}, nil)
-	keptThroughSilence(t, named, "c")
+	toldGone(t, named, "c")
 }
 
 // A member of the wildcard set only (never named) deleted upstream while the
 // wildcard was dropped: go-control-plane forgets what the relay held under
 // the wildcard once it answers a name still subscribed, so when "*" is
-// subscribed again it neither sends the member nor says it is gone; the
-// relay's wait used to take it for deleted. On Delta the relay has the server
-// confirm it (upstream.Client.Forget), which answers with its removal; a SotW
-// server's answer to "*" added after a name proves nothing, and silence
-// removes nothing (issue 23, items 3 and 4).
+// subscribed again it neither sends the member nor says it is gone. The
+// relay must not keep it in the wildcard set for good.
 func TestWildcardOnlyMemberDeletedWhileDropped(t *testing.T) {
-	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
 		up := xdstest.StartUpstream(t)
 		up.SetResources(clusters("c1", "c2"))
 		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
@@ -261,20 +211,16 @@ func TestWildcardOnlyMemberDeletedWhileDropped(t *testing.T) {
 
 		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
 		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
-		if delta {
-			convergeTo(t, wild, "c1")
-		} else {
-			keptThroughSilence(t, wild, "c1", "c2")
-		}
+		convergeTo(t, wild, "c1")
 	})
 }
 
 // A member of the wildcard set only, deleted upstream after the wildcard was
 // dropped, then named by a client: the cached value the client gets at once
 // is not trusted. On a SotW upstream a response without it proves nothing
-// (the name was not in the stream's first request). The relay's wait took it
-// for deleted (oracle seed 2200583); silence removes nothing now (issue 23,
-// item 4): the client keeps the copy it was sent.
+// (the name was not in the stream's first request), and it stayed served
+// for good (found by the oracle, seed 2200583: a gRPC client kept a
+// listener the upstream had deleted).
 func TestWildcardMemberNamedAfterTheWildcard(t *testing.T) {
 	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
 		up := xdstest.StartUpstream(t)
@@ -295,6 +241,6 @@ func TestWildcardMemberNamedAfterTheWildcard(t *testing.T) {
 
 		named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
 		named.Subscribe(resource.ClusterType, []string{"c1"}, nil)
-		keptThroughSilence(t, named, "c1")
+		toldGone(t, named, "c1")
 	})
 }
