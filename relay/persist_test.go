@@ -152,6 +152,11 @@ func TestWarmRestartVariantAnswerKeepsTheDefault(t *testing.T) {
 	}
 	wild = xdstest.DialADS(t, second.Addr(), &core.Node{Id: "wild"})
 	wild.Resume(resource.ClusterType, resp.GetVersionInfo(), "*")
+	// The server says nothing of the wildcard added mid-stream: the relay
+	// asks on a new stream, whose first request carries "*".
+	s = f.stream(t)
+	s.next(resource.ClusterType)
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("c", "eds-default"), prodVariant)
 	wantNames(t, wild.RecvType(resource.ClusterType), "c")
 }
 

@@ -145,7 +145,7 @@ type Config struct {
 	// 0: DefaultResyncAfter.
 	ResyncAfter time.Duration
 	// OnResync, when set, is told when the client starts a new stream to
-	// ask the server again, and why (ResyncDoesNotExist),
+	// ask the server again, and why (ResyncDoesNotExist, ResyncWildcard),
 	// for metrics.
 	OnResync func(reason string)
 	// Settle is how long the server may say nothing after the relay's last

@@ -9,7 +9,8 @@ import (
 	"github.com/xds-relay/xds-relay/keying"
 )
 
-// Resync: when the server has said nothing of a name, the relay asks for its word rather than infer it from the silence — on a new stream, whose first
+// Resync: when the server has said nothing of a name, or of the wildcard's
+// set, the relay asks for its word rather than infer it from the silence — on a new stream, whose first
 // request the server answers for certain. The stream restarts on the same
 // connection at once (no backoff), and the Handler is not told of a
 // disconnection: the server is as reachable as before.
@@ -77,6 +78,9 @@ const (
 	// ResyncDoesNotExist: the server said nothing of a subscribed name for
 	// the relay's does-not-exist wait (Client.Resync).
 	ResyncDoesNotExist = "does_not_exist"
+	// ResyncWildcard: the wildcard was subscribed mid-stream and no
+	// response proved its set within the settle time (settle.go).
+	ResyncWildcard = "wildcard"
 )
 
 // resyncLocked has a new stream start as soon as the rate limit allows.

@@ -128,8 +128,8 @@ func (c *Client) nextSettle() (time.Duration, bool) {
 }
 
 // settleDue settles the types and wildcards whose wait has passed and tells
-// the Handler, a wildcard's set as not found yet. Called from the stream's
-// sender.
+// the Handler, a wildcard's set as not found yet — and has a new stream ask
+// for the wildcard's set. Called from the stream's sender.
 func (c *Client) settleDue(server string, delta bool) {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
@@ -160,6 +160,10 @@ func (c *Client) settleDue(server string, delta bool) {
 			// flight: from now on it proves the wildcard like any other
 			// unnamed resource.
 			st.wildSettled, settled, st.dropped = true, true, nil
+			// Silence is not the server's word on the wildcard's set: a new
+			// stream, whose first request carries "*", asks for it
+			// (resync.go).
+			c.resyncLocked(ResyncWildcard)
 		}
 		if settled {
 			due = append(due, t)

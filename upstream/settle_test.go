@@ -19,7 +19,8 @@ import (
 // a response that carries an unnamed resource; when the named resources are
 // all there is, no response can prove it, and it settles after the server
 // said nothing more — as not found yet (Unfound), never as the full set:
-// silence is not the server's word. No update claims the full set unproven.
+// silence is not the server's word, and the client asks for it on a new
+// stream. No update claims the full set unproven.
 func TestWildcardAddedMidStream(t *testing.T) {
 	for _, mode := range []upstream.Mode{upstream.ModeSotW, upstream.ModeDelta} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -62,6 +63,24 @@ func TestWildcardAddedMidStream(t *testing.T) {
 							t.Fatalf("the wildcard's update settled=%v, want %v: %+v", settle, tc.settled, u)
 						}
 						break
+					}
+					if !tc.settled {
+						return
+					}
+					// The client asks for the server's word on a new stream,
+					// whose first request carries "*": its answer is the full
+					// set. The connection stays: no disconnection is reported.
+					for u := rec.nextUpdate(t, &cur, keying.ClusterType); !u.Complete; u = rec.nextUpdate(t, &cur, keying.ClusterType) {
+						if u.Event == upstream.Settle && !u.Unfound {
+							continue // the new stream's first answer, settled
+						}
+					}
+					rec.mu.Lock()
+					defer rec.mu.Unlock()
+					for _, st := range rec.states {
+						if !st.connected {
+							t.Fatalf("the new stream was reported as a disconnection: %+v", rec.states)
+						}
 					}
 				})
 			}
