@@ -96,6 +96,9 @@ func (c *Client) resyncLocked(reason string) {
 // get the server's word on the subscribed name n where the current one's
 // did not.
 func (c *Client) newStreamTellsLocked(typeURL string, st *typeState, n string) bool {
+	if keying.IsGlob(n) || n == keying.Wildcard {
+		return false // a set: what a response brings of it is its word (settle.go)
+	}
 	_, named := st.names[n]
 	covered := named || st.wildcard() || st.globNamed(n)
 	if c.mode == ModeDelta {
@@ -106,7 +109,8 @@ func (c *Client) newStreamTellsLocked(typeURL string, st *typeState, n string) b
 		return false
 	}
 	_, sure := st.sure[n]
-	return covered && !sure && !st.wildSure && !st.globNamed(n)
+	_, key := st.keys[n]
+	return covered && !sure && !key && !st.wildSure && !st.globNamed(n)
 }
 
 // globNamed reports whether n's glob collection is subscribed.
