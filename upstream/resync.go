@@ -96,8 +96,11 @@ func (c *Client) resyncLocked(reason string) {
 // get the server's word on the subscribed name n where the current one's
 // did not.
 func (c *Client) newStreamTellsLocked(typeURL string, st *typeState, n string) bool {
-	if keying.IsGlob(n) || n == keying.Wildcard {
-		return false // a set: what a response brings of it is its word (settle.go)
+	if keying.IsGlob(n) || n == keying.Wildcard || keying.HasParams(n) {
+		// A set: what a response brings of it is its word (settle.go). A
+		// TP2 key (name and parameters) cannot be declared in
+		// initial_resource_versions, and SotW answers it on the stream.
+		return false
 	}
 	_, named := st.names[n]
 	covered := named || st.wildcard() || st.globNamed(n)
@@ -109,8 +112,7 @@ func (c *Client) newStreamTellsLocked(typeURL string, st *typeState, n string) b
 		return false
 	}
 	_, sure := st.sure[n]
-	_, key := st.keys[n]
-	return covered && !sure && !key && !st.wildSure && !st.globNamed(n)
+	return covered && !sure && !st.wildSure && !st.globNamed(n)
 }
 
 // globNamed reports whether n's glob collection is subscribed.
