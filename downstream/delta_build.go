@@ -211,8 +211,8 @@ func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named boo
 		if st.checkRemoval(ts, v, n) && !st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
-	} else if named && v.Gone(n) {
-		b.removed = append(b.removed, n) // the upstream says it does not exist
+	} else if named && v.Known(n, false) {
+		b.removed = append(b.removed, n) // it does not exist, or is not found yet: the client holds none of it
 	}
 }
 
@@ -234,10 +234,13 @@ func (b *deltaBuilder) removeUnwild() {
 
 // answerWildcard sends the wildcard set to a client that subscribed to it
 // (or still waits for its first answer) and removes what it no longer
-// covers; it reports whether the response answers a pending wildcard.
+// covers; it reports whether the response answers a pending wildcard. A set
+// only settled by the upstream's silence (View.Unfound) is sent, but stays
+// pending: it removes nothing (View.Gone), and the upstream's word on the
+// whole set is yet to come.
 func (b *deltaBuilder) answerWildcard() bool {
 	st, ts, v := b.st, b.ts, b.v
-	if !ts.wildcard || !v.Complete || (!ts.wildPending && !hasKey(b.it.force, keying.Wildcard)) {
+	if !ts.wildcard || !v.Known(keying.Wildcard, false) || (!ts.wildPending && !hasKey(b.it.force, keying.Wildcard)) {
 		return false
 	}
 	for _, r := range v.wildcard() {
@@ -250,6 +253,9 @@ func (b *deltaBuilder) answerWildcard() bool {
 				b.drop(n)
 			}
 		}
+	}
+	if !v.Complete {
+		return false
 	}
 	answer := ts.wildPending
 	ts.wildPending = false

@@ -115,3 +115,31 @@ func TestSotWDeletedRouteStillHeldByTheClient(t *testing.T) {
 		t.Fatalf("after r5 was dropped the client holds clusters %v, want c2 and c8", clusters(resp))
 	}
 }
+
+// View.Known: the upstream's word (Absent, Complete) answers every client;
+// what is only unfound — known from its silence — answers only a client that
+// holds nothing of it, never one it would tell that something it holds is
+// gone (issue 23, items 3 and 4).
+func TestKnownSilenceIsNotTheWord(t *testing.T) {
+	v := &View{Absent: map[string]struct{}{"a": {}}, Unfound: map[string]struct{}{"u": {}, keying.Wildcard: {}}}
+	for _, c := range []struct {
+		key         string
+		holds, want bool
+	}{
+		{"a", true, true}, {"a", false, true},
+		{"u", true, false}, {"u", false, true},
+		{"x", true, false}, {"x", false, false},
+		{keying.Wildcard, true, false}, {keying.Wildcard, false, true},
+	} {
+		if got := v.Known(c.key, c.holds); got != c.want {
+			t.Errorf("Known(%q, holds %v) = %v, want %v", c.key, c.holds, got, c.want)
+		}
+		if got := v.Gone(c.key); got != (c.key == "a") && c.key != keying.Wildcard {
+			t.Errorf("Gone(%q) = %v: only the upstream's word is gone", c.key, got)
+		}
+	}
+	v.Complete = true // the upstream's word on the whole set
+	if !v.Known(keying.Wildcard, true) || !v.Known("x", true) {
+		t.Error("the complete wildcard set answers a client that holds config")
+	}
+}

@@ -68,7 +68,7 @@ func (sw *sotwBuilder) record(b *body) *encoded {
 	ts.sentOnce = true
 	if keying.FullState(v.TypeURL) {
 		ts.holdsBody, ts.holdsKeys, ts.fromElsewhere = b, b.keys, false
-		if ts.wildcard && v.Complete {
+		if ts.wildcard && v.Known(keying.Wildcard, false) {
 			delete(ts.unanswered, keying.Wildcard)
 		}
 	}
@@ -100,7 +100,7 @@ func (sw *sotwBuilder) forcedFull() bool {
 		if _, asked := ts.unanswered[n]; !asked {
 			continue // answered since it was subscribed
 		}
-		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Complete) {
+		if (named && (present || failed)) || (n == keying.Wildcard && ts.wildcard && v.Known(n, ts.fromElsewhere)) {
 			return true
 		}
 	}
@@ -112,9 +112,11 @@ func (sw *sotwBuilder) fullState() *body {
 	st, ts, v := sw.st, sw.ts, sw.v
 	forced := sw.forcedFull()
 	sel := sw.fullSelection()
-	if ts.wildcard && !v.Complete {
-		// The upstream has not answered the wildcard yet: the client waits
-		// rather than lose what it holds.
+	if ts.wildcard && !v.Known(keying.Wildcard, ts.fromElsewhere) {
+		// The upstream has not answered the wildcard yet, or only by its
+		// silence and the client brought config from elsewhere: it waits
+		// rather than lose what it holds. (What this stream sent is kept by
+		// losesNothing.)
 		return st.withholdFull(ts, v, "unknown")
 	}
 	if ts.fromElsewhere && ts.staleIn(v) {
@@ -203,7 +205,7 @@ func (sw *sotwBuilder) fullSelection() *namedState {
 		}
 		if keying.IsGlob(n) {
 			extra = append(extra, v.members(n)...)
-		} else if !ok && v.Gone(n) {
+		} else if !ok && v.Known(n, false) {
 			gone = true
 		}
 	}

@@ -18,6 +18,13 @@ import (
 // answered since) to a client that holds config from elsewhere. Until then the
 // response (SotW) or the removal (Delta) is withheld: the client keeps what
 // it has. Each hold is counted (xds_relay_removals_held_total) and logged.
+//
+// Silence is not the upstream's word. What the relay knows only from it —
+// a name its does-not-exist timer answered, a wildcard set settled because the
+// upstream said nothing more — is "unfound" (not found yet: View.Unfound).
+// It answers a client that holds nothing of it (View.Known: a grpc client
+// waiting to hear that a name does not exist, a new wildcard client), and
+// never tells a client that something it holds is gone.
 
 // losesNothing reports whether the full-state response b drops nothing the
 // client may hold without the View knowing it is gone: what the stream sent

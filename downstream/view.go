@@ -128,6 +128,14 @@ type View struct {
 	// Absent holds names the upstream said do not exist (never modified once
 	// published; may be shared between Views).
 	Absent map[string]struct{}
+	// Unfound holds what is not found yet: known from the upstream's
+	// silence, not its word (never modified once published; may be shared
+	// between Views). A name in it was subscribed and the upstream sent
+	// nothing of it for upstream.does_not_exist_after; keying.Wildcard in it:
+	// the upstream said nothing more after the relay subscribed the wildcard,
+	// so the default authority's names the View lacks are not found yet. Only
+	// a client that holds nothing of it may be answered from it (Known).
+	Unfound map[string]struct{}
 	// Errors holds TP3 per-resource errors by name (may be shared between
 	// Views; never modified once published). Streams that subscribe to such
 	// a name get the error, now and when they subscribe later.
@@ -171,7 +179,7 @@ type View struct {
 // publishes it. v is not modified.
 func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 	return &View{TypeURL: v.TypeURL, Seq: seq, Resources: v.Resources, Changed: changed, Absent: v.Absent,
-		Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Received: v.Received}
+		Unfound: v.Unfound, Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Received: v.Received}
 }
 
 // GlobAnswered reports whether the View knows the whole set of the glob
@@ -216,6 +224,21 @@ func (v *View) Gone(key string) bool {
 	}
 	auth, _ := keying.Authority(key)
 	return v.Complete && auth == "" && !keying.HasParams(key) && !keying.IsGlob(key)
+}
+
+// Known reports whether a client may be answered that there is nothing more
+// of key than the View holds: for a name it lacks, that it does not exist;
+// for keying.Wildcard, that the wildcard set is whole. The upstream's word
+// (Gone, Complete) answers every client. What is only not found yet
+// (Unfound) answers a client that holds nothing of key (holds: it may hold
+// some, sent here or brought from elsewhere), never one it would tell that
+// something it holds is gone.
+func (v *View) Known(key string, holds bool) bool {
+	if key == keying.Wildcard && v.Complete || key != keying.Wildcard && v.Gone(key) {
+		return true
+	}
+	_, unfound := v.Unfound[key]
+	return unfound && !holds
 }
 
 // wildcard returns the resources a wildcard subscription selects, sorted.
@@ -270,7 +293,7 @@ type namedState struct {
 	body    *body
 	present int    // resources in body
 	errors  int    // TP3 errors in body
-	gone    bool   // the View knows one of the names does not exist
+	gone    bool   // a client that holds none of the names may be told one does not exist (Known)
 	key     string // the body's memo key
 	sel     []*Resource
 	errs    []*ResourceError
@@ -307,7 +330,7 @@ func (v *View) namedFull(set *nameSet, ttl bool) *namedState {
 			ns.sel = append(ns.sel, r)
 		} else if e, ok := v.Errors[n]; ok {
 			ns.errs = append(ns.errs, e)
-		} else if v.Gone(n) {
+		} else if v.Known(n, false) {
 			ns.gone = true
 		}
 	}

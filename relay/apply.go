@@ -192,6 +192,7 @@ func (a *applier) resource(e *downstream.Resource) {
 		return
 	}
 	a.edit.unmarkAbsent(e.Name)
+	a.edit.markUnfound(e.Name, false)
 	if _, ok := a.edit.errs[e.Name]; ok {
 		a.edit.clearError(e.Name) // the resource is back: its error is over
 		delete(tc.unreachable, e.Name)
@@ -387,21 +388,9 @@ func (a *applier) deleted(name string) {
 func (a *applier) fullStateDeletions() {
 	u, old := a.u, a.edit.old
 	gone := append(slices.Clone(u.Removed), a.globsLacking()...)
-	if u.Complete && u.Event != upstream.Settle && a.authority == "" {
+	if u.Complete && a.authority == "" {
 		for key, cur := range old.Resources {
 			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.InWildcard() {
-				gone = append(gone, key)
-			}
-		}
-	}
-	if u.Event == upstream.Settle && u.Present != nil && a.authority == "" {
-		// The last response answered the wildcard: it is the whole set.
-		present := make(map[string]struct{}, len(u.Present))
-		for _, n := range u.Present {
-			present[n] = struct{}{}
-		}
-		for key, cur := range old.Resources {
-			if _, ok := present[key]; !ok && key == cur.Name && cur.InWildcard() {
 				gone = append(gone, key)
 			}
 		}
@@ -520,6 +509,7 @@ func (a *applier) publish() {
 	// it never holds the whole set while one of them is in it.
 	complete := (old.Complete || (a.u.Complete && a.authority == "")) && (tc.up[keying.Wildcard] || a.authority != "") &&
 		(a.sc.own || !tc.withholdsWildcard())
+	unfound := a.wildcardUnfound(complete)
 	confirmed := old.Unconfirmed[a.authority] // the upstream answered on its current stream
 	delete(tc.unconfirmed, a.authority)
 	unconfirmed := old.Unconfirmed
@@ -530,7 +520,7 @@ func (a *applier) publish() {
 	if len(beats) == 0 {
 		beats = nil
 	}
-	if len(a.edit.changed) == 0 && complete == old.Complete && !confirmed {
+	if len(a.edit.changed) == 0 && complete == old.Complete && !unfound && !confirmed {
 		if a.touched || len(a.edit.res) != len(old.Resources) || beats != nil {
 			a.edit.changed = nil
 			v := a.edit.view(s.nextSeq())

@@ -42,7 +42,7 @@ type typeCache struct {
 	halted map[string]string
 
 	// unavail holds, per subscribed name the cache knows nothing of, the
-	// timer that reports it UNAVAILABLE or, later, absent (armUnknown);
+	// timer that reports it UNAVAILABLE or, later, not found yet (armUnknown);
 	// unreachable the names whose error is that UNAVAILABLE.
 	unavail     map[string]*time.Timer
 	unreachable map[string]bool
@@ -52,8 +52,9 @@ type typeCache struct {
 	// Delta server forgets what was unsubscribed; a SotW server's silence on
 	// a name subscribed later on the stream proves nothing at once), so
 	// when they are subscribed again their cached value is served but not
-	// trusted — armUnknown takes them for deleted unless the upstream sends
-	// them again (a deletion meanwhile would otherwise never reach the cache).
+	// trusted: the relay has the upstream confirm them where it can
+	// (upstream.Client.Forget), and until it speaks they stay — its silence
+	// (armUnknown's wait) removes nothing a client may hold.
 	unsure map[string]bool
 
 	// TP2 (see variants.go): variants holds the stored variants of the

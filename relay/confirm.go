@@ -242,10 +242,12 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 // of. While its authority is unreachable, clients get a TP3 UNAVAILABLE error
 // after UnavailableAfter (transient: they keep what they have). Once the
 // upstream is connected and has answered the type, a name it still says
-// nothing of after upstream.does_not_exist_after is taken as not existing — a
-// SotW server tells nothing of a named resource that does not exist, and xDS
-// clients conclude the same with their own does-not-exist timer — so that
-// clients holding back for it (transitions) are answered.
+// nothing of after upstream.does_not_exist_after is not found yet
+// (View.Unfound) — a SotW server tells nothing of a named resource that does
+// not exist, and xDS clients conclude the same with their own does-not-exist
+// timer — so that clients that hold none of it are answered. Silence is not
+// the upstream's word: a client that holds it is not told it is gone, and
+// an unsure cached copy stays cached (and served) until the upstream speaks.
 func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.unavail[name] != nil || tc.knows(name) {
 		return
@@ -277,37 +279,81 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 				tc.unreachable[name] = true
 				s.notify(tc, tc.view)
 			}
+		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
+			// A new stream asks for the upstream's word: wait for it.
 		case !tc.unconfirmed[auth]:
-			e := editOf(tc.view)
-			e.change(name)
-			if cached {
-				// The upstream did not send it again: it is gone (in TP2
-				// variant mode, the variant the name selects).
-				if tc.variantMode(name) {
-					tc.dropVariant(name, e.res[name].Constraints)
-					s.resolveVariants(tc, name, e)
-				} else {
-					e.drop(name)
-				}
-				delete(tc.unsure, name)
-				s.unref.forget(tc.lruKey(name))
-			}
-			if tc.up[name] {
-				e.markAbsent(name)
-			}
-			if tc.unreachable[name] {
-				e.clearError(name) // the upstream is back: it is no longer unreachable
-				delete(tc.unreachable, name)
-			}
-			v := e.view(s.nextSeq())
-			s.publish(tc, v)
-			s.notify(tc, v)
+			s.silent(tc, name, cached)
 			return
 		}
 		s.armUnknown(tc, name) // not answered yet: look again later
 	}
 	t = time.AfterFunc(d, fire)
 	tc.unavail[name] = t
+}
+
+// wildcardUnfound records in the edit whether the wildcard's set is not found
+// yet (View.Unfound): the upstream's silence settled it (a Settle), until its
+// word makes it complete or the wildcard is unsubscribed (subscribe.go). It
+// reports whether that is new.
+func (a *applier) wildcardUnfound(complete bool) bool {
+	tc := a.tc
+	if complete {
+		a.edit.markUnfound(keying.Wildcard, false)
+		return false
+	}
+	_, was := a.edit.unfound[keying.Wildcard]
+	if was || !a.u.Unfound || a.authority != "" || !tc.up[keying.Wildcard] || (!a.sc.own && tc.withholdsWildcard()) {
+		return false
+	}
+	a.edit.markUnfound(keying.Wildcard, true)
+	return true
+}
+
+// askUpstream has the upstream client ask the server for its word on name
+// on a new stream (upstream.Client.Resync), and reports whether it will.
+func (s *state) askUpstream(tc *typeCache, name string) bool {
+	c := tc.clientFor(name)
+	return c != nil && c.Resync(tc.typeURL, name)
+}
+
+// silent: the upstream said nothing of name for does_not_exist_after, and
+// asking again on a new stream can tell no more. A SotW server's silence on
+// a type that is not full state (RDS, EDS) is all the protocol offers — no
+// response proves a name it lacks, on any stream — so the name is taken as
+// gone, as xDS clients do with their own timer. Otherwise silence is not the
+// upstream's word: a name the cache lacks is not found yet (View.Unfound),
+// answering clients that hold none of it, and a cached copy stays.
+func (s *state) silent(tc *typeCache, name string, cached bool) {
+	c := tc.clientFor(name)
+	gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
+	if cached && !gone {
+		return
+	}
+	e := editOf(tc.view)
+	e.change(name)
+	if cached {
+		// In TP2 variant mode, the variant the name selects is gone.
+		if tc.variantMode(name) {
+			tc.dropVariant(name, e.res[name].Constraints)
+			s.resolveVariants(tc, name, e)
+		} else {
+			e.drop(name)
+		}
+		delete(tc.unsure, name)
+		s.unref.forget(tc.lruKey(name))
+	}
+	if tc.up[name] && gone {
+		e.markAbsent(name)
+	} else if tc.up[name] {
+		e.markUnfound(name, true)
+	}
+	if tc.unreachable[name] {
+		e.clearError(name) // the upstream is back: it is no longer unreachable
+		delete(tc.unreachable, name)
+	}
+	v := e.view(s.nextSeq())
+	s.publish(tc, v)
+	s.notify(tc, v)
 }
 
 // rearmUnknown restarts the watches of unknown names of authority in sc when
@@ -325,13 +371,14 @@ func (s *state) rearmUnknown(sc *scope, authority string) {
 }
 
 // knows reports whether the cache knows something of name: its resource
-// (unless unsure), that it does not exist, or an error other than its own
-// UNAVAILABLE.
+// (unless unsure), that it does not exist or is not found yet, or an error
+// other than its own UNAVAILABLE.
 func (tc *typeCache) knows(name string) bool {
 	_, cached := tc.view.Resources[name]
 	_, absent := tc.view.Absent[name]
+	_, unfound := tc.view.Unfound[name]
 	_, failed := tc.view.Errors[name]
-	return (cached && !tc.unsure[name]) || absent || (failed && !tc.unreachable[name])
+	return (cached && !tc.unsure[name]) || absent || unfound || (failed && !tc.unreachable[name])
 }
 
 // covers reports whether an upstream subscription covers name: its own, or

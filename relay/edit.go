@@ -14,16 +14,17 @@ type viewEdit struct {
 	old     *downstream.View
 	res     map[string]*downstream.Resource
 	absent  map[string]struct{}
+	unfound map[string]struct{}
 	errs    map[string]*downstream.ResourceError
 	changed map[string]struct{}
 	globs   map[string]struct{} // the glob collections whose set the upstream answered
 
-	resCopied, absentCopied, errsCopied, globsCopied bool
+	resCopied, absentCopied, unfoundCopied, errsCopied, globsCopied bool
 }
 
 // editOf starts an edit of v.
 func editOf(v *downstream.View) *viewEdit {
-	return &viewEdit{old: v, res: v.Resources, absent: v.Absent, errs: v.Errors, globs: v.AnsweredGlobs}
+	return &viewEdit{old: v, res: v.Resources, absent: v.Absent, unfound: v.Unfound, errs: v.Errors, globs: v.AnsweredGlobs}
 }
 
 // resources returns the edit's own copy of the resources, to change.
@@ -100,6 +101,25 @@ func (e *viewEdit) ownGlobs() {
 	}
 }
 
+// markUnfound records that key is not found yet (View.Unfound: the
+// upstream's silence, not its word), or, with on false, no longer.
+func (e *viewEdit) markUnfound(key string, on bool) {
+	if _, ok := e.unfound[key]; ok == on {
+		return
+	}
+	if !e.unfoundCopied {
+		e.unfound, e.unfoundCopied = maps.Clone(e.unfound), true
+		if e.unfound == nil {
+			e.unfound = make(map[string]struct{})
+		}
+	}
+	if on {
+		e.unfound[key] = struct{}{}
+	} else {
+		delete(e.unfound, key)
+	}
+}
+
 // setError records a TP3 error for key.
 func (e *viewEdit) setError(key string, re *downstream.ResourceError) {
 	e.ownErrors()
@@ -136,6 +156,6 @@ func (e *viewEdit) change(key string) {
 // sequence number seq and the changed names, for the caller to publish.
 func (e *viewEdit) view(seq uint64) *downstream.View {
 	v := e.old.Next(seq, e.changed)
-	v.Resources, v.Absent, v.Errors, v.AnsweredGlobs = e.res, e.absent, e.errs, e.globs
+	v.Resources, v.Absent, v.Unfound, v.Errors, v.AnsweredGlobs = e.res, e.absent, e.unfound, e.errs, e.globs
 	return v
 }

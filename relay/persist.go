@@ -22,9 +22,8 @@ import (
 // Warm restart: the cache is written to cache.persist_path and loaded at
 // start, so a restarted relay serves clients at once even when no upstream is
 // reachable. Loaded resources are replaced as soon as the upstream answers;
-// one it says nothing of once subscribed is taken for deleted after
-// upstream.does_not_exist_after (unsure, see typeCache.unsure), unless a
-// Delta server was told the relay holds it.
+// one it says nothing of once subscribed stays unsure (see typeCache.unsure),
+// unless a Delta server was told the relay holds it.
 //
 // File format: the magic line, then one protobuf-wire record per type
 // (field 1: type URL, 2: wildcard set complete, 3: resources, each with 1:

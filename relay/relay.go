@@ -256,6 +256,12 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		// that a reconnect does not resend them.
 		InitialVersions: h.initialVersions,
 		Declared:        h.declared,
+		// A new stream asks for the upstream's word at most once per
+		// does-not-exist wait (upstream/resync.go).
+		ResyncAfter: r.cfg.Upstream.DoesNotExistAfter,
+		OnResync: func(reason string) {
+			r.m.UpstreamResyncs.WithLabelValues(auth, reason).Inc()
+		},
 	}, syncHook{h})
 }
 

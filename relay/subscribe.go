@@ -173,14 +173,17 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	}
 	// No longer subscribed: what the upstream said of it goes stale — that
 	// it does not exist, or (the wildcard) that the cache holds the whole set
-	// — and so does the relay's own UNAVAILABLE: it would keep a name missing
-	// from the complete wildcard set from counting as gone (View.Gone).
+	// — and so does what its silence said (View.Unfound) and the relay's own
+	// UNAVAILABLE: it would keep a name missing from the complete wildcard
+	// set from counting as gone (View.Gone).
 	_, absent := tc.view.Absent[name]
+	_, unfound := tc.view.Unfound[name]
 	incomplete := name == keying.Wildcard && tc.view.Complete
 	unreachable := tc.unreachable[name]
-	if absent || incomplete || unreachable {
+	if absent || unfound || incomplete || unreachable {
 		e := editOf(tc.view)
 		e.unmarkAbsent(name)
+		e.markUnfound(name, false)
 		if unreachable {
 			e.change(name)
 			e.clearError(name)
@@ -202,10 +205,11 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 // relay of its deletion any more. So too another authority's name the
 // default servers list (Resource.Listed): its own stream no longer confirms
 // it either, and the default servers, which think the relay holds it, would
-// not send it again. Named later, it is served as cached but
-// taken for deleted unless the upstream sends it within
-// upstream.does_not_exist_after (armUnknown) — on a SotW stream a response
-// without it proves nothing, as the name was not in the type's first request.
+// not send it again. Named later, it is served as cached until the upstream
+// sends it again or says it is gone — on a SotW stream a response without it
+// proves nothing, as the name was not in the type's first request, so once
+// upstream.does_not_exist_after passes the relay asks on a new stream
+// (armUnknown); silence removes nothing.
 // On Delta it is forgotten too
 // (upstream.Client.Forget). What a Delta server keeps of it is no help:
 // go-control-plane forgets it silently once it answers a name still
@@ -214,7 +218,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 // wildcard set for good) — while another server keeps it and never sends it
 // again. When "*" is subscribed again the upstream client makes the server
 // send each again or say it is gone (a SotW server answers "*" with the whole
-// set); what it does not send is gone after does_not_exist_after.
+// set); what it says nothing of stays.
 func (s *state) unsureWildcardMembers(tc *typeCache) {
 	c := tc.clientFor(keying.Wildcard)
 	if c == nil {

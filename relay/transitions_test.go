@@ -2,12 +2,15 @@ package relay_test
 
 import (
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -149,4 +152,112 @@ func TestNameThatNeverExists(t *testing.T) {
 	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
 	d.Subscribe(resource.ClusterType, []string{"c9"}, nil)
 	wantDelta(t, d.MustRecv(), nil, []string{"c9"}) // known at once now
+}
+
+// Silence is not the upstream's word (issue 23, item 3). A SotW upstream
+// answers the named subscription but is slow to answer once the relay adds
+// "*" for a wildcard client: the settle time passes with nothing but the named
+// answer. A client that holds nothing may get that, but a SotW wildcard client
+// from another replica is not answered without c2 and c3, and a Delta client
+// that brought c2 is not told it is gone; both get the whole set once the
+// upstream answers the wildcard.
+func TestSettleIsNotTheWildcardsWord(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	f := &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		if !slices.Contains(names, "*") {
+			return sotwClusters(t, "c1"), nil
+		}
+		<-release // slow to answer the wildcard
+		return sotwClusters(t, "c1", "c2", "c3"), nil
+	}}
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	r := xdstest.StartRelay(t, startFakeCDS(t, f), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+	}))
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "grpc"})
+	named.Subscribe(resource.ClusterType, "c1")
+	wantNames(t, named.RecvType(resource.ClusterType), "c1")
+
+	moved := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	moved.Resume(resource.ClusterType, "v-elsewhere")
+	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: map[string]string{"c2": "v-elsewhere"}})
+	fresh := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.ClusterType)
+	// The fresh client holds nothing: the set settled by silence is its answer.
+	first := fresh.RecvType(resource.ClusterType)
+	wantNames(t, first, "c1")
+	fresh.Ack(first)
+	// Well past the settle time (250 ms) the others lost nothing: the CDS
+	// stream at once, the ADS one past the second make before break gives
+	// a client from elsewhere to ask for what refers to its clusters.
+	moved.ExpectNoResponse(quiet)
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		resp, ok := d.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the Delta client was told %v are gone: only the upstream's silence said so", removed)
+		}
+		d.Ack(resp)
+	}
+
+	once.Do(func() { close(release) })
+	wantNames(t, moved.RecvType(resource.ClusterType), "c1", "c2", "c3")
+	wantNames(t, fresh.RecvType(resource.ClusterType), "c1", "c2", "c3")
+}
+
+// sotwClusters is a SotW CDS response carrying the named EDS clusters.
+func sotwClusters(t *testing.T, names ...string) *discoverygrpc.DiscoveryResponse {
+	t.Helper()
+	resp := &discoverygrpc.DiscoveryResponse{}
+	for _, n := range names {
+		a, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Resources = append(resp.Resources, a)
+	}
+	return resp
+}
+
+// The does-not-exist timer is not the upstream's word (issue 23, item 4). The
+// upstream is connected but answers nothing (go-control-plane with no
+// snapshot for the relay's node). Past upstream.does_not_exist_after a client
+// that holds nothing of e0 may be told it does not exist — grpc clients wait
+// for that — but a Delta client that brought e0 from another replica is not
+// told it is gone; it gets e0 when the upstream sends it.
+func TestDoesNotExistTimerRemovesNothingHeld(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
+	}))
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"e0"},
+		InitialResourceVersions: map[string]string{"e0": "v-elsewhere"}})
+
+	fresh := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.ClusterType, []string{"e0"}, nil)
+	wantDelta(t, fresh.MustRecv(), nil, []string{"e0"}) // not found yet: it holds nothing
+	grpc := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "grpc"})
+	grpc.Subscribe(resource.ClusterType, "e0")
+	wantNames(t, grpc.RecvType(resource.ClusterType))
+
+	// Past the timer, and the second make before break gives a client from
+	// elsewhere, the moved client still holds e0.
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the client that brought e0 was told %v are gone: only the relay's timer said so", removed)
+		}
+		moved.Ack(resp)
+	}
+	up.SetResources(clusters("e0"))
+	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
 }

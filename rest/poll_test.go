@@ -284,3 +284,19 @@ func TestPollEnvoySpelledName(t *testing.T) {
 		t.Fatalf("EDS poll of %s: %d %q", name, r.code, r.body)
 	}
 }
+
+// The relay's does-not-exist timer is not the upstream's word (issue 23,
+// item 4). Past upstream.does_not_exist_after, a poll that holds nothing
+// (no version) is answered without a cluster the upstream says nothing of —
+// not found yet — and the relay asks the upstream on a new stream, whose
+// word (here: it does not exist) answers a poll that holds config (it polls
+// with a version, from this relay or another). The upstream's silence on
+// that new stream too is relay's TestDoesNotExistTimerRemovesNothingHeld.
+func TestPollNotFoundYetOnlyWithoutAVersion(t *testing.T) {
+	rr := startREST(t, clusters("c1"), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	wantClusters(t, rr.post(t, "clusters", request("grpc", "", "c1", "c9")), clusters("c1"))
+	ch := rr.postAsync(t, "clusters", request("envoy-1", "from-another-replica", "c1", "c9"))
+	wantClusters(t, wait(t, ch), clusters("c1"))
+}

@@ -56,11 +56,15 @@ func (p *poll) answer(v *downstream.View) answer {
 	}
 	// trust: what the View says of k being gone may be told to this client.
 	trust := func(k string) bool { return p.version == "" || !v.Stale(k) }
+	// holds: the client polls with a version, so it holds config (from this
+	// relay or another): only the upstream's word may tell it something is
+	// gone (View.Known).
+	holds := p.version != ""
 	// some: the View says something of the subscription; all: of every
 	// name of it, as a full-state (LDS/CDS) answer must.
 	some, all := false, true
 	if p.wildcard {
-		if v.Complete && trust(keying.Wildcard) {
+		if v.Known(keying.Wildcard, holds) && trust(keying.Wildcard) {
 			some = true
 		} else {
 			all = false
@@ -94,7 +98,7 @@ func (p *poll) answer(v *downstream.View) answer {
 		} else if e, ok := v.Errors[k]; ok && (trust(k) || !v.Gone(k)) {
 			a.errs = append(a.errs, e) // TP3: cached errors are answered like resources
 			some = true
-		} else if v.Gone(k) && trust(k) {
+		} else if v.Known(k, holds) && trust(k) {
 			some = true
 		} else {
 			all = false

@@ -51,6 +51,13 @@ type Client struct {
 	lastErr error
 	mode    Mode // mode of the current (or next) stream
 
+	// resyncDue: a new stream is to ask the server again (resync.go), for
+	// resyncReason; resynced: when the last such stream started.
+	resyncDue    bool
+	resyncReason string // the first reason since the last new stream
+	resynced     time.Time
+	streams      uint64 // streams started
+
 	// Owned by the run goroutine.
 	sotwOnly  []bool // per server: answered Delta with Unimplemented (ModeAuto)
 	connected string // server reported connected to the Handler, "" if none
@@ -99,7 +106,9 @@ type typeState struct {
 	nack              error      // SotW: NACK to send with the next request
 	acks              []deltaAck // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
-	// certainly applies the wildcard on this stream; settleAt: when, if the
+	// certainly applies the wildcard on this stream; wildSettled: the
+	// wildcard, not proven, settled by the server's silence (reported
+	// once, as Update.Unfound); settleAt: when, if the
 	// server says nothing more, the type or its wildcard counts as answered
 	// (zero: no wait); refetch: the type was subscribed again and asked for
 	// with no version, and no wildcard settles before the server answers;
@@ -107,11 +116,20 @@ type typeState struct {
 	// answered, the relay holds none of it, and the server sends again only
 	// on a change, so its silence settles nothing until a valid response.
 	// See settle.go.
-	answered bool
-	wildSure bool
-	settleAt time.Time
-	refetch  bool
-	rejected bool
+	answered    bool
+	wildSure    bool
+	wildSettled bool
+	settleAt    time.Time
+	refetch     bool
+	rejected    bool
+	// doubt (Delta) holds names the relay lacks and asked the server about
+	// (Resync): the next stream's first request declares them; declared
+	// holds the names the current stream's first request declared.
+	doubt, declared map[string]struct{}
+	// asked holds the names asked about once on a new stream (Resync) since
+	// they were subscribed, with Client.streams when they were: a server
+	// silent on them on that new stream is asked no more.
+	asked map[string]uint64
 	// dropped (LDS/CDS) holds the names unsubscribed on this stream while
 	// the wildcard is not proven: a response may still answer a request that
 	// named them, so one of them proves nothing about the wildcard.
@@ -242,6 +260,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.sure, n)
 			delete(st.keys, n)
 			delete(st.globs, n)
+			delete(st.asked, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
@@ -251,7 +270,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			}
 			switch {
 			case n == keying.Wildcard:
-				st.wildSure = false
+				st.wildSure, st.wildSettled = false, false
 				if st.answered {
 					st.settleAt = time.Time{}
 				} // else the wait for the type's first answer goes on (settle.go)
@@ -451,11 +470,13 @@ func (c *Client) hasInterestLocked() bool {
 // so the server sends the full current state.
 func (c *Client) resetForStreamLocked() {
 	c.pending = c.pending[:0]
+	c.resyncDue = false // this stream asks everything again
+	c.streams++
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
-		st.sure, st.keys, st.globs, st.dropped = nil, nil, nil, nil
-		st.answered, st.wildSure, st.settleAt, st.refetch, st.rejected = false, false, time.Time{}, false, false
+		st.sure, st.keys, st.globs, st.dropped, st.declared = nil, nil, nil, nil, nil
+		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -139,6 +139,15 @@ type Config struct {
 	// are gone; of anything else it knows nothing. Called like
 	// InitialVersions.
 	Declared func(typeURL string, names []string)
+	// ResyncAfter is the least time between two new streams the client
+	// starts to ask the server again (Client.Resync), so that names in doubt
+	// are asked together and a server that never answers meets no loop.
+	// 0: DefaultResyncAfter.
+	ResyncAfter time.Duration
+	// OnResync, when set, is told when the client starts a new stream to
+	// ask the server again, and why (ResyncDoesNotExist, ResyncWildcard),
+	// for metrics.
+	OnResync func(reason string)
 	// Settle is how long the server may say nothing after the relay's last
 	// request before an unproven wildcard, or a type's first request on a
 	// stream, counts as answered (settle.go). 0: DefaultSettle.

@@ -121,6 +121,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 				firsts = make(map[string][]string)
 			}
 			firsts[t] = slices.Collect(maps.Keys(iv))
+			iv = st.declareDoubtLocked(iv)
 		}
 		st.dirty = false
 

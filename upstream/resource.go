@@ -75,10 +75,11 @@ const (
 	// a type no longer subscribed: the server's word on what the relay may
 	// still cache.
 	UnsubscribedRemoval
-	// Settle has no response behind it: the wildcard was not proven by a
-	// response, and the server said nothing more for a while after the
-	// relay's last request, so what the relay holds is the whole set
-	// (Complete is true, nothing else is set but Present).
+	// Settle has no response behind it: the server said nothing more for
+	// a while after the relay's last request. It ends the wait for the
+	// type's first answer on the stream and, with Unfound, the wildcard's:
+	// silence is not the server's word, so it proves no set whole and
+	// removes nothing (nothing else is set).
 	Settle
 )
 
@@ -113,11 +114,10 @@ type Update struct {
 	// with it the relay holds the default authority's whole set of the type
 	// (SotW: it is that set). Only when that is certain; see settle.go.
 	Complete bool
-	// Present, with a Settle on a SotW LDS/CDS stream that had a response,
-	// lists the names of the last response: the settle proves it answered
-	// the wildcard, so it is the whole set, and what else the relay holds
-	// (a warm-restart file's, one deleted meanwhile) is gone.
-	Present []string
+	// Unfound, with a Settle, reports that the wildcard subscription
+	// settled by the server's silence: what of the default authority's set
+	// the relay lacks is not found yet — not gone (downstream.View.Unfound).
+	Unfound bool
 	// Delta reports an incremental response.
 	Delta bool
 	// RemovedVariants are Delta's removed_resource_names: variants deleted.

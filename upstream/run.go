@@ -164,15 +164,20 @@ func (c *Client) attempt(idx int) (bool, error) {
 	if m := c.cfg.Servers[idx].Mode; m != ModeAuto {
 		mode = m
 	}
+	answered := false
 	for {
 		delta := mode == ModeDelta || (mode == ModeAuto && !c.sotwOnly[idx])
 		received, err := c.runStream(conn, idx, delta)
+		answered = answered || received
 		if delta && mode == ModeAuto && !received && status.Code(err) == codes.Unimplemented {
 			c.sotwOnly[idx] = true
 			c.log.Info("upstream has no Delta xDS, using SotW", zap.String("server", uri))
 			continue
 		}
-		return received, err
+		if errors.Is(err, errResync) && c.ctx.Err() == nil {
+			continue // resync.go: a new stream at once, on the same connection
+		}
+		return answered, err
 	}
 }
 
@@ -251,6 +256,14 @@ func (c *Client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, s
 		d, pending := c.nextSettle()
 		if !pending {
 			d = time.Hour
+		}
+		if r, due := c.resyncWait(); due {
+			if r <= 0 {
+				c.startResync(server)
+				cancel(errResync)
+				return
+			}
+			d = min(d, r)
 		}
 		settle.Reset(d)
 		select {

@@ -1,8 +1,6 @@
 package upstream
 
 import (
-	"maps"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,14 +24,16 @@ import (
 //   - or the response carries a resource outside the named subscription,
 //     and not one dropped from it on this stream while the wildcard was
 //     unproven (the response may answer a request that still named it):
-//     the server applied "*" to it;
-//   - or, when neither proves it, the server said nothing more for the
-//     settle time after the relay's last word (its request adding "*", or
-//     its ACK of the last response, which carries "*"): a server that had
-//     ignored the request answers the ACK; one that has nothing beyond the
-//     named resources says nothing.
+//     the server applied "*" to it.
 //
-// Once settled, every later response on the stream is the full set too.
+// Silence proves nothing: a server may be slow past any timer, and
+// go-control-plane in ADS mode never answers a request mixing "*" with names
+// it lacks. When the server says nothing more for the settle time after the
+// relay's last word (its request adding "*", or its ACK of the last
+// response, which carries "*"), the wildcard settles, once, as not found
+// yet (Update.Unfound): the relay may answer a client that holds nothing
+// with what it has, never tell anyone that a name is gone. Later responses
+// are the full set only once one of the above proves it.
 //
 // Has the server answered a type on a new stream? A Delta server told the
 // versions the relay holds sends nothing when nothing changed. A type counts
@@ -76,7 +76,9 @@ func (c *Client) answered(st *typeState, names []string) bool {
 		st.settleAt, st.dropped = time.Time{}, nil
 		return true
 	}
-	c.armSettleLocked(st)
+	if !st.wildSettled {
+		c.armSettleLocked(st)
+	}
 	return false
 }
 
@@ -125,16 +127,16 @@ func (c *Client) nextSettle() (time.Duration, bool) {
 	return max(time.Until(first), 0), true
 }
 
-// settleDue settles the wildcards whose wait has passed and tells the
-// Handler that their sets are complete. Called from the stream's sender.
+// settleDue settles the types and wildcards whose wait has passed and tells
+// the Handler, a wildcard's set as not found yet — and has a new stream ask
+// for the wildcard's set. Called from the stream's sender.
 func (c *Client) settleDue(server string, delta bool) {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
 	c.mu.Lock()
 	now := time.Now()
 	var due []string
-	complete := map[string]bool{}
-	present := map[string][]string{}
+	unfound := map[string]bool{}
 	for t, st := range c.types {
 		if st.settleAt.IsZero() || st.settleAt.After(now) {
 			continue
@@ -152,25 +154,25 @@ func (c *Client) settleDue(server string, delta bool) {
 			continue
 		}
 		settled := !st.answered
-		hadResponse := st.answered
 		st.answered = true
-		if st.wildcard() && !st.wildSure {
-			st.wildSure, settled, st.dropped = true, true, nil
-			if !delta && hadResponse && keying.FullState(t) {
-				present[t] = slices.Collect(maps.Keys(st.known))
-				if present[t] == nil {
-					present[t] = []string{}
-				}
-			}
+		if st.wildcard() && !st.wildSure && !st.wildSettled {
+			// What was dropped before the server's silence is no longer in
+			// flight: from now on it proves the wildcard like any other
+			// unnamed resource.
+			st.wildSettled, settled, st.dropped = true, true, nil
+			// Silence is not the server's word on the wildcard's set: a new
+			// stream, whose first request carries "*", asks for it
+			// (resync.go).
+			c.resyncLocked(ResyncWildcard)
 		}
 		if settled {
 			due = append(due, t)
-			complete[t] = st.wildcard()
+			unfound[t] = st.wildcard() // even a wildcard of the first request: silence is no answer
 		}
 	}
 	c.mu.Unlock()
 	for _, t := range due {
-		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", complete[t]))
-		_ = c.h.OnUpdate(Update{Event: Settle, Server: server, TypeURL: t, Complete: complete[t], Delta: delta, Present: present[t]})
+		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", unfound[t]))
+		_ = c.h.OnUpdate(Update{Event: Settle, Server: server, TypeURL: t, Unfound: unfound[t], Delta: delta})
 	}
 }

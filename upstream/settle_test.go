@@ -18,7 +18,9 @@ import (
 // A wildcard added to a stream that already subscribed by name is proven by
 // a response that carries an unnamed resource; when the named resources are
 // all there is, no response can prove it, and it settles after the server
-// said nothing more. No update before that claims the full set.
+// said nothing more — as not found yet (Unfound), never as the full set:
+// silence is not the server's word, and the client asks for it on a new
+// stream. No update claims the full set unproven.
 func TestWildcardAddedMidStream(t *testing.T) {
 	for _, mode := range []upstream.Mode{upstream.ModeSotW, upstream.ModeDelta} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -47,16 +49,38 @@ func TestWildcardAddedMidStream(t *testing.T) {
 					c.Subscribe(keying.ClusterType, keying.Wildcard)
 					for {
 						u := rec.nextUpdate(t, &cur, keying.ClusterType)
-						if !u.Complete {
+						settle := u.Event == upstream.Settle
+						if settle && (u.Complete || !u.Unfound) {
+							t.Fatalf("a settle is not the wildcard's unfound set: %+v", u)
+						}
+						if !u.Complete && !settle {
 							if slices.ContainsFunc(names(u), func(n string) bool { return n != "a" }) {
 								t.Fatalf("an unnamed resource did not complete the wildcard: %+v", u)
 							}
 							continue
 						}
-						if (u.Event == upstream.Settle) != tc.settled {
-							t.Fatalf("complete update settled=%v, want %v: %+v", u.Event == upstream.Settle, tc.settled, u)
+						if settle != tc.settled {
+							t.Fatalf("the wildcard's update settled=%v, want %v: %+v", settle, tc.settled, u)
 						}
 						break
+					}
+					if !tc.settled {
+						return
+					}
+					// The client asks for the server's word on a new stream,
+					// whose first request carries "*": its answer is the full
+					// set. The connection stays: no disconnection is reported.
+					for u := rec.nextUpdate(t, &cur, keying.ClusterType); !u.Complete; u = rec.nextUpdate(t, &cur, keying.ClusterType) {
+						if u.Event == upstream.Settle && !u.Unfound {
+							continue // the new stream's first answer, settled
+						}
+					}
+					rec.mu.Lock()
+					defer rec.mu.Unlock()
+					for _, st := range rec.states {
+						if !st.connected {
+							t.Fatalf("the new stream was reported as a disconnection: %+v", rec.states)
+						}
 					}
 				})
 			}
@@ -181,7 +205,7 @@ func TestSotWTypeSettlesAfterItWasSubscribedAgain(t *testing.T) {
 				srv.NextSotW(t, &cur, tc.typeURL)
 			}
 			u := rec.nextUpdate(t, &ucur, tc.typeURL)
-			if u.Event != upstream.Settle || u.Complete != (tc.sub == keying.Wildcard && !tc.again) {
+			if u.Event != upstream.Settle || u.Complete || u.Unfound != (tc.sub == keying.Wildcard && !tc.again) {
 				t.Fatalf("the type's update after the server said nothing: %+v", u)
 			}
 		})

@@ -99,7 +99,6 @@ func (h canonicalHandler) OnUpdate(u Update) error {
 		}
 		u.Removed = slices.DeleteFunc(slices.Clone(u.Removed), func(n string) bool { return sent[n] })
 	}
-	u.Present, _ = canonicalized(u.Present, self)
 	u.Globs, _ = canonicalized(u.Globs, self)
 	u.Keys = canonicalKeys(u.Keys)
 	u.RemovedVariants, _ = canonicalized(u.RemovedVariants, func(v *Variant) *string { return &v.Name })

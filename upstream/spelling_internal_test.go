@@ -22,13 +22,13 @@ func TestCanonicalHandler(t *testing.T) {
 	)
 	rec := &recordingHandler{}
 	in := Update{Resources: []Resource{{Name: xEnvoy}, {Name: "c0"}}, Removed: []string{x, yEnvoy},
-		Present: []string{xEnvoy}, Keys: map[string]struct{}{yEnvoy: {}}, Errors: []ResourceError{{Name: yEnvoy}}}
+		Keys: map[string]struct{}{yEnvoy: {}}, Errors: []ResourceError{{Name: yEnvoy}}}
 	if err := (canonicalHandler{rec}).OnUpdate(in); err != nil {
 		t.Fatal(err)
 	}
 	got := rec.got[0]
 	want := Update{Resources: []Resource{{Name: x}, {Name: "c0"}}, Removed: []string{y},
-		Present: []string{x}, Keys: map[string]struct{}{y: {}}, Errors: []ResourceError{{Name: y}}}
+		Keys: map[string]struct{}{y: {}}, Errors: []ResourceError{{Name: y}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("update (-want +got):\n%s", d)
 	}

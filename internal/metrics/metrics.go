@@ -72,6 +72,10 @@ type Metrics struct {
 	UpstreamRequests *prometheus.CounterVec
 	// UpstreamReconnects is xds_relay_upstream_reconnects_total{authority,server}.
 	UpstreamReconnects *prometheus.CounterVec
+	// UpstreamResyncs is xds_relay_upstream_resyncs_total{authority,reason}:
+	// new streams the relay started, on a live connection, to ask the
+	// upstream for its word (reason: does_not_exist, wildcard).
+	UpstreamResyncs *prometheus.CounterVec
 
 	// Cache.
 
@@ -272,6 +276,9 @@ func New() *Metrics {
 		UpstreamReconnects: f.counterVec("upstream_reconnects_total",
 			"Times the ADS stream to an upstream server was re-established after a failure.",
 			"authority", "server"),
+		UpstreamResyncs: f.counterVec("upstream_resyncs_total",
+			"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard).",
+			"authority", "reason"),
 
 		CacheLookups: f.counterVec("cache_lookups_total",
 			"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",

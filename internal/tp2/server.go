@@ -400,6 +400,7 @@ func (s *Server) deltaRequest(st *stream, req *discoverypb.DeltaDiscoveryRequest
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	first := st.types[req.GetTypeUrl()] == nil
 	t := st.typ(req.GetTypeUrl())
 	unsub := map[string]*sub{}
 	addSubs(unsub, req.GetResourceNamesUnsubscribe(), req.GetResourceLocatorsUnsubscribe())
@@ -407,7 +408,29 @@ func (s *Server) deltaRequest(st *stream, req *discoverypb.DeltaDiscoveryRequest
 		delete(t.subs, k) // the client forgets what it held for it: nothing to send
 	}
 	addSubs(t.subs, req.GetResourceNamesSubscribe(), req.GetResourceLocatorsSubscribe()) // (re)subscribing resends
+	if first {
+		s.declaredLocked(req.GetTypeUrl(), t, req.GetInitialResourceVersions())
+	}
 	s.deltaPushLocked(st, req.GetTypeUrl(), t)
+}
+
+// declaredLocked records what a first request's initial_resource_versions
+// say the client holds of the names it subscribes, as go-control-plane does:
+// a variant of the same version is not sent again, and one the server does
+// not have (or has at another version) is sent, or removed when nothing is
+// selected.
+func (s *Server) declaredLocked(typeURL string, t *typeState, versions map[string]string) {
+	for n, ver := range versions {
+		u := t.subs[subKey(n, nil)]
+		if u == nil {
+			continue
+		}
+		if v := s.selectLocked(typeURL, u); v != nil && v.res.GetVersion() == ver {
+			u.held = v
+		} else {
+			u.held = &stored{name: n} // the plain variant, at a version the server does not serve
+		}
+	}
 }
 
 // serve runs one stream: it registers it, sends its queued responses from a

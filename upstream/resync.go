@@ -1,0 +1,177 @@
+package upstream
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/xds-relay/xds-relay/keying"
+)
+
+// Resync: when the server has said nothing of a name, or of the wildcard's
+// set, the relay asks for its word rather than infer it from the silence — on a new stream, whose first
+// request the server answers for certain. The stream restarts on the same
+// connection at once (no backoff), and the Handler is not told of a
+// disconnection: the server is as reachable as before.
+
+// DefaultResyncAfter is the default Config.ResyncAfter (the relay's default
+// upstream.does_not_exist_after).
+const DefaultResyncAfter = 15 * time.Second
+
+// askVersion is the version a Delta stream's first request declares for a
+// name the relay lacks and asks about: it matches no version of the server's,
+// so the server sends the resource, or removed_resources when it does not
+// exist (go-control-plane's createDeltaResponse does, as xDS says).
+const askVersion = "xds-relay:ask"
+
+// errResync ends a stream so that a new one asks the server again.
+var errResync = errors.New("upstream: a new stream asks the server about names it said nothing of")
+
+// Resync asks the server about names of typeURL it has said nothing of, on a
+// new stream: SotW, every response of a full-state type answers the
+// stream's first request, which names them; Delta, the first request
+// declares them, and the server sends each or says it is gone. It reports
+// whether a new stream will ask: not when the current stream's first request
+// already did (the server's silence is all there is to learn), when a name
+// was asked about once already since it was subscribed, or for SotW types
+// that are not full state (a response without a name proves nothing, on any
+// stream). New streams start at most once per Config.ResyncAfter: the names
+// in doubt meanwhile are asked together.
+func (c *Client) Resync(typeURL string, names ...string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.types[typeURL]
+	if st == nil || c.state != StateConnected {
+		return false
+	}
+	ask := false
+	for _, n := range names {
+		n = st.spelling(n)
+		if gen, once := st.asked[n]; once {
+			ask = ask || gen == c.streams // the new stream has not started yet
+			continue
+		}
+		if !c.newStreamTellsLocked(typeURL, st, n) {
+			continue
+		}
+		if st.asked == nil {
+			st.asked = make(map[string]uint64)
+		}
+		st.asked[n] = c.streams
+		if c.mode == ModeDelta {
+			if st.doubt == nil {
+				st.doubt = make(map[string]struct{})
+			}
+			st.doubt[n] = struct{}{}
+		}
+		ask = true
+	}
+	if ask {
+		c.resyncLocked(ResyncDoesNotExist)
+	}
+	return ask
+}
+
+// Reasons for a new stream (Config.OnResync).
+const (
+	// ResyncDoesNotExist: the server said nothing of a subscribed name for
+	// the relay's does-not-exist wait (Client.Resync).
+	ResyncDoesNotExist = "does_not_exist"
+	// ResyncWildcard: the wildcard was subscribed mid-stream and no
+	// response proved its set within the settle time (settle.go).
+	ResyncWildcard = "wildcard"
+)
+
+// resyncLocked has a new stream start as soon as the rate limit allows.
+func (c *Client) resyncLocked(reason string) {
+	if c.resyncDue {
+		return
+	}
+	c.resyncDue, c.resyncReason = true, reason
+	c.notify()
+}
+
+// newStreamTellsLocked reports whether a new stream's first request would
+// get the server's word on the subscribed name n where the current one's
+// did not.
+func (c *Client) newStreamTellsLocked(typeURL string, st *typeState, n string) bool {
+	if keying.IsGlob(n) || n == keying.Wildcard || keying.HasParams(n) {
+		// A set: what a response brings of it is its word (settle.go). A
+		// TP2 key (name and parameters) cannot be declared in
+		// initial_resource_versions, and SotW answers it on the stream.
+		return false
+	}
+	_, named := st.names[n]
+	covered := named || st.wildcard() || st.globNamed(n)
+	if c.mode == ModeDelta {
+		_, declared := st.declared[n]
+		return covered && !declared
+	}
+	if !keying.FullState(typeURL) {
+		return false
+	}
+	_, sure := st.sure[n]
+	return covered && !sure && !st.wildSure && !st.globNamed(n)
+}
+
+// globNamed reports whether n's glob collection is subscribed.
+func (st *typeState) globNamed(n string) bool {
+	g := keying.GlobOf(n)
+	if g == "" {
+		return false
+	}
+	_, ok := st.names[g]
+	return ok
+}
+
+// declareDoubtLocked adds to a Delta stream's first-request declarations iv
+// the names in doubt it subscribes (by name, the wildcard or their glob) and
+// does not declare yet, with askVersion, and records what the request
+// declares.
+func (st *typeState) declareDoubtLocked(iv map[string]string) map[string]string {
+	for n := range st.doubt {
+		_, named := st.names[n]
+		if _, held := iv[n]; held || !named && !st.wildcard() && !st.globNamed(n) {
+			continue
+		}
+		if iv == nil {
+			iv = make(map[string]string)
+		}
+		iv[n] = askVersion
+	}
+	st.doubt = nil
+	st.declared = make(map[string]struct{}, len(iv))
+	for n := range iv {
+		st.declared[n] = struct{}{}
+	}
+	return iv
+}
+
+// resyncWait returns how long until the due new stream may start (resync),
+// and whether one is due.
+func (c *Client) resyncWait() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.resyncDue {
+		return 0, false
+	}
+	every := c.cfg.ResyncAfter
+	if every <= 0 {
+		every = DefaultResyncAfter
+	}
+	return time.Until(c.resynced.Add(every)), true
+}
+
+// startResync records that a new stream starts to ask the server again.
+func (c *Client) startResync(server string) {
+	c.mu.Lock()
+	c.resyncDue, c.resynced = false, time.Now()
+	reason := c.resyncReason
+	c.mu.Unlock()
+	c.log.Info("asking the upstream again on a new stream: it said nothing of what the relay waits for",
+		zap.String("server", server), zap.String("reason", reason))
+	if c.cfg.OnResync != nil {
+		c.cfg.OnResync(reason)
+	}
+}
