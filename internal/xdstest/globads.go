@@ -1,6 +1,7 @@
 package xdstest
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -81,23 +82,30 @@ func (g *GlobADS) matching(names map[string]bool) (sel []string, changed <-chan 
 	return out, g.changed, true
 }
 
+// received delivers what recv returns until it fails or ctx ends, so that a
+// stream can wait for a request and a change at once.
+func received[T any](ctx context.Context, recv func() (T, error)) <-chan T {
+	out := make(chan T)
+	go func() {
+		defer close(out)
+		for req, err := recv(); err == nil; req, err = recv() {
+			select {
+			case out <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // clusterAny is the cluster c as the GlobADS sends it.
 func clusterAny(c string) *anypb.Any { return mustAny(EDSCluster(c, "eds-"+c)) }
 
 // StreamAggregatedResources serves SotW: CDS requests set the subscription;
 // a response goes out when the subscription or its clusters change.
 func (g *GlobADS) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	reqs := make(chan *discoverygrpc.DiscoveryRequest)
-	go func() {
-		defer close(reqs)
-		for req, err := s.Recv(); err == nil; req, err = s.Recv() {
-			select {
-			case reqs <- req:
-			case <-s.Context().Done():
-				return
-			}
-		}
-	}()
+	reqs := received(s.Context(), s.Recv)
 	names := map[string]bool{}
 	last, nonce := "", 0
 	for {
@@ -132,17 +140,7 @@ func (g *GlobADS) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryS
 // what it holds (initial_resource_versions and what was sent), decide each
 // response.
 func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	reqs := make(chan *discoverygrpc.DeltaDiscoveryRequest)
-	go func() {
-		defer close(reqs)
-		for req, err := s.Recv(); err == nil; req, err = s.Recv() {
-			select {
-			case reqs <- req:
-			case <-s.Context().Done():
-				return
-			}
-		}
-	}()
+	reqs := received(s.Context(), s.Recv)
 	names, held, nonce := map[string]bool{}, map[string]bool{}, 0
 	for {
 		sel, changed, ok := g.matching(names)
