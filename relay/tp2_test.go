@@ -487,6 +487,15 @@ func TestVariantModeEnteredMidResponse(t *testing.T) {
 	refuseRemovals(t, wild, time.Now().Add(time.Second)) // the upstream sent c
 }
 
+// tp2Upstreams are the ways a TP2 upstream may delete a variant: a SotW full
+// state without it, a Delta removed_resource_names, or (for one sent without
+// constraints) a Delta removed_resources.
+var tp2Upstreams = []struct {
+	name          string
+	protocol      string
+	plainRemovals bool
+}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}}
+
 // The xRFC's transition from an unconstrained resource: the server deletes
 // the unconstrained variant (in removed_resource_names, or in
 // removed_resources: it was sent without constraints) and creates its
@@ -494,11 +503,7 @@ func TestVariantModeEnteredMidResponse(t *testing.T) {
 // selects, once (a Delta one also the removal of the unconstrained variant,
 // in the same response), and the cache keeps both replacements.
 func TestTP2TransitionFromUnconstrained(t *testing.T) {
-	for _, c := range []struct {
-		name          string
-		protocol      string
-		plainRemovals bool
-	}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}} {
+	for _, c := range tp2Upstreams {
 		t.Run(c.name, func(t *testing.T) { testTransitionFromUnconstrained(t, c.protocol, c.plainRemovals) })
 	}
 }
@@ -561,11 +566,7 @@ func testTransitionFromUnconstrained(t *testing.T, protocol string, plainRemoval
 // the subscribers of env=prod keep theirs; when that variant goes too, they
 // are told once.
 func TestTP2DefaultVariantDeleted(t *testing.T) {
-	for _, c := range []struct {
-		name          string
-		protocol      string
-		plainRemovals bool
-	}{{"sotw upstream", "sotw", false}, {"delta upstream", "delta", false}, {"delta upstream, removed_resources", "delta", true}} {
+	for _, c := range tp2Upstreams {
 		t.Run(c.name, func(t *testing.T) { testDefaultVariantDeleted(t, c.protocol, c.plainRemovals) })
 	}
 }
