@@ -22,7 +22,8 @@ type entry struct {
 	// the upstream's word. Set when the wait fires while the authority is
 	// away; cleared when the upstream speaks of the name (a resource, an
 	// error, a deletion, its silence: silent) and when its subscription
-	// ends (expire). The wait runs on meanwhile.
+	// ends (expire). The wait runs on meanwhile. (A TP2 variant's error or
+	// selection that replaces a key's error leaves it set.)
 	unreachable bool
 	// unsure: the cached value is served but not trusted. The name's
 	// upstream subscription ended and the upstream has not sent it since,
@@ -35,7 +36,9 @@ type entry struct {
 	// it speaks it stays — its silence (the wait) removes nothing a client
 	// may hold. Set by markUnsure; cleared by confirmed, by the upstream's
 	// word that it is gone (deleted), and when its cached value leaves on
-	// silence (silent) or eviction.
+	// silence (silent) or eviction. (A TTL expiry, a NOT_FOUND or a
+	// do_not_cache drop leaves it set: it counts only while the name is
+	// cached, and the resource's next arrival sets it anew.)
 	unsure bool
 	// halted is the version of the name whose guarded rollout halted: the
 	// upstream sending it again does not start another rollout. Set when a
