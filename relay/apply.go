@@ -195,7 +195,7 @@ func (a *applier) resource(e *downstream.Resource) {
 	a.edit.markUnfound(e.Name, false)
 	if _, ok := a.edit.errs[e.Name]; ok {
 		a.edit.clearError(e.Name) // the resource is back: its error is over
-		delete(tc.unreachable, e.Name)
+		tc.clearUnreachable(e.Name)
 		a.edit.change(e.Name)
 	}
 	if e.Constraints != "" || tc.variantMode(e.Name) {
@@ -254,10 +254,7 @@ func (a *applier) confirm(e *downstream.Resource) {
 // own scopes before anyone is notified, so nobody is told of its removal.
 func (a *applier) noCache(e *downstream.Resource) bool {
 	tc := a.tc
-	if tc.noCache == nil {
-		tc.noCache = make(map[string]bool)
-	}
-	tc.noCache[e.Name] = true
+	tc.markNoCache(e.Name)
 	if a.sc.own {
 		return false
 	}
@@ -292,7 +289,7 @@ func (a *applier) storeVariant(e *downstream.Resource, again bool) {
 func (a *applier) remove(name string) {
 	tc := a.tc
 	if tc.variantMode(name) {
-		tc.variants[name] = nil
+		tc.setVariants(name, nil)
 		a.resolved[name] = true
 		return
 	}
@@ -324,7 +321,7 @@ func (a *applier) resourceErrors() {
 			continue
 		}
 		a.edit.setError(e.Name, &downstream.ResourceError{Name: e.Name, Code: e.Code, Message: e.Message})
-		delete(tc.unreachable, e.Name) // the upstream's word replaces the relay's own
+		tc.clearUnreachable(e.Name) // the upstream's word replaces the relay's own
 		a.edit.change(e.Name)
 		if e.Code == codes.NotFound || e.Code == codes.PermissionDenied {
 			a.remove(e.Name)
@@ -360,15 +357,15 @@ func (a *applier) deleted(name string) {
 		return
 	}
 	a.removed[name] = true
-	delete(tc.unsure, name)
+	tc.clearUnsure(name)
 	if _, cached := a.edit.res[name]; cached || tc.variantMode(name) {
 		a.remove(name) // every variant of it, too
 	}
-	if tc.unreachable[name] {
+	if tc.get(name).unreachable {
 		// The relay's own UNAVAILABLE is over: the upstream answered. (A
 		// transient error would keep the client its copy of what is gone.)
 		a.edit.clearError(name)
-		delete(tc.unreachable, name)
+		tc.clearUnreachable(name)
 		a.edit.change(name)
 	}
 	if !ofAuthority(name, a.authority) {
@@ -455,7 +452,7 @@ func (a *applier) reselectName(name string) {
 		a.uncovered = append(a.uncovered, name)
 	}
 	delete(a.byKey, name)
-	for k := range tc.params[name] {
+	for k := range tc.get(name).params {
 		if sel, ok := res[k]; ok && a.edit.errs[k] != nil && a.sent[name][sel.Constraints] {
 			a.edit.clearError(k) // the variant it selects arrived: its error is over
 			a.edit.change(k)
@@ -486,12 +483,12 @@ func (a *applier) holdHalted() {
 		if !ok || !had || nr.Version == cur.Version {
 			continue // additions, removals and a new listing alone are not rolled out
 		}
-		if tc.halted[name] == nr.Version {
+		if tc.get(name).halted == nr.Version {
 			a.edit.put(name, cur) // a halted version again: keep the accepted one
 			delete(a.edit.changed, name)
 			continue
 		}
-		delete(tc.halted, name)
+		tc.clearHalted(name)
 		a.rolled = append(a.rolled, name)
 	}
 }

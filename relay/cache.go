@@ -3,7 +3,6 @@ package relay
 import (
 	"maps"
 	"slices"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -12,14 +11,18 @@ import (
 	"github.com/xds-relay/xds-relay/keying"
 )
 
-// typeCache is the cache and the registry of one type in one scope. It is
-// reached only through the state (Relay.lock), so its methods run with the
-// lock held.
+// typeCache is one type in one scope, in three parts: who wants a name (the
+// registry: watchers, wild, up, linger), what the relay knows of it and why
+// (names, one entry per name: entry.go), and what it publishes (view, the
+// immutable View streams read). It is reached only through the state
+// (Relay.lock), so its methods run with the lock held.
 type typeCache struct {
 	sc      *scope
 	typeURL string
 	// view is the current published View; replaced, never modified.
 	view *downstream.View
+
+	// Who wants a name: the registry (subscribe.go, source.go).
 
 	// watchers holds, per name, the streams that subscribe to it by name, by
 	// stream id (integer keys hash faster than interfaces on the hot path).
@@ -35,45 +38,18 @@ type typeCache struct {
 	// linger holds the pending unsubscriptions of names no stream watches.
 	linger map[string]*lingerEntry
 
-	// ro is the pending guarded rollout of this type, if any; halted holds
-	// the versions (by name) whose rollout halted: the upstream sending them
-	// again does not start another rollout.
-	ro     *rollout
-	halted map[string]string
+	// What the relay knows of a name, and why.
 
-	// unavail holds, per subscribed name the cache knows nothing of, the
-	// timer that reports it UNAVAILABLE or, later, not found yet (armUnknown);
-	// unreachable the names whose error is that UNAVAILABLE.
-	unavail     map[string]*time.Timer
-	unreachable map[string]bool
-	// unsure holds the cached names whose upstream subscription ended and
-	// that the upstream has not sent since, or that came from the
-	// warm-restart file: the upstream may no longer tell the relay of them (a
-	// Delta server forgets what was unsubscribed; a SotW server's silence on
-	// a name subscribed later on the stream proves nothing at once), so
-	// when they are subscribed again their cached value is served but not
-	// trusted: the relay has the upstream confirm them where it can
-	// (upstream.Client.Forget), and until it speaks they stay — its silence
-	// (armUnknown's wait) removes nothing a client may hold.
-	unsure map[string]bool
-
-	// TP2 (see variants.go): variants holds the stored variants of the
-	// names that have constrained variants or subscriptions with parameters;
-	// the View's entries for such a name (its plain key and its keys with
-	// parameters) are selections from them. Any other name's View entry is
-	// its only variant. params holds, per name, its subscription keys with
-	// parameters.
-	variants map[string][]variant
-	params   map[string]map[string]map[string]string // name → key → its parameters
-
-	// noCache holds the names the upstream marked do_not_cache (see
-	// nocache.go); noCacheWild that one of them is in the wildcard set.
-	noCache     map[string]bool
+	// names holds, per name, what the relay knows of it besides the View
+	// (entry.go); a name it knows nothing more of has no entry.
+	names map[string]*entry
+	// noCaches counts the entries marked noCache (a quick "none" on the
+	// Watch path); noCacheWild says that one of them is in the wildcard set
+	// (nocache.go).
+	noCaches    int
 	noCacheWild bool
-
-	// ttl holds the expiry of the resources the upstream gave a TTL (ttl.go).
-	ttl map[string]*time.Timer
-
+	// ro is the pending guarded rollout of this type, if any.
+	ro *rollout
 	// unconfirmed holds the authorities whose data in the View no upstream
 	// response confirmed since their stream (re)started or the relay loaded
 	// its warm-restart file (published as View.Unconfirmed).

@@ -90,7 +90,7 @@ func (h *upstreamHandler) declared(typeURL string, names []string) {
 		}
 	}
 	for n, res := range tc.view.Resources {
-		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.unsure[n] {
+		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.get(n).unsure {
 			continue
 		}
 		tc.markUnsure(n)
@@ -134,12 +134,9 @@ func (tc *typeCache) holds(authority string) bool {
 	return false
 }
 
-// markUnsure marks the cached name unsure (see typeCache.unsure).
+// markUnsure marks the cached name unsure (see entry.unsure).
 func (tc *typeCache) markUnsure(name string) {
-	if tc.unsure == nil {
-		tc.unsure = make(map[string]bool)
-	}
-	tc.unsure[name] = true
+	tc.entry(name).unsure = true
 }
 
 // confirmed: the upstream confirmed the cached name (it sent it, or the
@@ -148,15 +145,33 @@ func (tc *typeCache) markUnsure(name string) {
 // it become unsure again before its timer fires — for a question the upstream
 // has already answered.
 func (tc *typeCache) confirmed(name string) {
-	delete(tc.unsure, name)
+	tc.clearUnsure(name)
 	tc.stopWait(name)
+}
+
+// clearUnsure: the cached name is sure again, or no longer cached.
+func (tc *typeCache) clearUnsure(name string) {
+	if e := tc.names[name]; e != nil && e.unsure {
+		e.unsure = false
+		tc.tidy(name)
+	}
 }
 
 // stopWait stops the wait for name (armUnknown), if one runs.
 func (tc *typeCache) stopWait(name string) {
-	if t := tc.unavail[name]; t != nil {
-		t.Stop()
-		delete(tc.unavail, name)
+	if e := tc.names[name]; e != nil && e.wait != nil {
+		e.wait.Stop()
+		e.wait = nil
+		tc.tidy(name)
+	}
+}
+
+// clearUnreachable: the name's error is no longer the relay's own
+// UNAVAILABLE (see entry.unreachable).
+func (tc *typeCache) clearUnreachable(name string) {
+	if e := tc.names[name]; e != nil && e.unreachable {
+		e.unreachable = false
+		tc.tidy(name)
 	}
 }
 
@@ -213,7 +228,7 @@ func (tc *typeCache) globCovered(n string) bool {
 // keySubscribed reports whether one of n's keys with parameters is subscribed
 // upstream.
 func (tc *typeCache) keySubscribed(n string) bool {
-	for k := range tc.params[n] {
+	for k := range tc.get(n).params {
 		if tc.up[k] {
 			return true
 		}
@@ -230,7 +245,7 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 		return true
 	}
 	sel := res[n]
-	for k := range tc.params[n] {
+	for k := range tc.get(n).params {
 		if ks, ok := res[k]; ok && tc.up[k] && ks.Root() == sel.Root() {
 			return true
 		}
@@ -249,7 +264,7 @@ func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resou
 // the upstream's word: a client that holds it is not told it is gone, and
 // an unsure cached copy stays cached (and served) until the upstream speaks.
 func (s *state) armUnknown(tc *typeCache, name string) {
-	if tc.unavail[name] != nil || tc.knows(name) {
+	if tc.get(name).wait != nil || tc.knows(name) {
 		return
 	}
 	auth, _ := keying.Authority(name)
@@ -261,14 +276,15 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 	fire := func() {
 		s.relay.lock()
 		defer s.unlock()
-		if s.closed || s.scopes[tc.sc.key] != tc.sc || tc.unavail[name] != t {
+		if s.closed || s.scopes[tc.sc.key] != tc.sc || tc.get(name).wait != t {
 			return
 		}
-		delete(tc.unavail, name)
+		tc.entry(name).wait = nil
+		tc.tidy(name)
 		if tc.knows(name) || !tc.covers(name) {
 			return
 		}
-		_, cached := tc.view.Resources[name] // unsure (see typeCache.unsure)
+		_, cached := tc.view.Resources[name] // unsure (see entry.unsure)
 		switch {
 		case !tc.sc.connected[auth] && cached:
 			// Served as cached meanwhile (fail static).
@@ -276,7 +292,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 			if _, failed := tc.view.Errors[name]; !failed {
 				s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
 					Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
-				tc.unreachable[name] = true
+				tc.entry(name).unreachable = true
 				s.notify(tc, tc.view)
 			}
 		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
@@ -288,7 +304,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 		s.armUnknown(tc, name) // not answered yet: look again later
 	}
 	t = time.AfterFunc(d, fire)
-	tc.unavail[name] = t
+	tc.entry(name).wait = t
 }
 
 // wildcardUnfound records in the edit whether the wildcard's set is not found
@@ -339,7 +355,7 @@ func (s *state) silent(tc *typeCache, name string, cached bool) {
 		} else {
 			e.drop(name)
 		}
-		delete(tc.unsure, name)
+		tc.clearUnsure(name)
 		s.unref.forget(tc.lruKey(name))
 	}
 	if tc.up[name] && gone {
@@ -347,9 +363,9 @@ func (s *state) silent(tc *typeCache, name string, cached bool) {
 	} else if tc.up[name] {
 		e.markUnfound(name, true)
 	}
-	if tc.unreachable[name] {
+	if tc.get(name).unreachable {
 		e.clearError(name) // the upstream is back: it is no longer unreachable
-		delete(tc.unreachable, name)
+		tc.clearUnreachable(name)
 	}
 	v := e.view(s.nextSeq())
 	s.publish(tc, v)
@@ -360,10 +376,12 @@ func (s *state) silent(tc *typeCache, name string, cached bool) {
 // its upstream connects: from now on the does-not-exist wait.
 func (s *state) rearmUnknown(sc *scope, authority string) {
 	for _, tc := range sc.types {
-		for name, t := range tc.unavail {
+		for name, e := range tc.names {
+			if e.wait == nil {
+				continue
+			}
 			if a, _ := keying.Authority(name); a == authority {
-				t.Stop()
-				delete(tc.unavail, name)
+				tc.stopWait(name)
 				s.armUnknown(tc, name)
 			}
 		}
@@ -378,7 +396,8 @@ func (tc *typeCache) knows(name string) bool {
 	_, absent := tc.view.Absent[name]
 	_, unfound := tc.view.Unfound[name]
 	_, failed := tc.view.Errors[name]
-	return (cached && !tc.unsure[name]) || absent || unfound || (failed && !tc.unreachable[name])
+	known := tc.get(name)
+	return (cached && !known.unsure) || absent || unfound || (failed && !known.unreachable)
 }
 
 // covers reports whether an upstream subscription covers name: its own, or

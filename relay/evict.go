@@ -101,7 +101,7 @@ func (s *state) evict() {
 				complete = false
 			}
 			e.drop(n)
-			delete(tc.unsure, n)
+			tc.clearUnsure(n)
 			e.change(n)
 		}
 		if len(e.changed) == 0 {
@@ -123,8 +123,8 @@ func (s *state) evict() {
 			switch {
 			case keying.HasParams(n):
 				tc.dropParamKey(n)
-			case len(tc.params[n]) == 0:
-				delete(tc.variants, n) // nothing selects its variants any more
+			case len(tc.get(n).params) == 0:
+				tc.leaveVariantMode(n) // nothing selects its variants any more
 			case tc.variantMode(n):
 				// The plain selection of a name whose keys with parameters
 				// stay: the variant it was goes too, unless one of them
@@ -132,7 +132,7 @@ func (s *state) evict() {
 				// select it again — evicted, forgotten upstream, never
 				// confirmed — and a deletion upstream never reached it.
 				root, shared := old.Resources[n].Root(), false
-				for k := range tc.params[n] {
+				for k := range tc.get(n).params {
 					if sel, ok := v.Resources[k]; ok && sel.Root() == root {
 						shared = true
 					}

@@ -68,8 +68,8 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 				out = append(out, CacheEntryInfo{Scope: sc.key, Type: t, Name: name, Authority: res.Authority,
 					Version: res.Version, Bytes: len(res.Any), Subscribers: tc.subscribers(name, res)})
 			}
-			for name := range tc.variants {
-				if !strings.HasPrefix(name, f.NamePrefix) {
+			for name, known := range tc.names {
+				if !known.variantMode || !strings.HasPrefix(name, f.NamePrefix) {
 					continue
 				}
 				for res, keys := range tc.variantInfo(name) {

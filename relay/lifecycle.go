@@ -137,6 +137,9 @@ func (r *Relay) Close() {
 	s.closed = true
 	var clients []*upstream.Client
 	for _, sc := range s.scopes {
+		if checkEntries {
+			sc.mustHaveNoEmptyEntries()
+		}
 		clients = append(clients, s.stopScope(sc)...)
 	}
 	s.unlock()

@@ -20,14 +20,14 @@ import (
 // wantsOwn reports whether the subscription change c of a stream in tc's
 // (shared or group) scope must be served from the stream's own scope.
 func (tc *typeCache) wantsOwn(c downstream.Change) bool {
-	if tc == nil || (len(tc.noCache) == 0 && !tc.noCacheWild) {
+	if tc == nil || (tc.noCaches == 0 && !tc.noCacheWild) {
 		return false
 	}
 	if c.Wildcard != nil && *c.Wildcard && tc.noCacheWild {
 		return true
 	}
 	for _, k := range c.Add {
-		if name, _ := keying.SplitSubscriptionKey(k); tc.noCache[name] {
+		if name, _ := keying.SplitSubscriptionKey(k); tc.get(name).noCache {
 			return true // (a key with TP2 parameters too)
 		}
 	}
@@ -41,12 +41,32 @@ func (tc *typeCache) withholdsWildcard() bool {
 	if tc.noCacheWild {
 		return true
 	}
-	for name := range tc.noCache {
-		if auth, _ := keying.Authority(name); auth == "" {
+	if tc.noCaches == 0 {
+		return false
+	}
+	for name, known := range tc.names {
+		if auth, _ := keying.Authority(name); known.noCache && auth == "" {
 			return true
 		}
 	}
 	return false
+}
+
+// markNoCache marks name do_not_cache (see entry.noCache).
+func (tc *typeCache) markNoCache(name string) {
+	if e := tc.entry(name); !e.noCache {
+		e.noCache = true
+		tc.noCaches++
+	}
+}
+
+// clearNoCache forgets that name is do_not_cache: its subscription ended.
+func (tc *typeCache) clearNoCache(name string) {
+	if e := tc.names[name]; e != nil && e.noCache {
+		e.noCache = false
+		tc.noCaches--
+		tc.tidy(name)
+	}
 }
 
 // moveNoCache moves the watchers of the do_not_cache names of tc (a shared
@@ -66,7 +86,7 @@ func (s *state) moveNoCache(tc *typeCache, names []string) {
 	}
 	for _, n := range names {
 		add(tc.watchers[n])
-		for k := range tc.params[n] {
+		for k := range tc.get(n).params {
 			add(tc.watchers[k]) // its subscriptions with TP2 parameters
 		}
 		if auth, _ := keying.Authority(n); auth == "" && keying.FullState(tc.typeURL) {
@@ -114,7 +134,7 @@ func (s *state) moveToOwn(w downstream.Watcher, typeURL string) {
 
 	seed := editOf(to.view)
 	add := func(n string, rs *downstream.Resource) {
-		if _, ok := seed.res[n]; !ok && !from.noCache[n] {
+		if _, ok := seed.res[n]; !ok && !from.get(n).noCache {
 			seed.put(n, rs)
 			seed.change(n)
 		}
@@ -155,7 +175,7 @@ func (s *state) moveToOwn(w downstream.Watcher, typeURL string) {
 // unsubscribed upstream and dropped from the View at once.
 func (s *state) dropNow(tc *typeCache, name string) {
 	delete(tc.up, name)
-	delete(tc.noCache, name)
+	tc.clearNoCache(name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
 		// Dropped: should it be subscribed again before the unsubscription

@@ -296,11 +296,10 @@ func (ro *rollout) resolve(release bool) {
 		ro.state = downstream.RolloutHalted
 		ro.lastBad = tc.view.Seq
 		ro.releaseUnblamed()
-		if tc.halted == nil {
-			tc.halted = make(map[string]string)
-		}
 		for n, v := range ro.names {
-			tc.halted[n] = v
+			if v != "" {
+				tc.entry(n).halted = v
+			}
 		}
 		// The relay's own View returns to the accepted versions.
 		if rv := revertView(tc.view, ro.accepted, ro.names); rv != tc.view {
@@ -397,4 +396,13 @@ func (r *Relay) DebugRollouts() []RolloutInfo {
 		out = append(out, info)
 	}
 	return out
+}
+
+// clearHalted forgets the version of name whose rollout halted: the
+// upstream sent another.
+func (tc *typeCache) clearHalted(name string) {
+	if e := tc.names[name]; e != nil && e.halted != "" {
+		e.halted = ""
+		tc.tidy(name)
+	}
 }

@@ -57,17 +57,14 @@ func (sc *scope) typeCache(typeURL string) *typeCache {
 	tc := sc.types[typeURL]
 	if tc == nil {
 		tc = &typeCache{
-			sc:          sc,
-			typeURL:     typeURL,
-			view:        &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
-			watchers:    make(map[string]*watcherSet),
-			wild:        &watcherSet{},
-			up:          make(map[string]bool),
-			linger:      make(map[string]*lingerEntry),
-			unavail:     make(map[string]*time.Timer),
-			unreachable: make(map[string]bool),
-			variants:    make(map[string][]variant),
-			params:      make(map[string]map[string]map[string]string),
+			sc:       sc,
+			typeURL:  typeURL,
+			view:     &downstream.View{TypeURL: typeURL, Resources: map[string]*downstream.Resource{}},
+			watchers: make(map[string]*watcherSet),
+			wild:     &watcherSet{},
+			up:       make(map[string]bool),
+			linger:   make(map[string]*lingerEntry),
+			names:    make(map[string]*entry),
 		}
 		sc.types[typeURL] = tc
 	}
@@ -171,10 +168,7 @@ func (s *state) stopScope(sc *scope) []*upstream.Client {
 		if tc.ro != nil {
 			tc.ro.timer.Stop()
 		}
-		for _, t := range tc.unavail {
-			t.Stop()
-		}
-		tc.stopTTLs()
+		tc.stopTimers()
 	}
 	clients := make([]*upstream.Client, 0, len(sc.upstreams))
 	for _, c := range sc.upstreams {

@@ -90,8 +90,8 @@ func (s *state) ref(tc *typeCache, name string) {
 	tc.stopWait(name)
 	s.armUnknown(tc, name)
 	if name == keying.Wildcard {
-		for n := range tc.unsure {
-			if res, ok := tc.view.Resources[n]; ok && res.InWildcard() {
+		for n, known := range tc.names {
+			if res, ok := tc.view.Resources[n]; ok && known.unsure && res.InWildcard() {
 				if !tc.up[n] {
 					// (A wait of its own subscription runs on: wildcard
 					// clients coming and going must not put it off.)
@@ -112,7 +112,7 @@ func (s *state) release(tc *typeCache, name string) {
 		s.unreferenced(tc, name)
 		return
 	}
-	if tc.sc.own && tc.noCache[name] {
+	if tc.sc.own && tc.get(name).noCache {
 		s.dropNow(tc, name) // do_not_cache: never kept
 		return
 	}
@@ -136,7 +136,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	// under a dropped wildcard when it is subscribed again, and the shared
 	// cache never stored the do_not_cache resources, so they would never
 	// arrive to move it to its own scope.
-	delete(tc.noCache, name)
+	tc.clearNoCache(name)
 	if c := tc.clientFor(name); c != nil {
 		c.Unsubscribe(tc.typeURL, name)
 		// Unsure from now on (below): should it be subscribed again before
@@ -179,7 +179,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	_, absent := tc.view.Absent[name]
 	_, unfound := tc.view.Unfound[name]
 	incomplete := name == keying.Wildcard && tc.view.Complete
-	unreachable := tc.unreachable[name]
+	unreachable := tc.get(name).unreachable
 	if absent || unfound || incomplete || unreachable {
 		e := editOf(tc.view)
 		e.unmarkAbsent(name)
@@ -187,7 +187,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 		if unreachable {
 			e.change(name)
 			e.clearError(name)
-			delete(tc.unreachable, name)
+			tc.clearUnreachable(name)
 		}
 		v := e.view(s.nextSeq())
 		if incomplete {

@@ -30,19 +30,17 @@ func resourceVersion(b []byte, constraints string, ttl time.Duration) string {
 
 // armTTL (re)starts the expiry of name after d; d 0 stops it.
 func (s *state) armTTL(tc *typeCache, name string, d time.Duration) {
-	if t := tc.ttl[name]; t != nil {
+	if t := tc.get(name).ttl; t != nil {
 		t.Stop()
-		delete(tc.ttl, name)
+		tc.entry(name).ttl = nil
+		tc.tidy(name)
 	}
 	if d <= 0 {
 		return
 	}
-	if tc.ttl == nil {
-		tc.ttl = make(map[string]*time.Timer)
-	}
 	var t *time.Timer
 	t = time.AfterFunc(d, func() { s.expireTTL(tc, name, t) })
-	tc.ttl[name] = t
+	tc.entry(name).ttl = t
 }
 
 // expireTTL removes name, whose TTL passed, from the cache and tells its
@@ -50,10 +48,11 @@ func (s *state) armTTL(tc *typeCache, name string, d time.Duration) {
 func (s *state) expireTTL(tc *typeCache, name string, t *time.Timer) {
 	s.relay.lock()
 	defer s.unlock()
-	if s.closed || tc.ttl[name] != t || s.scopes[tc.sc.key] != tc.sc {
+	if s.closed || tc.get(name).ttl != t || s.scopes[tc.sc.key] != tc.sc {
 		return
 	}
-	delete(tc.ttl, name)
+	tc.entry(name).ttl = nil
+	tc.tidy(name)
 	cur, ok := tc.view.Resources[name]
 	if !ok || cur.TTL == 0 {
 		return
@@ -69,11 +68,4 @@ func (s *state) expireTTL(tc *typeCache, name string, t *time.Timer) {
 		zap.String("type", tc.typeURL), zap.String("name", keying.DisplayKey(name)), zap.Duration("ttl", cur.TTL))
 	s.publish(tc, v)
 	s.notify(tc, v)
-}
-
-// stopTTLs stops tc's expiry timers.
-func (tc *typeCache) stopTTLs() {
-	for _, t := range tc.ttl {
-		t.Stop()
-	}
 }

@@ -14,9 +14,9 @@ import (
 // xRFC TP2: the cache key is (type, name, constraints). A type's View holds,
 // per subscription key — a name, or a name with dynamic parameters
 // (keying.SubscriptionKey) — the variant that key selects; the variants
-// themselves are stored once, in typeCache.variants, for the names that
-// have more than their one unconstrained variant. Every selection of a
-// variant shares its bytes and encodings (downstream.Resource.Selected).
+// themselves are stored once, in the name's entry (entry.variants), for the
+// names that have more than their one unconstrained variant. Every selection
+// of a variant shares its bytes and encodings (downstream.Resource.Selected).
 
 // variant is one stored variant of a resource.
 type variant struct {
@@ -27,8 +27,22 @@ type variant struct {
 // variantMode reports whether name's View entries are selections from
 // stored variants.
 func (tc *typeCache) variantMode(name string) bool {
-	_, ok := tc.variants[name]
-	return ok
+	return tc.get(name).variantMode
+}
+
+// setVariants makes vs name's stored variants, in variant mode.
+func (tc *typeCache) setVariants(name string, vs []variant) {
+	e := tc.entry(name)
+	e.variantMode, e.variants = true, vs
+}
+
+// leaveVariantMode forgets name's stored variants: its View entry is its
+// only variant again.
+func (tc *typeCache) leaveVariantMode(name string) {
+	if e := tc.names[name]; e != nil && e.variantMode {
+		e.variantMode, e.variants = false, nil
+		tc.tidy(name)
+	}
 }
 
 // enterVariantMode starts storing name's variants apart from the View, seeded
@@ -41,14 +55,14 @@ func (tc *typeCache) enterVariantMode(name string, res map[string]*downstream.Re
 	if r, ok := res[name]; ok && r.Constraints == "" {
 		vs = append(vs, variant{res: r.Root()})
 	}
-	tc.variants[name] = vs
+	tc.setVariants(name, vs)
 }
 
 // putVariant stores v, replacing the variant with the same constraints
 // unless that one has the same bytes (it stays: nothing changed).
 func (tc *typeCache) putVariant(v variant) {
 	name := v.res.Name
-	vs := tc.variants[name]
+	vs := tc.get(name).variants
 	for i := range vs {
 		if vs[i].res.Constraints == v.res.Constraints {
 			if vs[i].res.Version != v.res.Version || vs[i].res.Authority != v.res.Authority {
@@ -57,32 +71,32 @@ func (tc *typeCache) putVariant(v variant) {
 			return
 		}
 	}
-	tc.variants[name] = append(vs, v)
+	tc.setVariants(name, append(vs, v))
 }
 
 // dropVariant removes the variant of name with canonical constraints c.
 func (tc *typeCache) dropVariant(name, c string) {
-	tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return v.res.Constraints == c })
+	tc.setVariants(name, slices.DeleteFunc(tc.get(name).variants, func(v variant) bool { return v.res.Constraints == c }))
 }
 
 // keysOf returns name's keys the View may hold: the name itself and its
 // keys with parameters, sorted.
 func (tc *typeCache) keysOf(name string) []string {
-	keys := append([]string{name}, slices.Sorted(maps.Keys(tc.params[name]))...)
+	keys := append([]string{name}, slices.Sorted(maps.Keys(tc.get(name).params))...)
 	return keys
 }
 
 // paramsOf returns the dynamic parameters of a key of name (nil for the
 // name itself), parsed when the key was added.
 func (tc *typeCache) paramsOf(name, key string) map[string]string {
-	return tc.params[name][key]
+	return tc.get(name).params[key]
 }
 
 // resolveVariants recomputes, in e, the View entries of every key of name
 // from its stored variants. A name left with one unconstrained variant and no
 // keys with parameters leaves variant mode.
 func (s *state) resolveVariants(tc *typeCache, name string, e *viewEdit) {
-	vs := tc.variants[name]
+	vs := tc.get(name).variants
 	cands := candidates(vs)
 	for _, k := range tc.keysOf(name) {
 		sel := s.selectVariant(tc, k, tc.paramsOf(name, k), vs, cands)
@@ -96,8 +110,8 @@ func (s *state) resolveVariants(tc *typeCache, name string, e *viewEdit) {
 			e.change(k)
 		}
 	}
-	if len(tc.params[name]) == 0 && !slices.ContainsFunc(vs, func(v variant) bool { return v.res.Constraints != "" }) {
-		delete(tc.variants, name)
+	if len(tc.get(name).params) == 0 && !slices.ContainsFunc(vs, func(v variant) bool { return v.res.Constraints != "" }) {
+		tc.leaveVariantMode(name)
 	}
 }
 
@@ -144,16 +158,18 @@ func (s *state) addParamKey(tc *typeCache, key string) {
 	if ps == "" {
 		return
 	}
-	if tc.params[name] == nil {
-		tc.params[name] = make(map[string]map[string]string)
+	known := tc.entry(name)
+	if known.params == nil {
+		known.params = make(map[string]map[string]string)
 	}
 	params, _ := keying.ParseParams(ps) // made by keying.CanonicalParams
-	tc.params[name][key] = params
+	known.params[key] = params
 	tc.enterVariantMode(name, tc.view.Resources)
 	if _, ok := tc.view.Resources[key]; ok {
 		return
 	}
-	sel := s.selectVariant(tc, key, params, tc.variants[name], candidates(tc.variants[name]))
+	vs := tc.get(name).variants
+	sel := s.selectVariant(tc, key, params, vs, candidates(vs))
 	if sel == nil {
 		return
 	}
@@ -167,14 +183,16 @@ func (s *state) addParamKey(tc *typeCache, key string) {
 // watches or caches any more.
 func (tc *typeCache) dropParamKey(key string) {
 	name, ps := keying.SplitSubscriptionKey(key)
-	if ps == "" || tc.params[name] == nil {
+	e := tc.names[name]
+	if ps == "" || e == nil || e.params == nil {
 		return
 	}
-	delete(tc.params[name], key)
-	if len(tc.params[name]) == 0 {
-		delete(tc.params, name)
+	delete(e.params, key)
+	if len(e.params) == 0 {
+		e.params = nil
+		tc.tidy(name)
 		if _, plain := tc.view.Resources[name]; !plain && !tc.up[name] {
-			delete(tc.variants, name)
+			tc.leaveVariantMode(name)
 		}
 	}
 }
@@ -183,7 +201,7 @@ func (tc *typeCache) dropParamKey(key string) {
 // keys that select it.
 func (tc *typeCache) variantInfo(name string) map[*downstream.Resource][]string {
 	out := make(map[*downstream.Resource][]string)
-	for _, v := range tc.variants[name] {
+	for _, v := range tc.get(name).variants {
 		out[v.res] = nil
 	}
 	for _, k := range tc.keysOf(name) {
@@ -246,7 +264,7 @@ func (a *applier) pruneVariants(name string) {
 			}
 		}
 	}
-	tc.variants[name] = slices.DeleteFunc(tc.variants[name], func(v variant) bool { return gone[v.res.Constraints] })
+	tc.setVariants(name, slices.DeleteFunc(tc.get(name).variants, func(v variant) bool { return gone[v.res.Constraints] }))
 }
 
 // answers reports whether the full-state response answers key k of name: a
@@ -295,5 +313,5 @@ func (a *applier) upstreamSaysGone(name, k string) bool {
 		return true
 	}
 	sel, had := a.edit.old.Resources[k]
-	return had && !slices.ContainsFunc(a.tc.variants[name], func(v variant) bool { return v.res.Constraints == sel.Constraints })
+	return had && !slices.ContainsFunc(a.tc.get(name).variants, func(v variant) bool { return v.res.Constraints == sel.Constraints })
 }

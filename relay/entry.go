@@ -1,0 +1,133 @@
+package relay
+
+import (
+	"fmt"
+	"time"
+)
+
+// entry is what the relay knows of one name of a type besides the View, and
+// why — as grpc-go keeps one resourceState per resource. A typeCache keys
+// its entries as its View: a name, a subscription key with TP2 parameters,
+// a glob collection or the wildcard. An entry exists only while something is
+// in it: whatever clears a field calls typeCache.tidy.
+type entry struct {
+	// wait is the wait for the upstream's word on a subscribed name the
+	// cache knows nothing of (armUnknown). Set by armUnknown; cleared when
+	// it fires, when the upstream confirms the name (confirmed), when the
+	// name is subscribed again (ref) and when its authority connects
+	// (rearmUnknown, which starts it again).
+	wait *time.Timer
+	// unreachable: the name's error in the View is the relay's own
+	// UNAVAILABLE (no upstream server of its authority is reachable), not
+	// the upstream's word. Set when the wait fires while the authority is
+	// away; cleared when the upstream speaks of the name (a resource, an
+	// error, a deletion, its silence: silent) and when its subscription
+	// ends (expire). The wait runs on meanwhile. (A TP2 variant's error or
+	// selection that replaces a key's error leaves it set.)
+	unreachable bool
+	// unsure: the cached value is served but not trusted. The name's
+	// upstream subscription ended and the upstream has not sent it since,
+	// or it came from the warm-restart file, or a new Delta stream's server
+	// was not told the relay holds it: the upstream may no longer tell the
+	// relay of it (a Delta server forgets what was unsubscribed; a SotW
+	// server's silence on a name subscribed later on the stream proves
+	// nothing at once), so when it is subscribed again the relay has the
+	// upstream confirm it where it can (upstream.Client.Forget), and until
+	// it speaks it stays — its silence (the wait) removes nothing a client
+	// may hold. Set by markUnsure; cleared by confirmed, by the upstream's
+	// word that it is gone (deleted), and when its cached value leaves on
+	// silence (silent) or eviction. (A TTL expiry, a NOT_FOUND or a
+	// do_not_cache drop leaves it set: it counts only while the name is
+	// cached, and the resource's next arrival sets it anew.)
+	unsure bool
+	// halted is the version of the name whose guarded rollout halted: the
+	// upstream sending it again does not start another rollout. Set when a
+	// rollout halts (rollout.go); cleared when the upstream sends another
+	// version (holdHalted).
+	halted string
+	// noCache: the upstream marked the name do_not_cache (nocache.go). Set
+	// when such a resource arrives; cleared when its upstream subscription
+	// ends (expire, dropNow).
+	noCache bool
+	// ttl is the expiry of a resource the upstream gave a TTL (ttl.go). Set
+	// and cleared by armTTL (each update or heartbeat starts it again); it
+	// ends itself when it fires.
+	ttl *time.Timer
+	// variantMode: the name's View entries (its plain name and its keys
+	// with parameters) are selections from variants (TP2, variants.go),
+	// even while none is stored. Set when the name gets a constrained
+	// variant or a key with parameters (enterVariantMode); cleared when
+	// neither is left (resolveVariants, dropParamKey, eviction).
+	variantMode bool
+	// variants are the stored variants of a name in variant mode. Any other
+	// name's View entry is its only variant.
+	variants []variant
+	// params holds the name's subscription keys with parameters, each
+	// with its parameters. Set by addParamKey at a key's first watcher;
+	// cleared by dropParamKey once nothing watches or caches the key.
+	params map[string]map[string]string
+}
+
+// isEmpty reports whether nothing is left in e.
+func (e *entry) isEmpty() bool {
+	return e.wait == nil && !e.unreachable && !e.unsure && e.halted == "" && !e.noCache && e.ttl == nil &&
+		!e.variantMode && e.variants == nil && len(e.params) == 0
+}
+
+// get returns what the relay knows of name, the zero entry for nothing. It
+// is a copy: changes go through entry.
+func (tc *typeCache) get(name string) entry {
+	if e := tc.names[name]; e != nil {
+		return *e
+	}
+	return entry{}
+}
+
+// entry returns name's entry to change, made if there is none. A change
+// that clears a field is followed by tidy.
+func (tc *typeCache) entry(name string) *entry {
+	e := tc.names[name]
+	if e == nil {
+		if tc.names == nil {
+			tc.names = make(map[string]*entry)
+		}
+		e = &entry{}
+		tc.names[name] = e
+	}
+	return e
+}
+
+// tidy deletes name's entry if nothing is left in it.
+func (tc *typeCache) tidy(name string) {
+	if e := tc.names[name]; e != nil && e.isEmpty() {
+		delete(tc.names, name)
+	}
+}
+
+// checkEntries has Relay.Close check that no scope holds an empty entry:
+// that every change that clears a field tidies. The package's tests set it
+// (export_test.go).
+var checkEntries bool
+
+// mustHaveNoEmptyEntries panics if a type of sc holds an empty entry.
+func (sc *scope) mustHaveNoEmptyEntries() {
+	for _, tc := range sc.types {
+		for name, e := range tc.names {
+			if e.isEmpty() {
+				panic(fmt.Sprintf("relay: scope %q type %s: empty entry %q", sc.key, tc.typeURL, name))
+			}
+		}
+	}
+}
+
+// stopTimers stops tc's waits and TTL expiries.
+func (tc *typeCache) stopTimers() {
+	for _, e := range tc.names {
+		if e.wait != nil {
+			e.wait.Stop()
+		}
+		if e.ttl != nil {
+			e.ttl.Stop()
+		}
+	}
+}
