@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -362,6 +363,29 @@ func TestDeploymentWiring(t *testing.T) {
 		if im.Digest == "" && (im.NewTag == "" || im.NewTag == "latest") {
 			t.Errorf("kustomization image %s: tag %q; want a fixed release or a digest, never latest", im.Name, im.NewTag)
 		}
+	}
+}
+
+// Each replica presents its own node id upstream: the pod's name, from the
+// downward API, through --node-id (the config file is the same for all, and
+// the relay expands no variables in it).
+func TestNodeIDPerPod(t *testing.T) {
+	b := loadBase(t)
+	c := b.container(t)
+	if !slices.Contains(c.Args, "--node-id=$(POD_NAME)") {
+		t.Errorf("args %q lack --node-id=$(POD_NAME)", c.Args)
+	}
+	fromName := false
+	for _, e := range c.Env {
+		if e.Name == "POD_NAME" {
+			fromName = e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+		}
+	}
+	if !fromName {
+		t.Errorf("env %+v: want POD_NAME from the downward API's metadata.name", c.Env)
+	}
+	if id := b.relayConfig(t).Node.ID; strings.Contains(id, "$") {
+		t.Errorf("config node.id %q holds a variable: the relay takes it literally", id)
 	}
 }
 

@@ -21,6 +21,7 @@ type options struct {
 	upstream   string
 	bootstrap  string
 	restListen string
+	nodeID     string
 	logLevel   string
 	logFormat  string
 	version    bool
@@ -47,6 +48,9 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 		"a gRPC xDS bootstrap JSON `FILE` (as GRPC_XDS_BOOTSTRAP names) whose xds_servers and authorities\n"+
 			"replace the config's upstream servers (upstream.bootstrap_file)")
 	fs.StringVar(&o.restListen, "rest-listen", "", "REST-JSON polling HTTP `ADDR` (host:port); sets rest.listen")
+	fs.StringVar(&o.nodeID, "node-id", "",
+		"the node `ID` the relay presents upstream; sets node.id (e.g. the pod name, so that a\n"+
+			"control plane tells replicas apart)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -101,6 +105,9 @@ func (o *options) config() (*config.Config, error) {
 	if o.set["admin"] {
 		cfg.Admin = o.admin
 	}
+	if o.set["node-id"] {
+		cfg.Node.ID = o.nodeID
+	}
 	if o.set["upstream"] {
 		cfg.Upstream.BootstrapFile, cfg.Upstream.Authorities = "", nil
 		cfg.Upstream.XDSServers = []config.Server{{
@@ -142,7 +149,7 @@ present keeps its value, 0 included):
   listen: ":18001"              downstream xDS gRPC address
   admin: "127.0.0.1:9902"       admin HTTP address ("" disables it; endpoints below)
   node:                         the identity the relay presents upstream
-    id: "xds-relay"
+    id: "xds-relay"             --node-id overrides it: give each replica its own
     cluster: "xds-relay"
     metadata: {}                string values
   upstream:                     the shape of a gRPC xDS bootstrap (gRFC A27/A47)

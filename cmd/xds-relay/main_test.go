@@ -120,6 +120,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 		{"file only", []string{"--config", file}, fromFile(nil)},
 		{"flag at its default value still overrides", []string{"--config", file, "--listen", ":18001"},
 			fromFile(func(c *config.Config) { c.Listen = ":18001" })},
+		{"node id flag", []string{"--config", file, "--node-id", "xds-relay-7f9c"},
+			fromFile(func(c *config.Config) { c.Node.ID = "xds-relay-7f9c" })},
 		{"admin disabled by flag", []string{"--config", file, "--admin="},
 			fromFile(func(c *config.Config) { c.Admin = "" })},
 		{"upstream replaces the file's servers", []string{"-config", file, "-upstream", "flag.example:1"},
@@ -201,7 +203,7 @@ func TestHelp(t *testing.T) {
 		}
 		for _, want := range []string{
 			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
-			"--log-format FORMAT", "--version", "xds-relay validate",
+			"--log-format FORMAT", "--version", "--node-id ID", "xds-relay validate",
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
 			"group_by", "canary_fraction", "dynamic_parameters_from_node",
 			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
