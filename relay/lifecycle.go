@@ -224,6 +224,35 @@ func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 	return out
 }
 
+// upstreamFallback returns the samples of xds_relay_upstream_fallback: per
+// authority and kind of scope, whether an upstream client is on a server
+// that is not the first of its list. The default servers of the shared
+// scope have a sample from the start; the others once their client has
+// been dialled.
+func (r *Relay) upstreamFallback() []metrics.UpstreamFallback {
+	type key struct{ auth, scope string }
+	on := map[key]bool{{"", metrics.ScopeShared}: false}
+	s := r.lock()
+	for _, sc := range s.scopes {
+		kind := scopeKind(sc.key)
+		for auth, c := range sc.upstreams {
+			k := key{auth, kind}
+			if state, _ := c.State(); state != upstream.StateIdle || hasKey(on, k) {
+				on[k] = on[k] || c.OnFallback()
+			}
+		}
+	}
+	s.unlock()
+	out := make([]metrics.UpstreamFallback, 0, len(on))
+	for k, v := range on {
+		out = append(out, metrics.UpstreamFallback{Authority: k.auth, Scope: k.scope, OnFallback: v})
+	}
+	slices.SortFunc(out, func(a, b metrics.UpstreamFallback) int {
+		return strings.Compare(a.Authority+"\x00"+a.Scope, b.Authority+"\x00"+b.Scope)
+	})
+	return out
+}
+
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
 	_, ok := m[k]
 	return ok

@@ -132,6 +132,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	r.m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
 	r.m.CollectUpstreamConnected(r.upstreamConnected)
+	r.m.CollectUpstreamFallback(r.upstreamFallback)
 	r.m.CollectCache(r.cacheSizes)
 	r.m.CollectReadiness(r.Ready, r.synced.Load)
 
