@@ -220,10 +220,14 @@ present keeps its value, 0 included):
 `
 
 const usageTail = `
+gRPC health (grpc.health.v1.Health, Check and Watch) on listen, service "": SERVING while
+/readyz answers 200, NOT_SERVING otherwise (draining included); answered during a drain.
+
 Shutdown: on SIGTERM or SIGINT /readyz turns 503 at once, clients get GOAWAY, the client
 connections are closed oldest first over shutdown.drain_window (their xDS streams end with
 UNAVAILABLE; held REST polls get 503), and the relay exits as soon as none is left (at most
-the window plus 2 s). A second signal stops at once.
+the window plus 2 s). A second signal stops at once. Unlike POST /drain, a shutdown is never
+undone (DELETE /drain does not end it).
 
 Exit status: 0 after a clean shutdown; 1 on a bad config, a port in use or a
 serving error; 2 on a bad flag.
