@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -99,17 +98,7 @@ func Handler(src Source, opts ...Option) http.Handler {
 	mux := http.NewServeMux()
 	// Method patterns make the mux answer 405 (with Allow) to other methods.
 	s.statusRoutes(mux) // /, /debug/config, /debug/loglevel (status.go)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeText(w, http.StatusOK, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := s.src.Readiness()
-		code := http.StatusOK
-		if !ok {
-			code = http.StatusServiceUnavailable
-		}
-		writeText(w, code, why+"\n")
-	})
+	s.probeRoutes(mux)  // /healthz, /readyz, /metrics (probe.go)
 	mux.HandleFunc("POST /drain", func(w http.ResponseWriter, _ *http.Request) {
 		msg := "draining"
 		if !s.src.StartDrain() {
@@ -129,10 +118,6 @@ func Handler(src Source, opts ...Option) http.Handler {
 		}
 		writeText(w, http.StatusOK, msg+"\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.src.Registry(), promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(s.log.Named("admin")),
-		ErrorHandling: promhttp.ContinueOnError,
-	}))
 
 	mux.HandleFunc("GET /debug/cache", func(w http.ResponseWriter, req *http.Request) {
 		q := req.URL.Query()

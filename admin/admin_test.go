@@ -257,6 +257,38 @@ func TestDrainEndpoint(t *testing.T) {
 	}
 }
 
+// The probe handler serves /healthz, /readyz and /metrics as the admin API
+// does, and nothing else: no status page, debug view, pprof or drain.
+func TestProbeHandler(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr())
+	srv := httptest.NewServer(admin.ProbeHandler(r.Relay))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	xdstest.Eventually(t, r.Ready, "the relay ready", nil)
+
+	if got := get(t, http.MethodGet, srv.URL+"/healthz"); got.code != http.StatusOK || got.body != "ok\n" {
+		t.Errorf("GET /healthz = %d %q, want 200 ok", got.code, got.body)
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusOK || !strings.HasPrefix(got.body, "ready") {
+		t.Errorf("GET /readyz = %d %q, want 200 ready", got.code, got.body)
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/metrics"); got.code != http.StatusOK || !strings.Contains(got.body, "xds_relay_ready 1") {
+		t.Errorf("GET /metrics = %d, want 200 with xds_relay_ready 1", got.code)
+	}
+	for _, path := range []string{"/", "/debug/clients", "/debug/config", "/debug/pprof/", "/debug/loglevel", "/drain", "/nope"} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			if got := get(t, method, srv.URL+path); got.code != http.StatusNotFound {
+				t.Errorf("%s %s on the probe port = %d, want 404", method, path, got.code)
+			}
+		}
+	}
+	r.StartDrain()
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz while drained = %d, want 503", got.code)
+	}
+}
+
 // /debug/clients is paged and filtered: its answer is bounded whatever the
 // fleet, and following "next" visits every stream once.
 func TestAdminClientsPaged(t *testing.T) {

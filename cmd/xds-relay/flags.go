@@ -18,6 +18,7 @@ type options struct {
 	configPath string
 	listen     string
 	admin      string
+	probe      string
 	upstream   string
 	bootstrap  string
 	restListen string
@@ -42,6 +43,9 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.configPath, "config", "", "YAML config `FILE` (sections below); flags override it")
 	fs.StringVar(&o.listen, "listen", def.Listen, "downstream xDS gRPC `ADDR` (host:port)")
 	fs.StringVar(&o.admin, "admin", def.Admin, "admin HTTP `ADDR` (host:port); \"\" disables it")
+	fs.StringVar(&o.probe, "probe-listen", "",
+		"probe HTTP `ADDR` (host:port): GET /healthz, /readyz and /metrics only, for the kubelet and\n"+
+			"Prometheus on the pod IP while the admin API stays on loopback; sets probe_listen")
 	fs.StringVar(&o.upstream, "upstream", "",
 		"one default plaintext upstream xDS server `ADDR` (host:port); replaces upstream.xds_servers")
 	fs.StringVar(&o.bootstrap, "upstream-bootstrap", "",
@@ -105,6 +109,9 @@ func (o *options) config() (*config.Config, error) {
 	if o.set["admin"] {
 		cfg.Admin = o.admin
 	}
+	if o.set["probe-listen"] {
+		cfg.ProbeListen = o.probe
+	}
 	if o.set["node-id"] {
 		cfg.Node.ID = o.nodeID
 	}
@@ -148,6 +155,8 @@ Config file (YAML; unknown keys are errors; durations like "5s"; a key that is
 present keeps its value, 0 included):
   listen: ":18001"              downstream xDS gRPC address
   admin: "127.0.0.1:9902"       admin HTTP address ("" disables it; endpoints below)
+  probe_listen: ""              probe HTTP address: GET /healthz, /readyz, /metrics only (every
+                                other path 404); "" (the default) turns it off
   node:                         the identity the relay presents upstream
     id: "xds-relay"             --node-id overrides it: give each replica its own
     cluster: "xds-relay"
@@ -251,7 +260,7 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprintf(&b, "%-26s %s\n", line, usage)
 	})
 	b.WriteString(usageConfig)
-	b.WriteString("\nAdmin HTTP API (on admin):\n")
+	b.WriteString("\nAdmin HTTP API (on admin; GET /healthz, /readyz and /metrics on probe_listen too):\n")
 	for _, e := range admin.Endpoints {
 		fmt.Fprintf(&b, "  %s\n      %s\n", e.Route, e.Doc)
 	}

@@ -1,6 +1,6 @@
 // Command xds-relay is the caching xDS relay: it loads the config (file and
-// flags), serves downstream xDS on --listen and the admin HTTP API on
-// --admin, and drains on SIGTERM or SIGINT. See `xds-relay --help` and docs/INTERFACE.md.
+// flags), serves downstream xDS on --listen, the admin HTTP API on --admin
+// and the probes on --probe-listen, and drains on SIGTERM or SIGINT. See `xds-relay --help` and docs/INTERFACE.md.
 package main
 
 import (
@@ -116,6 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	go func() { served <- r.Serve(lis.xds) }()
 	hs := newHTTPServers(log)
 	hs.serve("admin", lis.admin, admin.Handler(r, admin.WithLogLevel(level)))
+	hs.serve("probe", lis.probe, admin.ProbeHandler(r))
 	restDone := make(chan error, 1)
 	if lis.rest != nil {
 		go func() { restDone <- r.ServeREST(lis.rest) }()
@@ -124,6 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		zap.String("version", version),
 		zap.String("listen", lis.xds.Addr().String()),
 		zap.String("admin", addr(lis.admin)),
+		zap.String("probe", addr(lis.probe)),
 		zap.String("rest", addr(lis.rest)),
 		zap.String("node_id", cfg.Node.ID),
 		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),

@@ -122,6 +122,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 			fromFile(func(c *config.Config) { c.Listen = ":18001" })},
 		{"node id flag", []string{"--config", file, "--node-id", "xds-relay-7f9c"},
 			fromFile(func(c *config.Config) { c.Node.ID = "xds-relay-7f9c" })},
+		{"probe listener by flag", []string{"--config", file, "--probe-listen", ":9903"},
+			fromFile(func(c *config.Config) { c.ProbeListen = ":9903" })},
 		{"admin disabled by flag", []string{"--config", file, "--admin="},
 			fromFile(func(c *config.Config) { c.Admin = "" })},
 		{"upstream replaces the file's servers", []string{"-config", file, "-upstream", "flag.example:1"},
@@ -203,7 +205,8 @@ func TestHelp(t *testing.T) {
 		}
 		for _, want := range []string{
 			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
-			"--log-format FORMAT", "--version", "--node-id ID", "grpc.health.v1", "xds-relay validate",
+			"--log-format FORMAT", "--version", "--node-id ID", "--probe-listen ADDR", "probe_listen:",
+			"grpc.health.v1", "xds-relay validate",
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
 			"group_by", "canary_fraction", "dynamic_parameters_from_node",
 			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
@@ -296,6 +299,7 @@ func TestPortInUse(t *testing.T) {
 	}{
 		{"listen", []string{"--listen", addr, "--admin", ""}},
 		{"admin", []string{"--listen", "127.0.0.1:0", "--admin", addr}},
+		{"probe", []string{"--listen", "127.0.0.1:0", "--admin", "", "--probe-listen", addr}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, stderr := runArgs(t, append(tt.args, "--upstream", "127.0.0.1:1")...)

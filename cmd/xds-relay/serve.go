@@ -16,7 +16,7 @@ import (
 // listeners are the command's listeners; the optional ones are nil when
 // off.
 type listeners struct {
-	xds, admin, rest net.Listener
+	xds, admin, probe, rest net.Listener
 }
 
 // listen opens every listener cfg asks for, or none: on an error it closes
@@ -34,7 +34,7 @@ func listen(cfg *config.Config) (*listeners, error) {
 	for _, o := range []struct {
 		name, addr string
 		dst        *net.Listener
-	}{{"admin", cfg.Admin, &l.admin}, {"rest", rest, &l.rest}} {
+	}{{"admin", cfg.Admin, &l.admin}, {"probe", cfg.ProbeListen, &l.probe}, {"rest", rest, &l.rest}} {
 		if o.addr == "" {
 			continue
 		}
@@ -48,7 +48,7 @@ func listen(cfg *config.Config) (*listeners, error) {
 
 // close closes every listener.
 func (l *listeners) close() {
-	for _, lis := range []net.Listener{l.xds, l.admin, l.rest} {
+	for _, lis := range []net.Listener{l.xds, l.admin, l.probe, l.rest} {
 		if lis != nil {
 			_ = lis.Close()
 		}
@@ -63,7 +63,7 @@ func addr(lis net.Listener) string {
 	return lis.Addr().String()
 }
 
-// httpServers are the command's HTTP servers (admin). Serve's
+// httpServers are the command's HTTP servers (admin, probe). Serve's
 // results, which are errors named after their server, arrive on done.
 type httpServers struct {
 	log  *zap.Logger
