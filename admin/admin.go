@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -20,13 +19,15 @@ import (
 )
 
 // Source is what the admin API reads of a relay; *relay.Relay satisfies it.
-// Drain is its one method that changes anything (POST /drain).
+// StartDrain and EndDrain are its only methods that change anything (POST
+// and DELETE /drain).
 type Source interface {
 	// Readiness is the answer of /readyz.
 	Readiness() (ready bool, reason string)
-	// Draining and Drain serve POST /drain.
-	Draining() bool
-	Drain() <-chan struct{}
+	// StartDrain serves POST /drain and EndDrain DELETE /drain; each
+	// reports whether it changed anything.
+	StartDrain() bool
+	EndDrain() bool
 	// Config is the configuration the relay runs with; it is not modified.
 	Config() *config.Config
 	// Logger is the relay's logger: the admin API logs through it.
@@ -59,9 +60,11 @@ var Endpoints = []Endpoint{
 	{"GET /readyz", "200 when serving and synced with an upstream (or warm from cache.persist_path); " +
 		"503 before that and while draining; the body says why (readiness)"},
 	{"GET /metrics", "Prometheus text format (xds_relay_*, go_*, process_*)"},
-	{"POST /drain", "take the relay out of service for maintenance: /readyz 503, GOAWAY, client connections " +
-		"closed over shutdown.drain_window (streams end with UNAVAILABLE), REST polls 503; the process and admin " +
-		"API stay up until SIGTERM"},
+	{"POST /drain", "202: take the relay out of service until DELETE /drain: /readyz 503, gRPC health NOT_SERVING, " +
+		"the client connections open now closed over shutdown.drain_window (their streams end with UNAVAILABLE), " +
+		"new xDS streams refused with UNAVAILABLE, new REST polls 503; the listeners and the upstreams stay up"},
+	{"DELETE /drain", "200: end the drain of POST /drain (also when none lasts): /readyz and gRPC health answer as " +
+		"without it, new streams are accepted; a SIGTERM shutdown is never ended"},
 	{"GET /debug/cache?type=&prefix=&authority=", "JSON: the cached resource variants"},
 	{"GET /debug/clients?node=&type=&name=&after=&limit=&names=", "JSON: one page of the downstream streams " +
 		"(node: glob on the node id; limit: 100, at most 1000; names per type: 100), the total and the next page"},
@@ -83,7 +86,8 @@ type server struct {
 
 // Handler returns the admin HTTP API of src (docs/INTERFACE.md, "Admin
 // HTTP"): the paths of Endpoints. Every other method gets 405, every other
-// path 404. The handler has its own mux (pprof is not served from
+// path 404. Every call but GET and HEAD is logged at Info with the
+// caller's address. The handler has its own mux (pprof is not served from
 // http.DefaultServeMux) and is safe for concurrent use; each call returns a
 // new handler.
 func Handler(src Source, opts ...Option) http.Handler {
@@ -94,29 +98,26 @@ func Handler(src Source, opts ...Option) http.Handler {
 	mux := http.NewServeMux()
 	// Method patterns make the mux answer 405 (with Allow) to other methods.
 	s.statusRoutes(mux) // /, /debug/config, /debug/loglevel (status.go)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeText(w, http.StatusOK, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := s.src.Readiness()
-		code := http.StatusOK
-		if !ok {
-			code = http.StatusServiceUnavailable
-		}
-		writeText(w, code, why+"\n")
-	})
+	s.probeRoutes(mux)  // /healthz, /readyz, /metrics (probe.go)
 	mux.HandleFunc("POST /drain", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.src.Draining() {
-			s.log.Info("drain requested on the admin API")
+		msg := "draining"
+		if !s.src.StartDrain() {
+			msg = "already draining"
 		}
-		s.src.Drain()
-		writeText(w, http.StatusAccepted, fmt.Sprintf("draining: client connections close over %v; /readyz answers 503\n",
-			s.src.Config().Shutdown.DrainWindow))
+		writeText(w, http.StatusAccepted, fmt.Sprintf("%s: client connections close over %v; /readyz answers 503 "+
+			"until DELETE /drain\n", msg, s.src.Config().Shutdown.DrainWindow))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.src.Registry(), promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(s.log.Named("admin")),
-		ErrorHandling: promhttp.ContinueOnError,
-	}))
+	mux.HandleFunc("DELETE /drain", func(w http.ResponseWriter, _ *http.Request) {
+		msg := "drain ended: serving"
+		if !s.src.EndDrain() {
+			msg = "not draining"
+		}
+		ok, why := s.src.Readiness()
+		if !ok {
+			msg += "; still not ready: " + why
+		}
+		writeText(w, http.StatusOK, msg+"\n")
+	})
 
 	mux.HandleFunc("GET /debug/cache", func(w http.ResponseWriter, req *http.Request) {
 		q := req.URL.Query()
@@ -150,7 +151,37 @@ func Handler(src Source, opts ...Option) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return mux
+	return s.logCalls(mux)
+}
+
+// logCalls logs every call to h but GET and HEAD (the calls that may
+// change something) at Info: method, path, the caller's address and the
+// status answered.
+func (s *server) logCalls(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodGet || req.Method == http.MethodHead {
+			h.ServeHTTP(w, req)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, req)
+		s.log.Info("admin call", zap.String("method", req.Method), zap.String("path", req.URL.Path),
+			zap.String("remote", req.RemoteAddr), zap.Int("status", sw.code))
+	})
+}
+
+// statusWriter records the status code written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code    int
+	written bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.written {
+		w.code, w.written = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // clientQuery reads the query of /debug/clients.

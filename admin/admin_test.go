@@ -13,7 +13,9 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
@@ -198,14 +200,19 @@ func TestAdminServingRelay(t *testing.T) {
 }
 
 // POST /drain drains the relay (202) and keeps the admin API up: /readyz
-// 503, /metrics 200; a second POST is 202 too. What the drain does to the
-// streams is relay's TestManualDrain.
+// 503, /metrics 200; a second POST is 202 too. DELETE /drain ends it (200):
+// /readyz 200 again; a second DELETE, with nothing to end, is 200 too. Each
+// of these calls is logged with the caller's address. What the drain does to
+// the streams is relay's TestReversibleDrain.
 func TestDrainEndpoint(t *testing.T) {
 	up := xdstest.StartUpstream(t)
-	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) { c.Shutdown.DrainWindow = 0 }))
+	obs, logs := observer.New(zap.InfoLevel)
+	r := xdstest.StartRelayLogged(t, zap.New(obs), up.Addr(),
+		xdstest.WithConfig(func(c *config.Config) { c.Shutdown.DrainWindow = 0 }))
 	srv := httptest.NewServer(admin.Handler(r.Relay))
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
+	xdstest.Eventually(t, r.Ready, "the relay ready", nil)
 
 	if got := get(t, http.MethodPost, srv.URL+"/drain"); got.code != http.StatusAccepted {
 		t.Fatalf("POST /drain = %d %q, want 202", got.code, got.body)
@@ -221,6 +228,64 @@ func TestDrainEndpoint(t *testing.T) {
 	}
 	if got := get(t, http.MethodPost, srv.URL+"/drain"); got.code != http.StatusAccepted {
 		t.Errorf("second POST /drain = %d, want 202", got.code)
+	}
+
+	if got := get(t, http.MethodDelete, srv.URL+"/drain"); got.code != http.StatusOK {
+		t.Errorf("DELETE /drain = %d %q, want 200", got.code, got.body)
+	}
+	if r.Draining() {
+		t.Error("the relay drains after DELETE /drain")
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusOK {
+		t.Errorf("/readyz after DELETE /drain = %d %q, want 200", got.code, got.body)
+	}
+	if got := get(t, http.MethodDelete, srv.URL+"/drain"); got.code != http.StatusOK || !strings.Contains(got.body, "not draining") {
+		t.Errorf("DELETE /drain with nothing to end = %d %q, want 200 not draining", got.code, got.body)
+	}
+
+	var calls []string
+	for _, e := range logs.FilterMessage("admin call").All() {
+		f := e.ContextMap()
+		if !strings.HasPrefix(fmt.Sprint(f["remote"]), "127.0.0.1:") {
+			t.Errorf("admin call logged without the caller's address: %v", f)
+		}
+		calls = append(calls, fmt.Sprintf("%v %v %v", f["method"], f["path"], f["status"]))
+	}
+	want := []string{"POST /drain 202", "POST /drain 202", "DELETE /drain 200", "DELETE /drain 200"}
+	if strings.Join(calls, ", ") != strings.Join(want, ", ") {
+		t.Errorf("logged admin calls %q, want %q (GETs are not logged)", calls, want)
+	}
+}
+
+// The probe handler serves /healthz, /readyz and /metrics as the admin API
+// does, and nothing else: no status page, debug view, pprof or drain.
+func TestProbeHandler(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr())
+	srv := httptest.NewServer(admin.ProbeHandler(r.Relay))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	xdstest.Eventually(t, r.Ready, "the relay ready", nil)
+
+	if got := get(t, http.MethodGet, srv.URL+"/healthz"); got.code != http.StatusOK || got.body != "ok\n" {
+		t.Errorf("GET /healthz = %d %q, want 200 ok", got.code, got.body)
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusOK || !strings.HasPrefix(got.body, "ready") {
+		t.Errorf("GET /readyz = %d %q, want 200 ready", got.code, got.body)
+	}
+	if got := get(t, http.MethodGet, srv.URL+"/metrics"); got.code != http.StatusOK || !strings.Contains(got.body, "xds_relay_ready 1") {
+		t.Errorf("GET /metrics = %d, want 200 with xds_relay_ready 1", got.code)
+	}
+	for _, path := range []string{"/", "/debug/clients", "/debug/config", "/debug/pprof/", "/debug/loglevel", "/drain", "/nope"} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			if got := get(t, method, srv.URL+path); got.code != http.StatusNotFound {
+				t.Errorf("%s %s on the probe port = %d, want 404", method, path, got.code)
+			}
+		}
+	}
+	r.StartDrain()
+	if got := get(t, http.MethodGet, srv.URL+"/readyz"); got.code != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz while drained = %d, want 503", got.code)
 	}
 }
 

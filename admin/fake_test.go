@@ -16,7 +16,7 @@ import (
 
 // fakeRelay is an admin.Source with fixed answers, so that the status page
 // and the settings endpoints are tested on what they are given, without a
-// relay. Set its fields before serving it; only Drain changes it after.
+// relay. Set its fields before serving it; only StartDrain and EndDrain change it after.
 type fakeRelay struct {
 	cfg     *config.Config
 	log     *zap.Logger
@@ -52,14 +52,8 @@ func (f *fakeRelay) Readiness() (bool, string) {
 	return f.ready, f.reason
 }
 
-func (f *fakeRelay) Draining() bool { return f.draining.Load() }
-
-func (f *fakeRelay) Drain() <-chan struct{} {
-	f.draining.Store(true)
-	done := make(chan struct{})
-	close(done)
-	return done
-}
+func (f *fakeRelay) StartDrain() bool { return !f.draining.Swap(true) }
+func (f *fakeRelay) EndDrain() bool   { return f.draining.Swap(false) }
 
 func (f *fakeRelay) Config() *config.Config                              { return f.cfg }
 func (f *fakeRelay) Logger() *zap.Logger                                 { return f.log }

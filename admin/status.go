@@ -16,6 +16,7 @@ import (
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/relay"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // This file is the operator's view of a relay: the status page served at the
@@ -76,6 +77,9 @@ type UpstreamOverview struct {
 	Server    string `json:"server"`
 	// Current is true for the server the authority's client uses or tries.
 	Current bool `json:"current"`
+	// Fallback is true for a current server that is not the first of the
+	// list (xds_relay_upstream_fallback): the earlier ones are unreachable.
+	Fallback bool `json:"fallback,omitempty"`
 	// State is the client's state (upstream.State*) on the current server,
 	// "standby" on the others.
 	State string `json:"state"`
@@ -277,6 +281,7 @@ func upstreamOverview(cfg *config.Config, ups []relay.UpstreamInfo, fams map[str
 			// Before its first attempt a client names no server: the first one is next.
 			if server == u.Server || (u.Server == "" && i == 0) {
 				row.Current, row.State, row.LastError, row.Subscribed = true, u.State, u.LastError, subscribed
+				row.Fallback = i > 0 && u.State != upstream.StateIdle && u.State != upstream.StateBackoff
 			}
 			out = append(out, row)
 		}

@@ -263,7 +263,8 @@ func TestStatusPageOfFake(t *testing.T) {
 	o := admin.OverviewOf(f)
 	wantUps := []admin.UpstreamOverview{
 		{Server: "a.example:1", State: "standby", Reconnects: 4},
-		{Server: "b.example:2", Current: true, State: "connected", Connected: true, LastError: "a.example:1: refused", Subscribed: 3},
+		{Server: "b.example:2", Current: true, Fallback: true, State: "connected", Connected: true,
+			LastError: "a.example:1: refused", Subscribed: 3},
 		{Authority: "auth.example", Server: "c.example:3", Current: true, State: "idle"},
 	}
 	if !reflect.DeepEqual(o.Upstreams, wantUps) {
@@ -300,7 +301,8 @@ func TestStatusPageOfFake(t *testing.T) {
 	page := do(t, http.MethodGet, srv.URL+"/?format=html", nil, "").body
 	for _, want := range []string{`id="ready" class="ok">ready<`, `id="fleet-streams">2<`, `id="nacks-current">1<`,
 		`id="nacks-total">3<`, `data-server="a.example:1"`, `data-authority="auth.example" data-server="c.example:3"`,
-		`cluster &lt;b&gt;bad&lt;/b&gt;`, `data-bytes="2048">2.0 KiB<`, `id="prop-count">4<`} {
+		`cluster &lt;b&gt;bad&lt;/b&gt;`, `data-bytes="2048">2.0 KiB<`, `id="prop-count">4<`,
+		`class="state warn">connected (fallback: the first server is unreachable)<`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("status page lacks %q", want)
 		}

@@ -20,6 +20,10 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Admin is the admin HTTP address. Default "127.0.0.1:9902"; "" disables it.
 	Admin string `yaml:"admin"`
+	// ProbeListen is the address of the probe HTTP API: /healthz, /readyz
+	// and /metrics only, for the kubelet and Prometheus while the admin API
+	// stays on loopback. Default "": off.
+	ProbeListen string `yaml:"probe_listen"`
 	// Node is the identity the relay presents to its upstreams.
 	Node Node `yaml:"node"`
 	// Upstream lists the authoritative control planes.

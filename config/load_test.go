@@ -136,6 +136,8 @@ limits:
 			}()},
 		{name: "admin empty disables", yaml: "admin: ''\n",
 			want: func() *config.Config { c := config.Default(); c.Admin = ""; return c }()},
+		{name: "probe listener", yaml: "probe_listen: ':9903'\n",
+			want: func() *config.Config { c := config.Default(); c.ProbeListen = ":9903"; return c }()},
 		{name: "partial node keeps other defaults", yaml: "node: {id: r2}\n",
 			want: func() *config.Config { c := config.Default(); c.Node.ID = "r2"; return c }()},
 		{name: "anchors and aliases", yaml: "upstream:\n  xds_servers: [&s {server_uri: 'a:1'}]\n  authorities: {x: {xds_servers: [*s]}}\n",

@@ -55,6 +55,9 @@ func (c *Config) Validate() error {
 	if c.Admin != "" {
 		v.hostPort("admin", c.Admin, false)
 	}
+	if c.ProbeListen != "" {
+		v.hostPort("probe_listen", c.ProbeListen, false)
+	}
 	if c.Node.ID == "" {
 		v.add("node.id", "must not be empty")
 	}

@@ -18,6 +18,7 @@ func TestValidateOK(t *testing.T) {
 	}{
 		{"one server", withServer(nil)},
 		{"admin disabled", withServer(func(c *config.Config) { c.Admin = "" })},
+		{"probe listener", withServer(func(c *config.Config) { c.ProbeListen = ":9903" })},
 		{"listen any port", withServer(func(c *config.Config) { c.Listen = "127.0.0.1:0" })},
 		{"ipv6", withServer(func(c *config.Config) {
 			c.Listen = "[::1]:18001"
@@ -184,6 +185,8 @@ func TestValidateErrors(t *testing.T) {
 			"listen", `config: listen: must be host:port, got ""`},
 		{"admin", withServer(func(c *config.Config) { c.Admin = "localhost:99999" }),
 			"admin", `config: admin: must be host:port with a port number, got "localhost:99999"`},
+		{"probe_listen", withServer(func(c *config.Config) { c.ProbeListen = "9903" }),
+			"probe_listen", `config: probe_listen: must be host:port, got "9903"`},
 		{"node id", withServer(func(c *config.Config) { c.Node.ID = "" }),
 			"node.id", "config: node.id: must not be empty"},
 		{"nil", nil, "(top level)", "config: (top level): no configuration"},

@@ -108,7 +108,7 @@ func TestDockerfile(t *testing.T) {
 	if _, err := os.Stat("../cmd/xds-relay/main.go"); err != nil {
 		t.Errorf("the Dockerfile builds ./cmd/xds-relay: %v", err)
 	}
-	if got := last("EXPOSE "); got != "EXPOSE 18001 9902" {
+	if got := last("EXPOSE "); got != "EXPOSE 18001 9903" {
 		t.Errorf("EXPOSE = %q", got)
 	}
 	if got := last("ENTRYPOINT "); got != `ENTRYPOINT ["/usr/local/bin/xds-relay"]` {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -216,7 +217,8 @@ func addrPort(t *testing.T, field, addr string) int32 {
 }
 
 // TestDeploymentWiring checks that the objects fit together: selectors,
-// ports (container, Service, probes, config), probes on the admin API, the
+// ports (container, Service, probes, config), probes and the scrape on the
+// probe port while the admin API stays on loopback, the
 // drain sequence, the security context and the config mount.
 func TestDeploymentWiring(t *testing.T) {
 	b := loadBase(t)
@@ -251,15 +253,24 @@ func TestDeploymentWiring(t *testing.T) {
 	}
 
 	// Ports: config ↔ container ↔ Service ↔ probes ↔ scrape annotation.
-	xds, admin := containerPort(t, c, "xds"), containerPort(t, c, "admin")
+	xds, probePort := containerPort(t, c, "xds"), containerPort(t, c, "probe")
 	if got := addrPort(t, "listen", cfg.Listen); got != xds {
 		t.Errorf("config listen port %d, container port xds %d", got, xds)
 	}
-	if got := addrPort(t, "admin", cfg.Admin); got != admin {
-		t.Errorf("config admin port %d, container port admin %d", got, admin)
+	if got := addrPort(t, "probe_listen", cfg.ProbeListen); got != probePort {
+		t.Errorf("config probe_listen port %d, container port probe %d", got, probePort)
 	}
-	if host, _, _ := net.SplitHostPort(cfg.Admin); host == "127.0.0.1" || host == "localhost" {
-		t.Errorf("config admin %q listens on loopback: the kubelet cannot probe it", cfg.Admin)
+	if host, _, _ := net.SplitHostPort(cfg.ProbeListen); host == "127.0.0.1" || host == "localhost" {
+		t.Errorf("config probe_listen %q listens on loopback: the kubelet cannot probe it", cfg.ProbeListen)
+	}
+	// The admin API (drain, debug views, pprof, log level) is not on the pod IP.
+	if host, _, _ := net.SplitHostPort(cfg.Admin); cfg.Admin != "" && host != "127.0.0.1" && host != "localhost" {
+		t.Errorf("config admin %q listens beyond loopback: any pod could drain the relay", cfg.Admin)
+	}
+	for _, p := range c.Ports {
+		if cfg.Admin != "" && p.ContainerPort == addrPort(t, "admin", cfg.Admin) {
+			t.Errorf("container port %s exposes the admin port %d", p.Name, p.ContainerPort)
+		}
 	}
 	if len(b.svc.Spec.Ports) != 1 {
 		t.Fatalf("Service ports = %+v, want the xDS port only", b.svc.Spec.Ports)
@@ -270,14 +281,14 @@ func TestDeploymentWiring(t *testing.T) {
 	}
 	probe := func(what string, p *corev1.Probe, path string) {
 		t.Helper()
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "admin" {
-			t.Errorf("%s probe = %+v, want GET %s on port admin", what, p, path)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "probe" {
+			t.Errorf("%s probe = %+v, want GET %s on port probe", what, p, path)
 		}
 	}
 	probe("readiness", c.ReadinessProbe, "/readyz")
 	probe("liveness", c.LivenessProbe, "/healthz")
-	if got := pod.Annotations["prometheus.io/port"]; got != strconv.Itoa(int(admin)) {
-		t.Errorf("prometheus.io/port = %q, want the admin port %d", got, admin)
+	if got := pod.Annotations["prometheus.io/port"]; got != strconv.Itoa(int(probePort)) {
+		t.Errorf("prometheus.io/port = %q, want the probe port %d", got, probePort)
 	}
 
 	// Drain: preStop sleep, then SIGTERM drains within the window + 2 s.
@@ -362,6 +373,29 @@ func TestDeploymentWiring(t *testing.T) {
 		if im.Digest == "" && (im.NewTag == "" || im.NewTag == "latest") {
 			t.Errorf("kustomization image %s: tag %q; want a fixed release or a digest, never latest", im.Name, im.NewTag)
 		}
+	}
+}
+
+// Each replica presents its own node id upstream: the pod's name, from the
+// downward API, through --node-id (the config file is the same for all, and
+// the relay expands no variables in it).
+func TestNodeIDPerPod(t *testing.T) {
+	b := loadBase(t)
+	c := b.container(t)
+	if !slices.Contains(c.Args, "--node-id=$(POD_NAME)") {
+		t.Errorf("args %q lack --node-id=$(POD_NAME)", c.Args)
+	}
+	fromName := false
+	for _, e := range c.Env {
+		if e.Name == "POD_NAME" {
+			fromName = e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+		}
+	}
+	if !fromName {
+		t.Errorf("env %+v: want POD_NAME from the downward API's metadata.name", c.Env)
+	}
+	if id := b.relayConfig(t).Node.ID; strings.Contains(id, "$") {
+		t.Errorf("config node.id %q holds a variable: the relay takes it literally", id)
 	}
 }
 

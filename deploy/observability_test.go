@@ -50,6 +50,9 @@ func registryNames(t *testing.T) map[string]bool {
 	m.CollectUpstreamConnected(func() []metrics.UpstreamConn {
 		return []metrics.UpstreamConn{{Server: "x", Scope: metrics.ScopeShared}}
 	})
+	m.CollectUpstreamFallback(func() []metrics.UpstreamFallback {
+		return []metrics.UpstreamFallback{{Scope: metrics.ScopeShared}}
+	})
 	m.CollectReadiness(func() bool { return true }, func() bool { return true })
 	m.CollectCache(func() []metrics.CacheSize { return []metrics.CacheSize{{TypeURL: "x"}} })
 	fams, err := m.Registry.Gather()

@@ -17,10 +17,11 @@ import (
 // it: the client's grpc sees the transport close and fails the stream with
 // UNAVAILABLE (grpc-go, grpc-js and C-core alike), which every xDS client
 // answers by reconnecting — to another replica, since the relay also sent
-// GOAWAY and closed its listener. So Drain closes the connections, oldest
-// first, spread over the drain window; the handlers end as for any
-// connection that goes away. Nothing per stream is needed: no goroutine, no
-// guard on SendMsg.
+// GOAWAY and closed its listener (Drain), or refuses its new streams while
+// it is out of readiness (SetRefusing, CloseConns). So Drain and CloseConns
+// close the connections, oldest first, spread over the drain window; the
+// handlers end as for any connection that goes away. Nothing per stream is
+// needed: no goroutine, no guard on SendMsg.
 
 // conns tracks the connections of the listener the server serves
 // (Listener), for Drain. Safe for concurrent use.
@@ -142,18 +143,40 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 	cs.closeIdleLocked()
 	cs.mu.Unlock()
 
-	order := cs.snapshot()
-	start := time.Now()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for next := 0; ; {
+	if err := closeSpread(ctx, idle, cs.snapshot(), window); err == nil {
 		select {
 		case <-idle:
 			return nil
 		case <-ctx.Done():
-			for _, c := range cs.snapshot() {
-				_ = c.Close()
-			}
+		}
+	}
+	for _, c := range cs.snapshot() {
+		_ = c.Close()
+	}
+	return ctx.Err()
+}
+
+// CloseConns ends the streams open now, without refusing anything new (see
+// SetRefusing for that): it closes the connections of the server's Listener
+// that are open when it is called, oldest first, spread evenly over window
+// as Drain does. It returns nil once they are closed, or ctx's error when
+// ctx ends first, leaving the rest open.
+func (s *Server) CloseConns(ctx context.Context, window time.Duration) error {
+	return closeSpread(ctx, nil, s.conns.snapshot(), window)
+}
+
+// closeSpread closes order, the i-th of n at i×window/n after the start
+// (0: all at once). It returns nil when all are closed or idle is closed
+// (nil: never), and ctx's error when ctx ends first.
+func closeSpread(ctx context.Context, idle <-chan struct{}, order []*trackedConn, window time.Duration) error {
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for next := 0; next < len(order); {
+		select {
+		case <-idle:
+			return nil
+		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
 		}
@@ -162,12 +185,11 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 			_ = order[next].Close()
 			next++
 		}
-		wait := 10 * time.Millisecond // until the closed ones are gone
 		if next < len(order) {
-			wait = slotTime(next, len(order), window) - elapsed
+			timer.Reset(slotTime(next, len(order), window) - elapsed)
 		}
-		timer.Reset(wait)
 	}
+	return nil
 }
 
 // slotTime is when slot i of n is due in a drain over window.

@@ -115,7 +115,8 @@ type Server struct {
 	lim  *rate.Limiter // admission of new streams; nil: off
 	sets nameSets      // interned SotW subscriptions
 
-	conns conns // the connections of Listener, for Drain
+	conns    conns       // the connections of Listener, for Drain
+	refusing atomic.Bool // SetRefusing: new streams are refused
 
 	nextID atomic.Uint64
 

@@ -90,7 +90,7 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		return errors.New("relay: rest: not configured")
 	}
 	hs := &http.Server{
-		Handler:           r.dx.rest.Handler(),
+		Handler:           r.refuseWhileDraining(r.dx.rest.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          zap.NewStdLog(r.log.Named("rest")),
 	}

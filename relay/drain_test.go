@@ -3,8 +3,8 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,31 +129,66 @@ func TestShutdownDeadline(t *testing.T) {
 	}
 }
 
-// Drain (POST /drain) takes the relay out of service but keeps it running:
-// readiness 503, streams ended with UNAVAILABLE, new streams refused. The
-// admin API's side is admin's TestDrainEndpoint.
-func TestManualDrain(t *testing.T) {
+// StartDrain (POST /drain) takes the relay out of service until EndDrain
+// (DELETE /drain): readiness 503, the open streams ended with UNAVAILABLE,
+// new streams refused with UNAVAILABLE while the listener stays open. After
+// EndDrain the relay is ready again and serves new streams. The admin API's
+// side is admin's TestDrainEndpoint; the gRPC health status is
+// TestHealthFollowsReadiness.
+func TestReversibleDrain(t *testing.T) {
 	r, clients := drainFleet(t, 0, 2)
 	e := watchEnds(clients)
 
-	r.Drain()
+	if !r.StartDrain() {
+		t.Fatal("StartDrain() = false on a serving relay")
+	}
 	e.wg.Wait()
 	for i := range clients {
 		if c := e.codes[i]; c != codes.Unavailable {
 			t.Errorf("client %d ended with %v, want UNAVAILABLE", i, c)
 		}
 	}
-	if code, body := readyz(r.Relay); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz after Drain = %d %q, want 503", code, body)
+	if code, body := readyz(r.Relay); code != http.StatusServiceUnavailable || !strings.Contains(body, "DELETE /drain") {
+		t.Errorf("/readyz while drained = %d %q, want 503 naming DELETE /drain", code, body)
 	}
-	// GOAWAY, and the listener closed: new clients go elsewhere.
-	if conn, err := net.DialTimeout("tcp", r.Addr(), xdstest.WaitTimeout); err == nil {
-		conn.Close()
-		t.Error("the xDS listener still accepts connections after the drain")
+	refused := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "late"})
+	if err := refused.Err(); status.Code(err) != codes.Unavailable {
+		t.Errorf("a new stream while drained ended with %v, want UNAVAILABLE", err)
 	}
-	select { // a second drain is the same one
-	case <-r.Drain():
-	case <-time.After(xdstest.WaitTimeout):
-		t.Error("a second Drain did not return the finished drain")
+	if r.StartDrain() {
+		t.Error("a second StartDrain() = true, want false: the drain lasts")
 	}
+
+	if !r.EndDrain() {
+		t.Fatal("EndDrain() = false while drained")
+	}
+	if code, body := readyz(r.Relay); code != http.StatusOK {
+		t.Errorf("/readyz after EndDrain = %d %q, want 200", code, body)
+	}
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "back"})
+	c.Subscribe(resource.ClusterType, "*")
+	wantNames(t, c.RecvType(resource.ClusterType), "c1")
+	if r.EndDrain() {
+		t.Error("a second EndDrain() = true, want false: nothing drains")
+	}
+}
+
+// A shutdown is never undone: EndDrain during it changes nothing, and a
+// drain begun before it does not end it.
+func TestShutdownIsOneWay(t *testing.T) {
+	r, clients := drainFleet(t, time.Minute, 1)
+	e := watchEnds(clients)
+	r.StartDrain()
+	r.StopServing()
+	r.EndDrain()
+	if r.Ready() || !r.Draining() {
+		t.Errorf("EndDrain during a shutdown: ready %v, draining %v; want not ready, draining", r.Ready(), r.Draining())
+	}
+	if r.StartDrain() {
+		t.Error("StartDrain() = true during a shutdown")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r.Shutdown(ctx)
+	e.wg.Wait()
 }

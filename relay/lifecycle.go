@@ -16,10 +16,12 @@ import (
 	"github.com/xds-relay/xds-relay/upstream"
 )
 
-// Serve serves downstream xDS on lis until Shutdown, Drain or Close; it
-// returns nil then.
+// Serve serves downstream xDS on lis until Shutdown, StopServing or Close;
+// it returns nil then.
 func (r *Relay) Serve(lis net.Listener) error {
 	r.serving.Store(true)
+	r.updateHealth()
+	defer r.updateHealth()
 	defer r.serving.Store(false)
 	if err := r.grpc.Serve(r.ds.Listener(lis)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("relay: serve: %w", err)
@@ -34,7 +36,8 @@ func (r *Relay) Ready() bool {
 }
 
 // Readiness says whether the relay is ready for clients, and why (the body
-// of /readyz): it is not draining, its xDS listener serves, and its cache is
+// of /readyz and the gRPC health status): it is not draining (StartDrain)
+// nor shutting down, its xDS listener serves, and its cache is
 // warm — an upstream server has spoken xDS to it since it started
 // (syncHook), or it loaded a warm-restart file (unless
 // readiness.require_sync).
@@ -44,6 +47,8 @@ func (r *Relay) Readiness() (ready bool, reason string) {
 	switch {
 	case r.draining.Load():
 		return false, "draining: xDS streams are being moved to other replicas"
+	case r.maint.on.Load():
+		return false, "draining (POST /drain; DELETE /drain ends it): xDS streams are being moved to other replicas"
 	case !r.serving.Load():
 		return false, "starting: the xDS listener does not serve yet"
 	case r.synced.Load():
@@ -56,21 +61,22 @@ func (r *Relay) Readiness() (ready bool, reason string) {
 	return false, "not synced: no upstream server reached yet, and no warm-restart file loaded"
 }
 
-// Draining reports whether the relay drains (Drain, Shutdown or Close).
-func (r *Relay) Draining() bool { return r.draining.Load() }
+// Draining reports whether the relay drains: StartDrain, or for good
+// (Shutdown, StopServing or Close).
+func (r *Relay) Draining() bool { return r.draining.Load() || r.maint.on.Load() }
 
-// Drain takes the relay out of service without stopping it (POST /drain,
-// for maintenance): readiness turns false, clients get GOAWAY, and the
-// connections of the xDS listener are closed oldest first over
-// shutdown.drain_window, so that their streams end with UNAVAILABLE and the
-// clients reconnect to the other replicas at an even pace; held REST polls
-// are answered 503 and the REST listener closes. Serve and ServeREST return;
-// the admin API and the upstreams stay up until Shutdown or Close. It
-// returns a channel closed when no connection is left. Only the first call
-// starts a drain; later ones return the same channel.
-func (r *Relay) Drain() <-chan struct{} {
+// StopServing takes the relay out of service for good, the first half of
+// Shutdown: readiness turns false, clients get GOAWAY, and the connections
+// of the xDS listener are closed oldest first over shutdown.drain_window,
+// so that their streams end with UNAVAILABLE and the clients reconnect to
+// the other replicas at an even pace; held REST polls are answered 503 and
+// the REST listener closes. Serve and ServeREST return; the upstreams stay
+// up until Close. It returns a channel closed when no connection is left.
+// Only the first call starts it; later ones return the same channel.
+func (r *Relay) StopServing() <-chan struct{} {
 	r.drainOnce.Do(func() {
 		r.draining.Store(true)
+		r.health.Shutdown() // NOT_SERVING from now on, whatever else changes
 		window := r.cfg.Shutdown.DrainWindow
 		if r.life.Err() == nil { // not Close
 			r.log.Info("draining", zap.Duration("drain_window", window), zap.Int("streams", r.ds.OpenStreams()))
@@ -108,7 +114,7 @@ func (r *Relay) Drain() <-chan struct{} {
 func (r *Relay) Shutdown(ctx context.Context) {
 	r.closeDialects(ctx) // held REST polls are answered; the REST listener closes
 	select {
-	case <-r.Drain():
+	case <-r.StopServing():
 	case <-ctx.Done():
 		r.log.Warn("drain deadline passed: closing the remaining streams", zap.Int("streams", r.ds.OpenStreams()))
 	}
@@ -125,7 +131,8 @@ func (r *Relay) Close() {
 	r.closeDialects(ctx)
 	cancel()
 	r.grpc.Stop()
-	<-r.Drain() // over at once: its context is cancelled and grpc stopped
+	<-r.StopServing() // over at once: its context is cancelled and grpc stopped
+	r.maint.wait()
 	r.ds.Close()
 	r.fan.close()
 	r.closeGateway()
@@ -185,6 +192,7 @@ func (h syncHook) OnUpdate(u upstream.Update) error {
 func (h syncHook) markSynced(server string) {
 	if !h.r.synced.Swap(true) {
 		h.r.log.Info("synced with an upstream", zap.String("authority", h.authority), zap.String("server", server))
+		h.r.updateHealth()
 	}
 }
 
@@ -223,6 +231,35 @@ func (r *Relay) upstreamConnected() []metrics.UpstreamConn {
 	}
 	slices.SortFunc(out, func(a, b metrics.UpstreamConn) int {
 		return strings.Compare(a.Authority+"\x00"+a.Server+"\x00"+a.Scope, b.Authority+"\x00"+b.Server+"\x00"+b.Scope)
+	})
+	return out
+}
+
+// upstreamFallback returns the samples of xds_relay_upstream_fallback: per
+// authority and kind of scope, whether an upstream client is on a server
+// that is not the first of its list. The default servers of the shared
+// scope have a sample from the start; the others once their client has
+// been dialled.
+func (r *Relay) upstreamFallback() []metrics.UpstreamFallback {
+	type key struct{ auth, scope string }
+	on := map[key]bool{{"", metrics.ScopeShared}: false}
+	s := r.lock()
+	for _, sc := range s.scopes {
+		kind := scopeKind(sc.key)
+		for auth, c := range sc.upstreams {
+			k := key{auth, kind}
+			if state, _ := c.State(); state != upstream.StateIdle || hasKey(on, k) {
+				on[k] = on[k] || c.OnFallback()
+			}
+		}
+	}
+	s.unlock()
+	out := make([]metrics.UpstreamFallback, 0, len(on))
+	for k, v := range on {
+		out = append(out, metrics.UpstreamFallback{Authority: k.auth, Scope: k.scope, OnFallback: v})
+	}
+	slices.SortFunc(out, func(a, b metrics.UpstreamFallback) int {
+		return strings.Compare(a.Authority+"\x00"+a.Scope, b.Authority+"\x00"+b.Scope)
 	})
 	return out
 }

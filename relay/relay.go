@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -47,6 +49,9 @@ type Relay struct {
 	drainDone chan struct{} // closed when the drain is over; set by drainOnce
 	life      context.Context
 	endLife   context.CancelFunc // cuts a drain short (Close)
+	maint     maintenance        // the reversible drain (drain.go)
+	health    *health.Server     // grpc.health.v1 on the xDS listener: readiness
+	healthMu  sync.Mutex         // serialises updateHealth
 
 	mu sync.Mutex
 	st state // guarded by mu: only lock hands it out
@@ -132,6 +137,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	r.m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
 	r.m.CollectUpstreamConnected(r.upstreamConnected)
+	r.m.CollectUpstreamFallback(r.upstreamFallback)
 	r.m.CollectCache(r.cacheSizes)
 	r.m.CollectReadiness(r.Ready, r.synced.Load)
 
@@ -175,6 +181,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
+	r.health = health.NewServer()
+	r.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until Serve (updateHealth)
+	healthpb.RegisterHealthServer(r.grpc, r.health)
 	if err := r.newDialects(); err != nil {
 		r.abandon()
 		return nil, err

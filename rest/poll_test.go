@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
@@ -165,15 +166,15 @@ func TestPollHeldUntilEveryNameIsKnown(t *testing.T) {
 	wantClusters(t, wait(t, ch), both)
 }
 
-// A maintenance drain (POST /drain) moves REST pollers too: a held poll is
-// answered 503 at once, the REST listener closes (ServeREST returns nil,
+// The drain of a shutdown (StopServing) moves REST pollers too: a held poll
+// is answered 503 at once, the REST listener closes (ServeREST returns nil,
 // checked at cleanup), and the relay, not closed, refuses new polls.
 func TestPollEndsOnDrain(t *testing.T) {
 	rr := startREST(t, clusters("c1"), time.Minute)
 	v := rr.post(t, "clusters", request("envoy-1", "")).resp.GetVersionInfo()
 	ch := rr.postAsync(t, "clusters", request("envoy-1", v))
 	held(t, ch)
-	rr.Relay.Relay.Drain()
+	rr.Relay.Relay.StopServing()
 	r := wait(t, ch)
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "shutting down") {
 		t.Fatalf("held poll at drain: %d %q, want 503", r.code, r.body)
@@ -187,15 +188,15 @@ func TestPollEndsOnDrain(t *testing.T) {
 	}, "the REST listener closed by the drain", nil)
 }
 
-// A drain that comes before ServeREST has begun (POST /drain right after
-// the relay says it serves) closes the REST listener all the same: it used
-// to be left open, unserved, and clients' connections hung in its backlog.
+// A shutdown's drain that comes before ServeREST has begun closes the REST
+// listener all the same: it used to be left open, unserved, and clients'
+// connections hung in its backlog.
 func TestDrainBeforeServeREST(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.REST = &config.REST{Listen: "127.0.0.1:0", PollTimeout: time.Second}
 	}))
-	r.Relay.Drain()
+	r.Relay.StopServing()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -299,4 +300,18 @@ func TestPollNotFoundYetOnlyWithoutAVersion(t *testing.T) {
 	wantClusters(t, rr.post(t, "clusters", request("grpc", "", "c1", "c9")), clusters("c1"))
 	ch := rr.postAsync(t, "clusters", request("envoy-1", "from-another-replica", "c1", "c9"))
 	wantClusters(t, wait(t, ch), clusters("c1"))
+}
+
+// While the relay drains (POST /drain) new polls are answered 503, so that
+// pollers go to another replica; once the drain ends (DELETE /drain) they
+// are served again. The REST listener stays open throughout.
+func TestPollRefusedWhileDrained(t *testing.T) {
+	res := clusters("c1")
+	rr := startREST(t, res, time.Minute)
+	rr.Relay.Relay.StartDrain()
+	if r := rr.post(t, "clusters", request("envoy-1", "")); r.code != http.StatusServiceUnavailable {
+		t.Errorf("poll while drained: %d %q, want 503", r.code, r.body)
+	}
+	rr.Relay.Relay.EndDrain()
+	wantClusters(t, rr.post(t, "clusters", request("envoy-1", "")), res)
 }

@@ -377,6 +377,19 @@ func (c *Client) State() (state, server string) {
 	return c.state, c.server
 }
 
+// OnFallback reports whether the client is connected to, or trying, a
+// server that is not the first of its list (gRFC A71 fallback). Idle and in
+// backoff it is not: the next attempt goes to the first server.
+func (c *Client) OnFallback() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case StateIdle, StateBackoff:
+		return false
+	}
+	return len(c.cfg.Servers) > 0 && c.server != "" && c.server != c.cfg.Servers[0].URI
+}
+
 // Status is a snapshot of a Client's state, for debug pages and tests.
 type Status struct {
 	Authority string       `json:"authority"`

@@ -29,6 +29,9 @@ func TestFallbackAndReturnToPrimary(t *testing.T) {
 	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); u.Server != secondary.Addr() {
 		t.Errorf("update from %q, want the secondary %q", u.Server, secondary.Addr())
 	}
+	if !c.OnFallback() {
+		t.Error("OnFallback() = false on the secondary")
+	}
 
 	primary.Restart()
 	if ev := rec.nextState(t, &scur, secondary.Addr(), false); ev.err == nil {
@@ -42,6 +45,9 @@ func TestFallbackAndReturnToPrimary(t *testing.T) {
 	primary.NextSotW(t, &cur, keying.ClusterType)
 	if st := c.Status(); st.Server != primary.Addr() || st.State != upstream.StateConnected {
 		t.Errorf("status = %+v, want connected to the primary", st)
+	}
+	if c.OnFallback() {
+		t.Error("OnFallback() = true back on the primary")
 	}
 
 	// The primary goes away again: back to the secondary.

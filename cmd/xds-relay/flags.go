@@ -18,9 +18,11 @@ type options struct {
 	configPath string
 	listen     string
 	admin      string
+	probe      string
 	upstream   string
 	bootstrap  string
 	restListen string
+	nodeID     string
 	logLevel   string
 	logFormat  string
 	version    bool
@@ -41,12 +43,18 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.configPath, "config", "", "YAML config `FILE` (sections below); flags override it")
 	fs.StringVar(&o.listen, "listen", def.Listen, "downstream xDS gRPC `ADDR` (host:port)")
 	fs.StringVar(&o.admin, "admin", def.Admin, "admin HTTP `ADDR` (host:port); \"\" disables it")
+	fs.StringVar(&o.probe, "probe-listen", "",
+		"probe HTTP `ADDR` (host:port): GET /healthz, /readyz and /metrics only, for the kubelet and\n"+
+			"Prometheus on the pod IP while the admin API stays on loopback; sets probe_listen")
 	fs.StringVar(&o.upstream, "upstream", "",
 		"one default plaintext upstream xDS server `ADDR` (host:port); replaces upstream.xds_servers")
 	fs.StringVar(&o.bootstrap, "upstream-bootstrap", "",
 		"a gRPC xDS bootstrap JSON `FILE` (as GRPC_XDS_BOOTSTRAP names) whose xds_servers and authorities\n"+
 			"replace the config's upstream servers (upstream.bootstrap_file)")
 	fs.StringVar(&o.restListen, "rest-listen", "", "REST-JSON polling HTTP `ADDR` (host:port); sets rest.listen")
+	fs.StringVar(&o.nodeID, "node-id", "",
+		"the node `ID` the relay presents upstream; sets node.id (e.g. the pod name, so that a\n"+
+			"control plane tells replicas apart)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -101,6 +109,12 @@ func (o *options) config() (*config.Config, error) {
 	if o.set["admin"] {
 		cfg.Admin = o.admin
 	}
+	if o.set["probe-listen"] {
+		cfg.ProbeListen = o.probe
+	}
+	if o.set["node-id"] {
+		cfg.Node.ID = o.nodeID
+	}
 	if o.set["upstream"] {
 		cfg.Upstream.BootstrapFile, cfg.Upstream.Authorities = "", nil
 		cfg.Upstream.XDSServers = []config.Server{{
@@ -141,8 +155,10 @@ Config file (YAML; unknown keys are errors; durations like "5s"; a key that is
 present keeps its value, 0 included):
   listen: ":18001"              downstream xDS gRPC address
   admin: "127.0.0.1:9902"       admin HTTP address ("" disables it; endpoints below)
+  probe_listen: ""              probe HTTP address: GET /healthz, /readyz, /metrics only (every
+                                other path 404); "" (the default) turns it off
   node:                         the identity the relay presents upstream
-    id: "xds-relay"
+    id: "xds-relay"             --node-id overrides it: give each replica its own
     cluster: "xds-relay"
     metadata: {}                string values
   upstream:                     the shape of a gRPC xDS bootstrap (gRFC A27/A47)
@@ -213,10 +229,14 @@ present keeps its value, 0 included):
 `
 
 const usageTail = `
+gRPC health (grpc.health.v1.Health, Check and Watch) on listen, service "": SERVING while
+/readyz answers 200, NOT_SERVING otherwise (draining included); answered during a drain.
+
 Shutdown: on SIGTERM or SIGINT /readyz turns 503 at once, clients get GOAWAY, the client
 connections are closed oldest first over shutdown.drain_window (their xDS streams end with
 UNAVAILABLE; held REST polls get 503), and the relay exits as soon as none is left (at most
-the window plus 2 s). A second signal stops at once.
+the window plus 2 s). A second signal stops at once. Unlike POST /drain, a shutdown is never
+undone (DELETE /drain does not end it).
 
 Exit status: 0 after a clean shutdown; 1 on a bad config, a port in use or a
 serving error; 2 on a bad flag.
@@ -240,7 +260,7 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprintf(&b, "%-26s %s\n", line, usage)
 	})
 	b.WriteString(usageConfig)
-	b.WriteString("\nAdmin HTTP API (on admin):\n")
+	b.WriteString("\nAdmin HTTP API (on admin; GET /healthz, /readyz and /metrics on probe_listen too):\n")
 	for _, e := range admin.Endpoints {
 		fmt.Fprintf(&b, "  %s\n      %s\n", e.Route, e.Doc)
 	}

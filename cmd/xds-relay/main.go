@@ -1,6 +1,6 @@
 // Command xds-relay is the caching xDS relay: it loads the config (file and
-// flags), serves downstream xDS on --listen and the admin HTTP API on --admin,
-// and drains on SIGTERM or SIGINT. See `xds-relay --help` and docs/INTERFACE.md.
+// flags), serves downstream xDS on --listen, the admin HTTP API on --admin
+// and the probes on --probe-listen, and drains on SIGTERM or SIGINT. See `xds-relay --help` and docs/INTERFACE.md.
 package main
 
 import (
@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -104,107 +102,61 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log, level := newLogger(o.logLevel, o.logFormat, stderr)
 	defer func() { _ = log.Sync() }()
 
-	lis, err := net.Listen("tcp", cfg.Listen)
+	lis, err := listen(cfg)
 	if err != nil {
 		return fail(exitError, "%v", err)
 	}
-	var adminLis net.Listener
-	if cfg.Admin != "" {
-		if adminLis, err = net.Listen("tcp", cfg.Admin); err != nil {
-			_ = lis.Close()
-			return fail(exitError, "admin: %v", err)
-		}
-	}
-	var restLis net.Listener
-	if cfg.REST != nil {
-		if restLis, err = net.Listen("tcp", cfg.REST.Listen); err != nil {
-			_ = lis.Close()
-			if adminLis != nil {
-				_ = adminLis.Close()
-			}
-			return fail(exitError, "rest: %v", err)
-		}
-	}
 	r, err := relay.New(cfg, log)
 	if err != nil {
-		for _, l := range []net.Listener{lis, adminLis, restLis} {
-			if l != nil {
-				_ = l.Close()
-			}
-		}
+		lis.close()
 		return fail(exitError, "%v", err)
 	}
 
 	served := make(chan error, 1)
-	go func() { served <- r.Serve(lis) }()
-
-	var adminHTTP *http.Server
-	adminDone := make(chan error, 1)
-	adminAddr := ""
-	if adminLis != nil {
-		adminAddr = adminLis.Addr().String()
-		adminHTTP = &http.Server{
-			Handler:           admin.Handler(r, admin.WithLogLevel(level)),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          zap.NewStdLog(log.Named("admin")),
-		}
-		go func() { adminDone <- adminHTTP.Serve(adminLis) }()
-	}
+	go func() { served <- r.Serve(lis.xds) }()
+	hs := newHTTPServers(log)
+	hs.serve("admin", lis.admin, admin.Handler(r, admin.WithLogLevel(level)))
+	hs.serve("probe", lis.probe, admin.ProbeHandler(r))
 	restDone := make(chan error, 1)
-	restAddr := ""
-	if restLis != nil {
-		restAddr = restLis.Addr().String()
-		go func() { restDone <- r.ServeREST(restLis) }()
+	if lis.rest != nil {
+		go func() { restDone <- r.ServeREST(lis.rest) }()
 	}
 	log.Info("serving",
 		zap.String("version", version),
-		zap.String("listen", lis.Addr().String()),
-		zap.String("admin", adminAddr),
-		zap.String("rest", restAddr),
+		zap.String("listen", lis.xds.Addr().String()),
+		zap.String("admin", addr(lis.admin)),
+		zap.String("probe", addr(lis.probe)),
+		zap.String("rest", addr(lis.rest)),
+		zap.String("node_id", cfg.Node.ID),
 		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),
 		zap.Int("authorities", len(cfg.Upstream.Authorities)))
 
-	// Wait for a signal, or for Serve or the admin server to fail. Serve
-	// returns nil after POST /drain: the relay then waits for the signal.
+	// Wait for a signal, or for a server to fail: Serve, ServeREST and the
+	// HTTP servers return before the shutdown only on an error. (POST /drain
+	// stops none of them.)
 	code := exitOK
-	serveReturned, adminReturned := false, false
-	for waiting := true; waiting; {
-		select {
-		case <-ctx.Done():
-			log.Info("shutting down: draining", zap.Duration("drain_window", cfg.Shutdown.DrainWindow))
-			waiting = false
-		case err := <-served:
-			serveReturned = true
-			if err == nil && r.Draining() {
-				log.Info("drained on the admin API: no xDS served; waiting for SIGTERM")
-				served = nil // a nil channel is never ready
-				continue
-			}
-			// Serve returns only after Shutdown or Close; anything else is fatal.
-			if err == nil {
-				err = errors.New("relay stopped serving")
-			}
-			log.Error("serve", zap.Error(err))
-			code = fail(exitError, "%v", err)
-			waiting = false
-		case err := <-adminDone:
-			adminReturned = true
-			log.Error("admin", zap.Error(err))
-			code = fail(exitError, "admin: %v", err)
-			waiting = false
-		case err := <-restDone:
-			restLis = nil
-			if err == nil && r.Draining() {
-				restDone = nil // POST /drain closed it too
-				continue
-			}
-			if err == nil {
-				err = errors.New("stopped serving")
-			}
-			log.Error("rest", zap.Error(err))
-			code = fail(exitError, "rest: %v", err)
-			waiting = false
+	serveReturned, restReturned, httpReturned := false, lis.rest == nil, 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining", zap.Duration("drain_window", cfg.Shutdown.DrainWindow))
+	case err := <-served:
+		serveReturned = true
+		if err == nil {
+			err = errors.New("relay stopped serving")
 		}
+		log.Error("serve", zap.Error(err))
+		code = fail(exitError, "%v", err)
+	case err := <-hs.done:
+		httpReturned++
+		log.Error("http", zap.Error(err))
+		code = fail(exitError, "%v", err)
+	case err := <-restDone:
+		restReturned = true
+		if err == nil {
+			err = errors.New("stopped serving")
+		}
+		log.Error("rest", zap.Error(err))
+		code = fail(exitError, "rest: %v", err)
 	}
 
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.DrainWindow+drainGrace)
@@ -215,22 +167,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error("serve", zap.Error(err))
 		}
 	}
-	if restLis != nil {
+	if !restReturned {
 		if err := <-restDone; err != nil {
 			log.Error("rest", zap.Error(err))
 		}
 	}
-	if adminHTTP != nil && !adminReturned {
-		actx, acancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer acancel()
-		if err := adminHTTP.Shutdown(actx); err != nil {
-			log.Warn("admin shutdown", zap.Error(err))
-			_ = adminHTTP.Close()
-		}
-		if err := <-adminDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin", zap.Error(err))
-		}
-	}
+	hs.shutdown(httpReturned)
 	log.Info("stopped")
 	return code
 }

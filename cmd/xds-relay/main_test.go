@@ -120,6 +120,10 @@ func TestFlagsOverrideFile(t *testing.T) {
 		{"file only", []string{"--config", file}, fromFile(nil)},
 		{"flag at its default value still overrides", []string{"--config", file, "--listen", ":18001"},
 			fromFile(func(c *config.Config) { c.Listen = ":18001" })},
+		{"node id flag", []string{"--config", file, "--node-id", "xds-relay-7f9c"},
+			fromFile(func(c *config.Config) { c.Node.ID = "xds-relay-7f9c" })},
+		{"probe listener by flag", []string{"--config", file, "--probe-listen", ":9903"},
+			fromFile(func(c *config.Config) { c.ProbeListen = ":9903" })},
 		{"admin disabled by flag", []string{"--config", file, "--admin="},
 			fromFile(func(c *config.Config) { c.Admin = "" })},
 		{"upstream replaces the file's servers", []string{"-config", file, "-upstream", "flag.example:1"},
@@ -201,7 +205,8 @@ func TestHelp(t *testing.T) {
 		}
 		for _, want := range []string{
 			"--config FILE", "--listen ADDR", "--admin ADDR", "--upstream ADDR", "--log-level LEVEL",
-			"--log-format FORMAT", "--version", "xds-relay validate",
+			"--log-format FORMAT", "--version", "--node-id ID", "--probe-listen ADDR", "probe_listen:",
+			"grpc.health.v1", "xds-relay validate",
 			"listen:", "admin:", "node:", "upstream:", "xds_servers:", "authorities:", "cache:", "limits:",
 			"group_by", "canary_fraction", "dynamic_parameters_from_node",
 			"tls:", "cert_file:", "key_file:", "client_ca_file:", "type: tls", "ca_certificate_file:",
@@ -294,6 +299,7 @@ func TestPortInUse(t *testing.T) {
 	}{
 		{"listen", []string{"--listen", addr, "--admin", ""}},
 		{"admin", []string{"--listen", "127.0.0.1:0", "--admin", addr}},
+		{"probe", []string{"--listen", "127.0.0.1:0", "--admin", "", "--probe-listen", addr}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, stderr := runArgs(t, append(tt.args, "--upstream", "127.0.0.1:1")...)
@@ -396,65 +402,64 @@ func TestRunUntilCancelled(t *testing.T) {
 	}
 }
 
-// After POST /drain the relay serves no xDS and no REST-JSON (its listener
-// closed too) but keeps running (admin API up) until the signal.
-func TestDrainThenSignal(t *testing.T) {
+// POST /drain takes the relay out of service and DELETE /drain puts it
+// back, the process running throughout: /readyz 503 then 200, a new xDS
+// stream refused with UNAVAILABLE then served, REST-JSON polls 503 then
+// answered (its listener stays open). The signal then shuts down as usual.
+func TestDrainAndUndrain(t *testing.T) {
 	up := xdstest.StartUpstream(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := newSyncBuffer()
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0",
-			"--upstream", up.Addr()}, io.Discard, stderr)
-	}()
-	var serving struct{ Listen, Admin, REST string }
-	select {
-	case line := <-stderr.serving:
-		if err := json.Unmarshal(line, &serving); err != nil {
-			t.Fatal(err)
+	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "e1")}})
+	r := startRun(t, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0",
+		"--upstream", up.Addr())
+	admin := "http://" + r.Admin
+	xdstest.Eventually(t, func() bool { code, _ := call(t, http.MethodGet, admin+"/readyz"); return code == http.StatusOK },
+		"ready", nil)
+	poll := func() int {
+		t.Helper()
+		res, err := http.Post("http://"+r.Rest+"/v3/discovery:clusters", "application/json",
+			strings.NewReader(`{"node": {"id": "poller"}, "resource_names": ["c1"]}`))
+		if err != nil {
+			t.Fatalf("REST poll: %v", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("not serving; stderr:\n%s", stderr)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
 	}
-	resp, err := http.Post("http://"+serving.Admin+"/drain", "", nil)
-	if err != nil {
-		t.Fatal(err)
+
+	if code, body := call(t, http.MethodPost, admin+"/drain"); code != http.StatusAccepted {
+		t.Fatalf("POST /drain = %d %q, want 202", code, body)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /drain = %d", resp.StatusCode)
+	if code, _ := call(t, http.MethodGet, admin+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while drained = %d, want 503", code)
 	}
-	xdstest.Eventually(t, func() bool { return strings.Contains(stderr.String(), "waiting for SIGTERM") },
-		"the drained relay waits", func() any { return stderr.String() })
-	xdstest.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", serving.REST)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err != nil
-	}, "the REST listener closed by the drain", nil)
-	resp, err = http.Get("http://" + serving.Admin + "/readyz")
-	if err != nil {
-		t.Fatalf("the admin API is down after the drain: %v", err)
+	refused := xdstest.DialADS(t, r.Listen, &core.Node{Id: "refused"})
+	if err := refused.Err(); status.Code(err) != codes.Unavailable {
+		t.Errorf("a new xDS stream while drained ended with %v, want UNAVAILABLE", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("/readyz after the drain = %d, want 503", resp.StatusCode)
+	if code := poll(); code != http.StatusServiceUnavailable {
+		t.Errorf("REST poll while drained = %d, want 503", code)
 	}
-	select {
-	case code := <-done:
-		t.Fatalf("run returned %d after the drain, before the signal", code)
-	default:
+
+	if code, body := call(t, http.MethodDelete, admin+"/drain"); code != http.StatusOK {
+		t.Fatalf("DELETE /drain = %d %q, want 200", code, body)
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Errorf("exit code = %d, want 0; stderr:\n%s", code, stderr)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return after the signal")
+	if code, body := call(t, http.MethodGet, admin+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after DELETE /drain = %d %q, want 200", code, body)
+	}
+	c := xdstest.DialADS(t, r.Listen, &core.Node{Id: "back"})
+	c.Subscribe(resource.ClusterType, "c1")
+	c.Ack(c.RecvType(resource.ClusterType))
+	if code := poll(); code != http.StatusOK {
+		t.Errorf("REST poll after DELETE /drain = %d, want 200", code)
+	}
+	if code := r.stop(); code != exitOK {
+		t.Errorf("exit code = %d, want 0; stderr:\n%s", code, r.stderr)
 	}
 	http.DefaultClient.CloseIdleConnections()
+	for _, want := range []string{`"msg":"admin call","method":"POST","path":"/drain"`,
+		`"msg":"admin call","method":"DELETE","path":"/drain"`} {
+		if !strings.Contains(r.stderr.String(), want) {
+			t.Errorf("no log line %s; stderr:\n%s", want, r.stderr)
+		}
+	}
 }

@@ -173,6 +173,41 @@ func (f upstreamConnected) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// UpstreamFallback is one sample of xds_relay_upstream_fallback: whether
+// an upstream client of Authority in scopes of kind Scope is on a server
+// that is not the first of its list.
+type UpstreamFallback struct {
+	Authority, Scope string
+	OnFallback       bool
+}
+
+// CollectUpstreamFallback registers xds_relay_upstream_fallback, whose
+// samples f returns at each scrape. f must be safe for concurrent use.
+func (m *Metrics) CollectUpstreamFallback(f func() []UpstreamFallback) {
+	m.Registry.MustRegister(upstreamFallback(f))
+}
+
+var upstreamFallbackDesc = prometheus.NewDesc(namespace+"_upstream_fallback",
+	"1 while an upstream client of the authority (\"\": the default servers) is connected to, or trying, a server "+
+		"that is not the first of its list (fallback: the control plane may be down behind it), else 0; by scope kind "+
+		"as xds_relay_upstream_connected (1 when any client of that kind is). Present for the default servers from the start.",
+	[]string{"authority", "scope"}, nil)
+
+// upstreamFallback collects xds_relay_upstream_fallback from a function.
+type upstreamFallback func() []UpstreamFallback
+
+func (upstreamFallback) Describe(ch chan<- *prometheus.Desc) { ch <- upstreamFallbackDesc }
+
+func (f upstreamFallback) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range f() {
+		v := 0.0
+		if s.OnFallback {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(upstreamFallbackDesc, prometheus.GaugeValue, v, s.Authority, s.Scope)
+	}
+}
+
 // CacheSize is one type's sample of xds_relay_cache_resources and
 // xds_relay_cache_bytes: what the caches of every scope hold of it.
 type CacheSize struct {

@@ -36,6 +36,9 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	m.CollectUpstreamConnected(func() []metrics.UpstreamConn {
 		return []metrics.UpstreamConn{{Server: "127.0.0.1:18000", Scope: metrics.ScopeShared, Streams: 1}}
 	})
+	m.CollectUpstreamFallback(func() []metrics.UpstreamFallback {
+		return []metrics.UpstreamFallback{{Scope: metrics.ScopeShared, OnFallback: true}}
+	})
 	m.CollectReadiness(func() bool { return true }, func() bool { return false })
 	m.BuildInfo.WithLabelValues("v1", "go1.26").Set(1)
 	m.UpstreamResponses.WithLabelValues("", lds, metrics.ResultACK).Inc()
@@ -76,6 +79,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_rollouts_total":                         dto.MetricType_COUNTER,
 		"xds_relay_tp2_ambiguous_matches_total":            dto.MetricType_COUNTER,
 		"xds_relay_upstream_connected":                     dto.MetricType_GAUGE,
+		"xds_relay_upstream_fallback":                      dto.MetricType_GAUGE,
 		"xds_relay_upstream_synced":                        dto.MetricType_GAUGE,
 		"xds_relay_ready":                                  dto.MetricType_GAUGE,
 		"xds_relay_build_info":                             dto.MetricType_GAUGE,
