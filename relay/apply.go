@@ -338,6 +338,7 @@ func (a *applier) variantError(e upstream.ResourceError) {
 	a.edit.ownErrors()
 	for _, k := range tc.errorKeys(e.Name, e.Constraints) {
 		a.edit.setError(k, &downstream.ResourceError{Name: k, Code: e.Code, Message: e.Message})
+		tc.clearUnreachable(k) // the upstream's word replaces the relay's own
 		a.edit.change(k)
 	}
 	if cs, _, _ := constraintsOf(e.Constraints); tc.variantMode(e.Name) &&
@@ -455,6 +456,7 @@ func (a *applier) reselectName(name string) {
 	for k := range tc.get(name).params {
 		if sel, ok := res[k]; ok && a.edit.errs[k] != nil && a.sent[name][sel.Constraints] {
 			a.edit.clearError(k) // the variant it selects arrived: its error is over
+			tc.clearUnreachable(k)
 			a.edit.change(k)
 		}
 	}

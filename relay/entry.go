@@ -22,8 +22,8 @@ type entry struct {
 	// the upstream's word. Set when the wait fires while the authority is
 	// away; cleared when the upstream speaks of the name (a resource, an
 	// error, a deletion, its silence: silent) and when its subscription
-	// ends (expire). The wait runs on meanwhile. (A TP2 variant's error or
-	// selection that replaces a key's error leaves it set.)
+	// ends (expire); for a key with TP2 parameters, also when a variant's
+	// error or selection replaces its error. The wait runs on meanwhile.
 	unreachable bool
 	// unsure: the cached value is served but not trusted. The name's
 	// upstream subscription ended and the upstream has not sent it since,
