@@ -260,6 +260,7 @@ func (a *applier) noCache(e *downstream.Resource) bool {
 	}
 	if _, had := a.edit.res[e.Name]; had {
 		a.edit.drop(e.Name)
+		tc.clearUnsure(e.Name)
 		a.s.unref.forget(tc.lruKey(e.Name))
 	}
 	a.moveNames = append(a.moveNames, e.Name)
@@ -296,6 +297,7 @@ func (a *applier) remove(name string) {
 	a.list(name, false) // the default servers no longer list it
 	if cur, ok := a.edit.res[name]; ok && cur.Authority == a.authority {
 		a.edit.drop(name)
+		tc.clearUnsure(name)
 		a.edit.change(name)
 		a.s.unref.forget(tc.lruKey(name))
 		a.s.armTTL(tc, name, 0)

@@ -34,11 +34,10 @@ type entry struct {
 	// nothing at once), so when it is subscribed again the relay has the
 	// upstream confirm it where it can (upstream.Client.Forget), and until
 	// it speaks it stays — its silence (the wait) removes nothing a client
-	// may hold. Set by markUnsure; cleared by confirmed, by the upstream's
-	// word that it is gone (deleted), and when its cached value leaves on
-	// silence (silent) or eviction. (A TTL expiry, a NOT_FOUND or a
-	// do_not_cache drop leaves it set: it counts only while the name is
-	// cached, and the resource's next arrival sets it anew.)
+	// may hold. Set by markUnsure; cleared by confirmed, and wherever its
+	// cached value leaves: the upstream's word that it is gone (deleted,
+	// remove), silence (silent), eviction, a TTL expiry, a do_not_cache drop
+	// and a TP2 selection that ends (resolveVariants).
 	unsure bool
 	// halted is the version of the name whose guarded rollout halted: the
 	// upstream sending it again does not start another rollout. Set when a
