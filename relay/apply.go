@@ -364,7 +364,7 @@ func (a *applier) deleted(name string) {
 	if _, cached := a.edit.res[name]; cached || tc.variantMode(name) {
 		a.remove(name) // every variant of it, too
 	}
-	if tc.get(name).unreachable {
+	if tc.get(name).unreachable() {
 		// The relay's own UNAVAILABLE is over: the upstream answered. (A
 		// transient error would keep the client its copy of what is gone.)
 		a.edit.clearError(name)
