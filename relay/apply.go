@@ -260,6 +260,7 @@ func (a *applier) noCache(e *downstream.Resource) bool {
 	}
 	if _, had := a.edit.res[e.Name]; had {
 		a.edit.drop(e.Name)
+		tc.clearUnsure(e.Name)
 		a.s.unref.forget(tc.lruKey(e.Name))
 	}
 	a.moveNames = append(a.moveNames, e.Name)
@@ -296,6 +297,7 @@ func (a *applier) remove(name string) {
 	a.list(name, false) // the default servers no longer list it
 	if cur, ok := a.edit.res[name]; ok && cur.Authority == a.authority {
 		a.edit.drop(name)
+		tc.clearUnsure(name)
 		a.edit.change(name)
 		a.s.unref.forget(tc.lruKey(name))
 		a.s.armTTL(tc, name, 0)
@@ -338,6 +340,7 @@ func (a *applier) variantError(e upstream.ResourceError) {
 	a.edit.ownErrors()
 	for _, k := range tc.errorKeys(e.Name, e.Constraints) {
 		a.edit.setError(k, &downstream.ResourceError{Name: k, Code: e.Code, Message: e.Message})
+		tc.clearUnreachable(k) // the upstream's word replaces the relay's own
 		a.edit.change(k)
 	}
 	if cs, _, _ := constraintsOf(e.Constraints); tc.variantMode(e.Name) &&
@@ -361,7 +364,7 @@ func (a *applier) deleted(name string) {
 	if _, cached := a.edit.res[name]; cached || tc.variantMode(name) {
 		a.remove(name) // every variant of it, too
 	}
-	if tc.get(name).unreachable {
+	if tc.get(name).unreachable() {
 		// The relay's own UNAVAILABLE is over: the upstream answered. (A
 		// transient error would keep the client its copy of what is gone.)
 		a.edit.clearError(name)
@@ -455,6 +458,7 @@ func (a *applier) reselectName(name string) {
 	for k := range tc.get(name).params {
 		if sel, ok := res[k]; ok && a.edit.errs[k] != nil && a.sent[name][sel.Constraints] {
 			a.edit.clearError(k) // the variant it selects arrived: its error is over
+			tc.clearUnreachable(k)
 			a.edit.change(k)
 		}
 	}

@@ -90,7 +90,7 @@ func (h *upstreamHandler) declared(typeURL string, names []string) {
 		}
 	}
 	for n, res := range tc.view.Resources {
-		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.get(n).unsure {
+		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.get(n).unsure() {
 			continue
 		}
 		tc.markUnsure(n)
@@ -134,25 +134,49 @@ func (tc *typeCache) holds(authority string) bool {
 	return false
 }
 
-// markUnsure marks the cached name unsure (see entry.unsure).
+// markUnsure: the cached name's value is not confirmed (wordUnsure).
 func (tc *typeCache) markUnsure(name string) {
-	tc.entry(name).unsure = true
+	tc.entry(name).word = wordUnsure
+}
+
+// markUnreachable: the name's error is the relay's own UNAVAILABLE
+// (wordUnreachable).
+func (tc *typeCache) markUnreachable(name string) {
+	tc.entry(name).word = wordUnreachable
 }
 
 // confirmed: the upstream confirmed the cached name (it sent it, or the
-// server was told the relay holds it). It is sure, and the wait for it
+// server was told the relay holds it): it is not unsure. The wait for it
 // (armUnknown) is over: a wait left running would take it for deleted should
 // it become unsure again before its timer fires — for a question the upstream
-// has already answered.
+// has already answered. (The relay's own error leaves with the error:
+// clearUnreachable.)
 func (tc *typeCache) confirmed(name string) {
 	tc.clearUnsure(name)
 	tc.stopWait(name)
 }
 
-// clearUnsure: the cached name is sure again, or no longer cached.
+// clearUnsure: the cached name is no longer unsure — its value left, or the
+// upstream confirmed it.
 func (tc *typeCache) clearUnsure(name string) {
-	if e := tc.names[name]; e != nil && e.unsure {
-		e.unsure = false
+	if tc.get(name).unsure() {
+		tc.heard(name)
+	}
+}
+
+// clearUnreachable: the name's error is no longer the relay's own
+// UNAVAILABLE — it left, or the upstream's word replaced it.
+func (tc *typeCache) clearUnreachable(name string) {
+	if tc.get(name).unreachable() {
+		tc.heard(name)
+	}
+}
+
+// heard: what the View holds of name is the upstream's word again
+// (wordHeard).
+func (tc *typeCache) heard(name string) {
+	if e := tc.names[name]; e != nil {
+		e.word = wordHeard
 		tc.tidy(name)
 	}
 }
@@ -162,15 +186,6 @@ func (tc *typeCache) stopWait(name string) {
 	if e := tc.names[name]; e != nil && e.wait != nil {
 		e.wait.Stop()
 		e.wait = nil
-		tc.tidy(name)
-	}
-}
-
-// clearUnreachable: the name's error is no longer the relay's own
-// UNAVAILABLE (see entry.unreachable).
-func (tc *typeCache) clearUnreachable(name string) {
-	if e := tc.names[name]; e != nil && e.unreachable {
-		e.unreachable = false
 		tc.tidy(name)
 	}
 }
@@ -284,7 +299,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 		if tc.knows(name) || !tc.covers(name) {
 			return
 		}
-		_, cached := tc.view.Resources[name] // unsure (see entry.unsure)
+		_, cached := tc.view.Resources[name] // unsure (see wordUnsure)
 		switch {
 		case !tc.sc.connected[auth] && cached:
 			// Served as cached meanwhile (fail static).
@@ -292,7 +307,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 			if _, failed := tc.view.Errors[name]; !failed {
 				s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
 					Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
-				tc.entry(name).unreachable = true
+				tc.markUnreachable(name)
 				s.notify(tc, tc.view)
 			}
 		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
@@ -363,7 +378,7 @@ func (s *state) silent(tc *typeCache, name string, cached bool) {
 	} else if tc.up[name] {
 		e.markUnfound(name, true)
 	}
-	if tc.get(name).unreachable {
+	if tc.get(name).unreachable() {
 		e.clearError(name) // the upstream is back: it is no longer unreachable
 		tc.clearUnreachable(name)
 	}
@@ -397,7 +412,7 @@ func (tc *typeCache) knows(name string) bool {
 	_, unfound := tc.view.Unfound[name]
 	_, failed := tc.view.Errors[name]
 	known := tc.get(name)
-	return (cached && !known.unsure) || absent || unfound || (failed && !known.unreachable)
+	return (cached && !known.unsure()) || absent || unfound || (failed && !known.unreachable())
 }
 
 // covers reports whether an upstream subscription covers name: its own, or

@@ -190,6 +190,7 @@ func (s *state) dropNow(tc *typeCache, name string) {
 	}
 	e := editOf(tc.view)
 	e.drop(name)
+	tc.clearUnsure(name)
 	e.change(name)
 	s.publish(tc, e.view(s.nextSeq()))
 }

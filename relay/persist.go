@@ -22,7 +22,7 @@ import (
 // Warm restart: the cache is written to cache.persist_path and loaded at
 // start, so a restarted relay serves clients at once even when no upstream is
 // reachable. Loaded resources are replaced as soon as the upstream answers;
-// one it says nothing of once subscribed stays unsure (see entry.unsure),
+// one it says nothing of once subscribed stays unsure (see wordUnsure),
 // unless a Delta server was told the relay holds it.
 //
 // File format: the magic line, then one protobuf-wire record per type

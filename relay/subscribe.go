@@ -91,7 +91,7 @@ func (s *state) ref(tc *typeCache, name string) {
 	s.armUnknown(tc, name)
 	if name == keying.Wildcard {
 		for n, known := range tc.names {
-			if res, ok := tc.view.Resources[n]; ok && known.unsure && res.InWildcard() {
+			if res, ok := tc.view.Resources[n]; ok && known.unsure() && res.InWildcard() {
 				if !tc.up[n] {
 					// (A wait of its own subscription runs on: wildcard
 					// clients coming and going must not put it off.)
@@ -179,7 +179,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	_, absent := tc.view.Absent[name]
 	_, unfound := tc.view.Unfound[name]
 	incomplete := name == keying.Wildcard && tc.view.Complete
-	unreachable := tc.get(name).unreachable
+	unreachable := tc.get(name).unreachable()
 	if absent || unfound || incomplete || unreachable {
 		e := editOf(tc.view)
 		e.unmarkAbsent(name)

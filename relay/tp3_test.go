@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"slices"
@@ -187,5 +188,67 @@ func TestDeltaNotFoundFromUnconfirmedDataHeld(t *testing.T) {
 	away.Store(false)
 	for resp := d.MustRecv(); !told(resp); resp = d.MustRecv() {
 		d.Ack(resp)
+	}
+}
+
+// The upstream's error for a TP2 variant replaces the relay's own UNAVAILABLE
+// for the keys it matches, and is the upstream's word from then on: the
+// does-not-exist wait still running for the key must not take it for the
+// relay's own and clear it on silence. It did (the key's unreachable was
+// left set): the client was sent a response without the error, and a later
+// subscriber with the same parameters was not told of it.
+func TestVariantErrorReplacesOwnUnavailable(t *testing.T) {
+	var away atomic.Bool
+	away.Store(true)
+	addr := startFakeCDS(t, &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		if away.Load() {
+			return nil, errors.New("away") // ends the stream at once: the authority stays unreachable
+		}
+		resp := &discoverygrpc.DiscoveryResponse{}
+		if slices.Contains(names, "c1{env=prod}") {
+			resp.ResourceErrors = append(resp.ResourceErrors, &discoverygrpc.ResourceError{
+				ResourceName: &discoverygrpc.ResourceName{Name: "c1", DynamicParameterConstraints: eq("env", "prod")},
+				ErrorDetail:  &status.Status{Code: int32(codes.NotFound), Message: "no prod c1"}})
+		}
+		return resp, nil
+	}})
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.UnavailableAfter = 100 * time.Millisecond
+		c.Upstream.DoesNotExistAfter = 100 * time.Millisecond
+	}))
+
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	resp := prod.RecvType(resource.ClusterType)
+	for errorsByName(resp)["c1"] != codes.Unavailable {
+		prod.Ack(resp)
+		resp = prod.RecvType(resource.ClusterType)
+	}
+	prod.Ack(resp)
+	away.Store(false)
+	for resp = prod.RecvType(resource.ClusterType); errorsByName(resp)["c1"] != codes.NotFound; resp = prod.RecvType(resource.ClusterType) {
+		prod.Ack(resp)
+	}
+	prod.Ack(resp)
+
+	// Ten does-not-exist waits: the wait that ran for the key fires in
+	// the first two (it asks on a new stream once, then takes silence).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for {
+		resp, err := prod.Recv(ctx)
+		if err != nil {
+			break // the ten waits passed
+		}
+		if errorsByName(resp)["c1"] != codes.NotFound {
+			t.Fatalf("the upstream's NOT_FOUND left: %v", resp)
+		}
+		prod.Ack(resp)
+	}
+	late := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "late-prod"})
+	late.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator("c1", "env", "prod"))
+	if got := errorsByName(late.RecvType(resource.ClusterType)); got["c1"] != codes.NotFound {
+		t.Fatalf("replayed errors %v, want the upstream's NOT_FOUND", got)
 	}
 }

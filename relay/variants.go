@@ -104,6 +104,7 @@ func (s *state) resolveVariants(tc *typeCache, name string, e *viewEdit) {
 		switch {
 		case sel == nil && had:
 			e.drop(k)
+			tc.clearUnsure(k)
 			e.change(k)
 		case sel != nil && (!had || cur.Root() != sel):
 			e.put(k, sel.Selected(k))
