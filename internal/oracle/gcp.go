@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // gcpServer is go-control-plane v0.14 serving the World (Dims.GCP): its
@@ -131,7 +133,13 @@ func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 			g.request(u, gcpStreamID{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce())
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discoverypb.DiscoveryRequest, resp *discoverypb.DiscoveryResponse) {
+		StreamResponseFunc: func(_ context.Context, id int64, req *discoverypb.DiscoveryRequest, resp *discoverypb.DiscoveryResponse) {
+			if len(req.GetResourceNames()) == 0 && !keying.WildcardCapable(req.GetTypeUrl()) {
+				// The relay subscribes nothing of the type (xDS); go-control-plane
+				// answers with everything, which the relay ignores: it learns
+				// nothing of the type's state (seed 7009 with -oracle.dims gcp).
+				return
+			}
 			g.response(u, gcpStreamID{id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoverypb.DeltaDiscoveryRequest) error {
