@@ -262,27 +262,6 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 	s.u.sentLocked(s.node, typeURL, index)
 }
 
-// sentLocked records that relay scope node was sent the state of typeURL
-// at snapshot index. Called with u.mu held.
-func (u *Upstream) sentLocked(node, typeURL string, index int) {
-	if u.sent[node] == nil {
-		u.sent[node] = map[string]*window{}
-	}
-	if w := u.sent[node][typeURL]; w == nil {
-		u.sent[node][typeURL] = &window{first: index, low: index, high: index}
-	} else {
-		w.high = max(w.high, index)
-	}
-}
-
-// ackedIndexLocked records that relay scope node applied the state of
-// typeURL at snapshot index. Called with u.mu held.
-func (u *Upstream) ackedIndexLocked(node, typeURL string, index int) {
-	if w := u.sent[node][typeURL]; w != nil {
-		w.low = max(w.low, index)
-	}
-}
-
 // ackedLocked records that the relay acknowledged (ACK or NACK) the
 // response of typeURL with nonce: it applied it and the ones before.
 // Called with s.mu held.
