@@ -69,13 +69,17 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		verdict.report(st)
 		return nil
 	}
-	if !ts.requested && ts.lastNonce == "" {
+	first := !ts.requested && ts.lastNonce == ""
+	if first {
 		ts.fromElsewhere = req.GetVersionInfo() != ""
 		if ts.fromElsewhere {
 			st.cameBack()
 		}
 	}
 	add, remove, wildcard := ts.subscribeSotW(typeURL, names, keyed, &st.srv.sets)
+	if first && ts.fromElsewhere && !keying.FullState(typeURL) {
+		ts.noteBrought(add)
+	}
 	spellings := st.spellings(ts, add, remove, req.GetResourceNames())
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
@@ -83,6 +87,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		delete(ts.holdsGone, n)
 		delete(ts.unanswered, n)
 		delete(ts.answeredWith, n)
+		delete(ts.brought, n)
 	}
 	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard, Spellings: spellings})
 	st.mu.Unlock()
@@ -256,6 +261,16 @@ func (ts *typeState) noteStaleDrops(typeURL string, names []string, keyed bool) 
 			}
 			ts.staleDropped[n] = struct{}{}
 		}
+	}
+}
+
+// noteBrought records the names a client from elsewhere subscribed first
+// (RDS/EDS): it holds some version of each (see rollsBack). Called with mu
+// held.
+func (ts *typeState) noteBrought(add []string) {
+	ts.brought = make(map[string]struct{}, len(add))
+	for _, n := range add {
+		ts.brought[n] = struct{}{}
 	}
 }
 

@@ -317,8 +317,14 @@ func (sw *sotwBuilder) partial() *body {
 			r, ok := v.Resources[n]
 			asked = asked || !ok || r.Version != ver
 		}
-		if asked && !dup {
+		if asked && !dup && !sw.rollsBack(n) {
 			sw.pick(n)
+		}
+	}
+	for n := range ts.brought { // withheld by rollsBack: sent once confirmed
+		if _, forced := it.force[n]; !forced && !v.Stale(n) {
+			sw.pick(n)
+			delete(ts.brought, n)
 		}
 	}
 	sel, errs := sw.sel, sw.errs
@@ -335,6 +341,22 @@ func (sw *sotwBuilder) partial() *body {
 		return nil // the client has just this (a change it was sent with a request's answer)
 	}
 	return b
+}
+
+// rollsBack reports, and withholds, n when the client brought it from
+// elsewhere (ts.brought: it holds some version of n) while no live upstream
+// stream confirms the View's copy: it may be older than the client's. No
+// rollback — the View that confirms it again notifies every stream, and
+// partial sends it then.
+func (sw *sotwBuilder) rollsBack(n string) bool {
+	ts, v := sw.ts, sw.v
+	_, held := ts.brought[n]
+	if _, cached := v.Resources[n]; !held || !cached || !v.Stale(n) {
+		delete(ts.brought, n)
+		return false
+	}
+	sw.st.noteWithheld(ts, v.TypeURL, "stale")
+	return true
 }
 
 // pick adds what the stream watches of n to partial's selection.

@@ -97,6 +97,9 @@ type sotwState struct {
 	// from no longer has, as the client still holds them — SotW cannot
 	// remove them; the client drops them when it unsubscribes.
 	holdsGone map[string]*Resource
+	// brought (RDS/EDS): the names of the first request of a client from
+	// elsewhere, each held in some version, not sent here yet (rollsBack).
+	brought map[string]struct{}
 }
 
 // deltaState is what only a Delta stream keeps: what the client holds.

@@ -6,6 +6,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -60,4 +61,46 @@ func TestDeltaNoRollbackFromUnconfirmedCopy(t *testing.T) {
 			return
 		}
 	}
+}
+
+// No rollback on SotW either, for the types whose responses carry only what
+// changed (EDS, RDS): a client that comes from another replica (its first
+// request carries a version) is not sent the relay's copy of endpoints while
+// the relay's upstream is away — it may be older than the client's — and
+// gets the upstream's word once it is back.
+func TestSotWNoRollbackFromUnconfirmedCopy(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(xdstest.Resources{resource.EndpointType: []types.Resource{xdstest.Endpoints("e1", "127.0.0.1:1")}})
+	r := xdstest.StartRelay(t, up.Addr())
+	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	a.Subscribe(resource.EndpointType, "e1")
+	a.Ack(a.MustRecv())
+
+	up.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"server": up.Addr()}) > 0
+	}, "the upstream's stream gone", nil)
+
+	moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Resume(resource.EndpointType, "v-elsewhere", "e1")
+	// The relay answers a subscription from its cache at once: a quiet
+	// while shows it holds the answer back.
+	moved.ExpectNoResponse(quiet)
+
+	up.SetResources(xdstest.Resources{resource.EndpointType: []types.Resource{xdstest.Endpoints("e1", "127.0.0.1:2")}})
+	up.Restart()
+	resp := moved.MustRecv()
+	moved.Ack(resp)
+	for _, a := range resp.GetResources() {
+		e := &endpoint.ClusterLoadAssignment{}
+		if err := a.UnmarshalTo(e); err != nil {
+			t.Fatal(err)
+		}
+		got := e.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()
+		if got != 2 {
+			t.Fatalf("sent e1 with port %d, want the upstream's 2", got)
+		}
+		return
+	}
+	t.Fatal("a response without e1")
 }

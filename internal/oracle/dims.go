@@ -41,6 +41,19 @@ type Dims struct {
 	Large bool
 	// REST: the relays serve REST-JSON polling; some clients poll.
 	REST bool
+	// GCP: the upstream servers are go-control-plane v0.14's (a
+	// SnapshotCache in ADS mode, SotW or Delta as the relays speak) instead
+	// of the oracle's Upstream. They cannot do what go-control-plane does
+	// not: no silences or invalid responses, no TP2 variants or
+	// do_not_cache (worlds without them), no glob collections and no other
+	// authority (a name is served to a wildcard whatever its authority:
+	// no Glob, Escaped, Foreign, AuthServers). In ADS mode a SotW request
+	// that names resources is answered only when it names every resource
+	// of its type, which a relay of clients naming a subset never does: the
+	// SotW worlds' clients are Envoys (they name every route and endpoint),
+	// without REST pollers. (Drawn from a stream of its own: the other
+	// dimensions' draws, and the steps they add, stay as they were.)
+	GCP bool
 }
 
 // quiet reports whether upstreams may say nothing of a name past the
@@ -58,7 +71,8 @@ func (d Dims) String() string {
 		on   bool
 		name string
 	}{{d.Glob, "glob"}, {d.AuthServers, "auth-servers"}, {d.Silence, "silence"}, {d.Invalid, "invalid"},
-		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}, {d.Large, "large"}, {d.REST, "rest"}} {
+		{d.Escaped, "escaped"}, {d.Replace, "replace"}, {d.Foreign, "foreign"}, {d.Large, "large"}, {d.REST, "rest"},
+		{d.GCP, "gcp"}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -91,6 +105,8 @@ func ParseDims(s string) (Dims, error) {
 			d.Large = true
 		case "rest":
 			d.REST = true
+		case "gcp":
+			d.GCP = true
 		default:
 			return d, fmt.Errorf("oracle: unknown dimension %q", f)
 		}
@@ -147,8 +163,12 @@ func GenerateDims(seed uint64, steps int, only *Dims) *Schedule {
 	s := GeneratePlain(seed, steps)
 	x := rand.New(rand.NewPCG(seed, 4))
 	d := drawDims(x)
+	d.GCP = rand.New(rand.NewPCG(seed, 6)).IntN(5) == 0 && (DrawOpen || !openDims.GCP)
 	if only != nil {
 		d = *only
+	}
+	if d.GCP {
+		d = gcpWorld(s, d)
 	}
 	if d.Foreign && !d.federated() {
 		d.Glob = true // names of another authority to list
@@ -164,6 +184,25 @@ func GenerateDims(seed uint64, steps int, only *Dims) *Schedule {
 	s.Opts.World.Escaped = d.Escaped
 	widen(s, x)
 	return s
+}
+
+// gcpWorld returns d without the dimensions go-control-plane cannot serve
+// (see Dims.GCP), and makes s's world and clients fit it.
+func gcpWorld(s *Schedule, d Dims) Dims {
+	d.Glob, d.Escaped, d.Foreign, d.AuthServers, d.Silence, d.Invalid = false, false, false, false, false, false
+	s.Opts.World.TP2, s.Opts.World.DoNotCache = false, false
+	s.Opts.Forgetful = s.Opts.Protocol == "delta" // go-control-plane is
+	sotw := s.Opts.Protocol == "sotw"
+	d.REST = d.REST && !sotw
+	for i := range s.Steps {
+		if c := &s.Steps[i].Client; s.Steps[i].Op == OpJoin {
+			c.Env = ""
+			if sotw {
+				c.Shape = Envoy
+			}
+		}
+	}
+	return d
 }
 
 // widen adds the steps and client traits of s's dimensions, drawn from x,

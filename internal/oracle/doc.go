@@ -15,8 +15,9 @@
 // authority, silent and slow upstreams, invalid upstream responses,
 // Envoy-spelled xdstp names, TP2 replacements of the unconstrained variant,
 // a default server that lists the authority's names, more than 10,000
-// names, REST-JSON pollers (GeneratePlain is a seed without them). Execute
-// runs it. After every response, each client checks:
+// names, REST-JSON pollers, go-control-plane itself as the upstream servers
+// (GeneratePlain is a seed without them). Execute runs it. After every
+// response, each client checks:
 //
 //   - no phantom loss: it is told a resource is gone (a Delta removal, an
 //     omission from a SotW LDS/CDS response) only if the upstream removed it

@@ -203,6 +203,9 @@ func Execute(sched *Schedule, dir string, log *zap.Logger) error {
 	for i := range servers {
 		u := newUpstream(r.world, sched.Opts.Ordered, sched.Opts.Forgetful, sched.Seed+uint64(i))
 		u.listForeign = sched.Opts.Dims.Foreign
+		if sched.Opts.Dims.GCP {
+			u.useGCP()
+		}
 		if err := u.start(host); err != nil {
 			return err
 		}

@@ -43,6 +43,7 @@ type Upstream struct {
 	streams map[*ustream]struct{}
 	sent    map[string]map[string]*window // node id (a relay scope) → type → what it was told
 	faults                                // silences and invalid responses (Dims)
+	gcp     *gcpServer                    // go-control-plane serves instead (Dims.GCP)
 }
 
 // window is what a relay scope's streams told it of one type: low is the
@@ -109,7 +110,11 @@ func (u *Upstream) start(addr string) error {
 		return fmt.Errorf("oracle: upstream listen: %w", err)
 	}
 	srv := grpc.NewServer()
-	discoverypb.RegisterAggregatedDiscoveryServiceServer(srv, adsServer{u})
+	if u.gcp != nil {
+		u.gcp.register(srv, u)
+	} else {
+		discoverypb.RegisterAggregatedDiscoveryServiceServer(srv, adsServer{u})
+	}
 	done := make(chan struct{})
 	u.mu.Lock()
 	u.addr, u.srv, u.done = lis.Addr().String(), srv, done
@@ -130,6 +135,9 @@ func (u *Upstream) stop() {
 	if srv != nil {
 		srv.Stop()
 		<-done
+	}
+	if u.gcp != nil {
+		u.gcp.stop()
 	}
 }
 
@@ -155,6 +163,10 @@ func (u *Upstream) Windows(instance, typeURL string) map[string]window {
 
 // publish pushes the World's latest snapshot to every stream.
 func (u *Upstream) publish() {
+	if u.gcp != nil {
+		u.gcp.set(u.world.Current())
+		return
+	}
 	u.mu.Lock()
 	streams := make([]*ustream, 0, len(u.streams))
 	for s := range u.streams {
@@ -247,14 +259,7 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 	st.pending = append(st.pending, pendingIndex{nonce, index})
 	s.u.mu.Lock()
 	defer s.u.mu.Unlock()
-	if s.u.sent[s.node] == nil {
-		s.u.sent[s.node] = map[string]*window{}
-	}
-	if w := s.u.sent[s.node][typeURL]; w == nil {
-		s.u.sent[s.node][typeURL] = &window{first: index, low: index, high: index}
-	} else {
-		w.high = max(w.high, index)
-	}
+	s.u.sentLocked(s.node, typeURL, index)
 }
 
 // ackedLocked records that the relay acknowledged (ACK or NACK) the
@@ -268,9 +273,7 @@ func (s *ustream) ackedLocked(typeURL, nonce string) {
 		}
 		st.pending = st.pending[i+1:]
 		s.u.mu.Lock()
-		if w := s.u.sent[s.node][typeURL]; w != nil {
-			w.low = max(w.low, p.index)
-		}
+		s.u.ackedIndexLocked(s.node, typeURL, p.index)
 		s.u.mu.Unlock()
 		return
 	}
