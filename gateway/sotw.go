@@ -100,8 +100,7 @@ func hasField(b []byte, num protowire.Number) bool {
 	return found
 }
 
-// session runs one upstream StreamConfiguration: it subscribes with the
-// version the group holds, and ACKs every snapshot it accepts (NACKs a
+// session runs one upstream StreamConfiguration: it subscribes, and ACKs every snapshot it accepts (NACKs a
 // malformed one, which never reaches a data plane).
 func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server string) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -115,11 +114,12 @@ func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server str
 		return &controlv1.DiscoveryRequest{NodeId: g.req.NodeId, Cluster: g.req.Cluster, Subscriptions: g.req.Subscriptions,
 			SupportedFeatures: g.req.SupportedFeatures, Nonce: nonce}
 	}
-	first := answer("")
-	g.mu.Lock()
-	first.Version = g.version // a warm cache: the control plane need not resend it
-	g.mu.Unlock()
-	if err := cs.SendMsg(first); err != nil {
+	// The first request carries no version, even with a snapshot cached: a
+	// control plane answers a version it holds with silence, and silence
+	// never confirms the cache — data planes that came with another version
+	// would wait for its next change. Its answer, even of the cached
+	// version, is the upstream's word.
+	if err := cs.SendMsg(answer("")); err != nil {
 		return false, err
 	}
 	answered := false
