@@ -68,16 +68,13 @@ func runOne(t *testing.T, s *gworacle.Schedule, shrinkIt bool) bool {
 	if *all {
 		t.Logf("seed %d: %s: failed=%v (%v)", s.Seed, s.Opts, err != nil, time.Since(start).Round(time.Millisecond))
 	}
-	if err == nil && os.Getenv("GWORACLE_LOG_ALWAYS") == "" {
+	if err == nil {
 		return true
 	}
 	if *logTo != "" {
 		if werr := os.WriteFile(*logTo, buf.bytes(), 0o644); werr != nil {
 			t.Log(werr)
 		}
-	}
-	if err == nil {
-		return true
 	}
 	t.Errorf("seed %d failed: %v\nschedule:\n%s", s.Seed, err, s)
 	if shrinkIt && *shrink > 0 {
@@ -105,7 +102,9 @@ var regressions = []struct {
 	seed  uint64
 	keep  []int
 	found string
-}{}
+}{
+	{19, []int{15, 16, 21, 22, 23, 24, 27, 28}, "Delta: a restarted relay's warm cache sent its older versions over newer ones a data plane brought, before the upstream answered the type"},
+}
 
 // TestGatewayOracleRegressions replays the regression table.
 func TestGatewayOracleRegressions(t *testing.T) {
@@ -116,6 +115,31 @@ func TestGatewayOracleRegressions(t *testing.T) {
 				t.Errorf("regression (%s) is back", reg.found)
 				break
 			}
+		}
+	}
+}
+
+// directed are schedules written by hand for a failure the seeds reach too
+// rarely, each with what it found.
+var directed = []struct {
+	found string
+	sched *gworacle.Schedule
+}{
+	{"SotW: after an outage without a change, the group asked the upstream with its cached version, was answered with silence and held a data plane that came with an older version for good",
+		&gworacle.Schedule{Seed: 1, Opts: gworacle.Options{Replicas: 2, Clusters: 1}, Steps: []gworacle.Step{
+			{Op: gworacle.OpJoin, DP: "dp0", Brought: -1, At: 0},
+			{Op: gworacle.OpPublish, N: 2, At: 1},
+			{Op: gworacle.OpPause, N: 200, At: 2},
+			{Op: gworacle.OpUpstreamDown, At: 3},
+			{Op: gworacle.OpJoin, DP: "dp1", Brought: 1, At: 4}, // the control plane comes back at quiescence
+		}}},
+}
+
+// TestGatewayOracleDirected runs the directed schedules.
+func TestGatewayOracleDirected(t *testing.T) {
+	for _, d := range directed {
+		if !runOne(t, d.sched, false) {
+			t.Errorf("directed schedule (%s) fails", d.found)
 		}
 	}
 }
