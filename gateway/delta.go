@@ -308,11 +308,11 @@ type selection struct {
 }
 
 // selectFor computes the response of a stream for typeURL from the cache:
-// among names (or, for full, every cached and held name), the resources at
-// a version the stream does not hold, and the held names the upstream no
-// longer has — once the upstream answered the type. answered says whether
-// the stream was answered for the type before (an empty first answer tells
-// it the type is known and empty). ok is false when there is nothing to send.
+// among names (or, for full, every cached and held name), the resources the
+// stream does not hold, and — once the upstream answered the type — those at
+// a version it does not hold and the held names the upstream no longer has.
+// answered says whether the stream was answered for the type before (an
+// empty first answer tells it the type is known and empty). ok is false when there is nothing to send.
 func (g *deltaGroup) selectFor(typeURL string, has map[string]string, names []string, full, answered bool) (selection, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -333,11 +333,15 @@ func (g *deltaGroup) selectFor(typeURL string, has map[string]string, names []st
 	}
 	var sel selection
 	for _, n := range names {
+		v, held := has[n]
 		if r := t.res[n]; r != nil {
-			if has[n] != r.version {
+			// No rollback: over a version the stream holds, only the
+			// upstream's current word is sent (versions are hashes: the
+			// cache's may be the older).
+			if v != r.version && (!held || t.known) {
 				sel.send = append(sel.send, r)
 			}
-		} else if _, held := has[n]; held && t.known {
+		} else if held && t.known {
 			sel.removed = append(sel.removed, n)
 		}
 	}

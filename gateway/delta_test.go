@@ -219,3 +219,36 @@ func TestDeltaNoRemovalWhileUpstreamAway(t *testing.T) {
 	}
 	second.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
 }
+
+// A data plane that comes while the upstream is away, holding newer
+// versions than the relay's cache (from a replica that is ahead), is not
+// sent the cache's versions over them: they may be older. Once the upstream
+// answers again, it is sent what it lacks — and only that.
+func TestDeltaNoRollbackWhileUpstreamAway(t *testing.T) {
+	e := start(t)
+	e.publish("blue", 0)
+	types := []string{controlv1.HttpRouteType}
+	first := dialDelta(t, e, "blue-1", "blue", types, nil)
+	first.recv("")
+
+	e.cp.Stop()
+	xdstest.Eventually(t, func() bool { return !e.relay.DebugGateway("").Groups[0].Connected },
+		"the gateway's upstream stream ended", nil)
+	e.publish("blue", 1) // what a replica still connected has sent its data planes
+	ahead := map[string]map[string]string{controlv1.HttpRouteType: e.cp.Resources("blue", controlv1.HttpRouteType)}
+	second := dialDelta(t, e, "blue-2", "blue", types, ahead)
+	second.ExpectNone(quiet)
+
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	defer cancel()
+	if err := e.cp.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first.recv("")
+	first.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
+	// It holds the upstream's versions already: its first answer is empty.
+	if r := second.recv(""); len(r.GetResources()) != 0 || len(r.GetRemovedResources()) != 0 {
+		t.Fatalf("once the upstream answered again: %v, want an empty answer", r)
+	}
+	second.wantHeld(e.cp, "blue", controlv1.HttpRouteType)
+}

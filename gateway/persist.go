@@ -18,9 +18,10 @@ import (
 // snapshot and each Delta group's resources — is written there within a
 // second of a change and at Close, and loaded at start. A group created after
 // a restart starts from it: its data planes are served at once, even while
-// no upstream is reachable, and the upstream is told what the cache holds
-// (the SotW version, the Delta initial_resource_versions). Loaded Delta
-// types count as not known yet: nothing is reported removed until the
+// no upstream is reachable, and the Delta upstream is told what the cache
+// holds (initial_resource_versions). A loaded snapshot and loaded Delta
+// types count as not confirmed yet: no data plane that came with another
+// version is sent the snapshot, and nothing is reported removed, until the
 // upstream answered.
 //
 // Private keys are not written: a snapshot that carries SecretMaterial

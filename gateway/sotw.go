@@ -40,6 +40,9 @@ type sotwGroup struct {
 	body     []byte // the response without its nonce, shared by every stream
 	received time.Time
 	secrets  bool // the snapshot carries SecretMaterial (not written to disk)
+	// confirmed: the snapshot is the upstream's word on its current stream
+	// (set with the first accepted answer, cleared when the stream ends).
+	confirmed bool
 }
 
 // joinSotW adds st to the group of k, creating the group (seeded from the
@@ -100,9 +103,9 @@ func hasField(b []byte, num protowire.Number) bool {
 	return found
 }
 
-// session runs one upstream StreamConfiguration: it subscribes with the
-// version the group holds, and ACKs every snapshot it accepts (NACKs a
-// malformed one, which never reaches a data plane).
+// session runs one upstream StreamConfiguration: it subscribes, and ACKs
+// every snapshot it accepts (NACKs a malformed one, which never reaches a
+// data plane).
 func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server string) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -115,26 +118,20 @@ func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server str
 		return &controlv1.DiscoveryRequest{NodeId: g.req.NodeId, Cluster: g.req.Cluster, Subscriptions: g.req.Subscriptions,
 			SupportedFeatures: g.req.SupportedFeatures, Nonce: nonce}
 	}
-	first := answer("")
-	g.mu.Lock()
-	first.Version = g.version // a warm cache: the control plane need not resend it
-	g.mu.Unlock()
-	if err := cs.SendMsg(first); err != nil {
+	// The first request carries no version, even with a snapshot cached: a
+	// control plane answers a version it holds with silence, and silence
+	// never confirms the cache — data planes that came with another version
+	// would wait for its next change. Its answer, even of the cached
+	// version, is the upstream's word.
+	if err := cs.SendMsg(answer("")); err != nil {
 		return false, err
 	}
+	defer g.unconfirm()
 	answered := false
 	for {
-		confirmedBefore := answered
 		b, err := g.recv(cs, server, &answered)
 		if err != nil {
 			return answered, err
-		}
-		if !confirmedBefore {
-			// The group's snapshot is the upstream's word again: streams
-			// that were not sent it (push) look again.
-			for _, st := range g.each() {
-				st.signal()
-			}
 		}
 		r, perr := parseResponse(b)
 		ack := answer(r.nonce)
@@ -156,21 +153,36 @@ func (g *sotwGroup) session(ctx context.Context, cc *grpc.ClientConn, server str
 	}
 }
 
-// update makes an accepted snapshot current and wakes every stream.
+// update makes an accepted snapshot current and confirmed, and wakes every
+// stream when either changed: the snapshot and its confirmation are set
+// together, so that no stream sends the cached snapshot as confirmed while
+// the upstream's answer replaces it.
 func (g *sotwGroup) update(r snapshotResponse) {
 	g.mu.Lock()
-	if r.version == g.version && bytes.Equal(r.snapshot, g.snapshot) {
-		g.mu.Unlock()
+	confirming := !g.confirmed
+	g.confirmed = true
+	same := r.version == g.version && bytes.Equal(r.snapshot, g.snapshot)
+	if !same {
+		g.setSnapshot(r.version, bytes.Clone(r.snapshot), time.Now())
+	}
+	g.mu.Unlock()
+	if same && !confirming {
 		return
 	}
-	g.setSnapshot(r.version, bytes.Clone(r.snapshot), time.Now())
-	g.mu.Unlock()
 	for _, st := range g.each() {
 		st.signal()
 	}
-	if g.s.persist != nil {
+	if !same && g.s.persist != nil {
 		g.s.persist.touch()
 	}
+}
+
+// unconfirm marks the snapshot no longer the upstream's word (its stream
+// ended).
+func (g *sotwGroup) unconfirm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.confirmed = false
 }
 
 // sotwStream is one data plane's StreamConfiguration.
@@ -296,7 +308,7 @@ func (st *sotwStream) push() error {
 		return nil
 	}
 	g.mu.Lock()
-	version, body, secrets, confirmed := g.version, g.body, g.secrets, g.connected
+	version, body, secrets, confirmed := g.version, g.body, g.secrets, g.confirmed
 	g.mu.Unlock()
 	if secrets && !st.secretsOK && version != "" {
 		// The control plane sent secrets this data plane did not subscribe

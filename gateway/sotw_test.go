@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -269,4 +271,61 @@ func TestSotWNoRollbackWhileUpstreamAway(t *testing.T) {
 	moved.ExpectNone(quiet) // it runs the upstream's version already
 	v3snap, v3 := e.publish("blue", 1)
 	wantSnapshot(t, moved.MustRecv(), v3snap, v3)
+}
+
+// A NACKed answer is no answer: when the upstream comes back with a snapshot
+// the relay rejects, a data plane that came running another version while
+// the upstream was away is still not sent the cached snapshot — it may be
+// older than what the data plane runs.
+func TestSotWNoRollbackAfterNACKedAnswer(t *testing.T) {
+	e := start(t)
+	_, v1 := e.publish("blue", 0)
+	first := xdstest.DialGatewaySotW(t, e.relay.Addr())
+	first.Send(subscribe("blue-1", "blue", ""))
+	if resp := first.MustRecv(); resp.GetVersion() != v1 {
+		t.Fatalf("first data plane got %s, want %s", resp.GetVersion(), v1)
+	}
+
+	e.cp.Stop()
+	xdstest.Eventually(t, func() bool { return !e.relay.DebugGateway("").Groups[0].Connected },
+		"the gateway's upstream stream ended", nil)
+	moved := xdstest.DialGatewaySotW(t, e.relay.Addr())
+	moved.Send(subscribe("blue-2", "blue", "v-of-a-replica-ahead"))
+	moved.ExpectNone(quiet)
+
+	// The control plane's address now answers with a snapshot without a
+	// version, which the relay NACKs.
+	var lis net.Listener
+	xdstest.Eventually(t, func() bool {
+		var err error
+		lis, err = net.Listen("tcp", e.cp.Addr())
+		return err == nil
+	}, "the control plane's address is free again", nil)
+	g := grpc.NewServer()
+	controlv1.RegisterConfigurationDiscoveryServiceServer(g, versionless{})
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	xdstest.Eventually(t, func() bool { return e.relay.DebugGateway("").Groups[0].Connected },
+		"the gateway's upstream stream answered", nil)
+	moved.ExpectNone(quiet)
+}
+
+// versionless answers every StreamConfiguration with a snapshot without a
+// version.
+type versionless struct {
+	controlv1.UnimplementedConfigurationDiscoveryServiceServer
+}
+
+func (versionless) StreamConfiguration(stream controlv1.ConfigurationDiscoveryService_StreamConfigurationServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	if err := stream.Send(&controlv1.DiscoveryResponse{Nonce: "1", Snapshot: &controlv1.ConfigSnapshot{Id: "no-version"}}); err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
+	}
 }

@@ -29,12 +29,15 @@ func (s deltaService) DeltaStreamConfiguration(stream controlv1.DeltaDiscoverySe
 	st := &deltaStream{member: newMember(), has: make(map[string]map[string]string), answered: make(map[string]bool)}
 	reqs, errc := pump(stream.Context(), stream.Recv)
 	defer s.track(st)()
-	nonce := 0
+	nonce, node := 0, ""
 	for {
 		select {
 		case req := <-reqs:
 			s.record(Request{Delta: req})
 			st.join(req.GetCluster())
+			if node == "" {
+				node = req.GetNodeId()
+			}
 			initial := initialVersions(req.GetInitialResourceVersions())
 			for _, t := range req.GetResourceNamesSubscribe() {
 				if _, ok := st.has[t]; !ok {
@@ -70,6 +73,7 @@ func (s deltaService) DeltaStreamConfiguration(stream controlv1.DeltaDiscoverySe
 			}
 			nonce++
 			resp.Nonce, resp.SystemVersionInfo = strconv.Itoa(nonce), c.version
+			s.recordSent(Sent{NodeID: node, Cluster: st.clusterName(), Version: c.version, TypeURL: t})
 			if err := stream.Send(resp); err != nil {
 				return err
 			}

@@ -56,6 +56,7 @@ type Server struct {
 	clusters map[string]*cluster // by the request's cluster
 	streams  map[streamer]struct{}
 	requests []Request
+	sent     []Sent
 	reports  []*controlv1.StatusReport
 	failNext int // reports to refuse with UNAVAILABLE
 	changed  chan struct{}
@@ -333,6 +334,30 @@ func (s *Server) record(r Request) {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// Sent is one response the control plane sent: to which node and cluster,
+// at which cluster version, and for Delta of which type ("" for a snapshot).
+type Sent struct {
+	NodeID, Cluster, Version, TypeURL string
+}
+
+// recordSent keeps a response for SentLog; it is recorded before it is
+// sent, so the log holds at least what the receiver may have.
+func (s *Server) recordSent(r Sent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, r)
+	if len(s.sent) > maxRecorded {
+		s.sent = s.sent[len(s.sent)-maxRecorded:]
+	}
+}
+
+// SentLog returns the responses sent so far (the last 10000), oldest first.
+func (s *Server) SentLog() []Sent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sent)
 }
 
 // OpenStreams returns the number of open streams (SotW and Delta).

@@ -38,13 +38,13 @@ func (s sotwService) StreamConfiguration(stream controlv1.ConfigurationDiscovery
 	st := &sotwStream{member: newMember()}
 	reqs, errc := pump(stream.Context(), stream.Recv)
 	defer s.track(st)()
-	sent, nonce := "", 0
+	sent, nonce, node := "", 0, ""
 	for {
 		select {
 		case req := <-reqs:
 			s.record(Request{Sotw: req})
 			if st.clusterName() == "" {
-				st.subs, sent = req.GetSubscriptions(), req.GetVersion()
+				st.subs, sent, node = req.GetSubscriptions(), req.GetVersion(), req.GetNodeId()
 				st.join(req.GetCluster())
 			}
 		case err := <-errc:
@@ -56,6 +56,7 @@ func (s sotwService) StreamConfiguration(stream controlv1.ConfigurationDiscovery
 			continue
 		}
 		nonce++
+		s.recordSent(Sent{NodeID: node, Cluster: st.clusterName(), Version: c.version})
 		if err := stream.Send(&controlv1.DiscoveryResponse{Version: c.version, Nonce: strconv.Itoa(nonce), Snapshot: filter(c.snap, st.subs)}); err != nil {
 			return err
 		}
