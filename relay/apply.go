@@ -297,7 +297,9 @@ func (a *applier) remove(name string) {
 		return
 	}
 	a.list(name, false) // the default servers no longer list it
-	if cur, ok := a.edit.res[name]; ok && cur.Authority == a.authority {
+	// Its own authority's word removes it also when the cache holds it
+	// only from the default servers' listing.
+	if cur, ok := a.edit.res[name]; ok && (cur.Authority == a.authority || ofAuthority(name, a.authority)) {
 		a.edit.drop(name)
 		a.edit.change(name)
 		a.s.unref.forget(tc.lruKey(name))

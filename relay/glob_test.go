@@ -277,3 +277,45 @@ func TestGlobMemberDeletedWhileUnsubscribed(t *testing.T) {
 		})
 	}
 }
+
+// A glob member the relay cached only from the default servers' listing
+// (their wildcard answer, whose subscription has since ended) is gone once
+// its own authority answers the glob without it: the authority's word on
+// its own name removes whatever the cache holds of it. The cached copy,
+// from the default servers, stayed for good, and the glob's subscriber was
+// served the deleted member.
+func TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m2))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+	}))
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	resp := wild.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0", m2)
+	wild.Ack(resp)
+	wild.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "", "op": "unsubscribe"}) > 0
+	}, "the wildcard unsubscribed", nil)
+
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		resp, err := glob.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("the glob's subscriber still holds %s, which its authority does not have", m2)
+		}
+		glob.Ack(resp)
+		if slices.Equal(names(t, resp), []string{m1}) {
+			break
+		}
+	}
+}
