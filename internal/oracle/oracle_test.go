@@ -214,11 +214,20 @@ var regressions = []struct {
 		"the default servers listing a glob member its authority's stream had delivered was rolled out like an update; a canary's NACK halted it, and a SotW wildcard Envoy never got the member (fails about one run in three before the fix; relay's TestListingIsNotRolledOut always)"},
 	{9741086, []int{5, 6, 9, 20, 23, 24, 25, 26},
 		"a SotW Envoy from elsewhere held a route to a cluster whose default variant the upstream replaced by a constrained one: make before break held its CDS for a cluster it could not read, for good (relay's TestMakeBeforeBreakDanglingReferenceFromElsewhere always)"},
+	{12, []int{21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41},
+		"a glob member only the default servers had delivered, listed in their wildcard answer and then deleted, left the cache, but a Delta wildcard Envoy holding it was never told: the removal was held back for good, as if only its own authority could say (downstream's TestDeltaWildcardListedNameLeavesTheCache always)"},
+	{11, []int{9, 13, 15, 16, 19, 20, 34, 35, 41, 42, 43},
+		"the same as seed 12, in a node group with guarded rollouts and a SotW upstream"},
+	{20, wholeSchedule(44),
+		"the same as seed 12, with per-type Delta clients"},
+	{4, wholeSchedule(43),
+		"a glob member the default servers list came twice in one SotW CDS response to an Envoy subscribed to \"*\" and the glob (downstream's TestSotWWildcardAndGlobCarryAListedMemberOnce always); and, moved to its own scope by a do_not_cache cluster, a SotW Envoy from elsewhere had its CDS held for good: the own scope's stream told the glob's server the relay held the listed member, which it then never sent, so the glob never counted as answered (fails about one run in three before that fix; relay's TestMovedToOwnScopeListedMemberNotSeeded always)"},
 }
 
 // foundDims: the dimensions of the regressions found in a widened world
 // (as -oracle.dims spells them); the others are plain schedules.
-var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace"}
+var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace",
+	4: "glob,foreign", 11: "glob,foreign", 12: "glob,foreign", 20: "glob,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
