@@ -146,3 +146,28 @@ func TestDeltaWildcardListedNameLeavesTheCache(t *testing.T) {
 	wantNames(t, "removals", r.GetRemovedResources(), []string{x})
 	named.ExpectNoResponse(quiet) // (as long as the other tests wait for a response that does not come)
 }
+
+// A Delta wildcard client from elsewhere that brings another authority's
+// name (initial_resource_versions) the default servers' whole, confirmed
+// set does not list is told it is removed when the wildcard is answered:
+// the wildcard is all it subscribed. The name was never looked at: the
+// client kept it for good.
+func TestDeltaWildcardBroughtUnlistedName(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	src := newFakeSource()
+	c1 := resource("c1", "c1")
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": c1})
+	c := xdstest.DialDelta(t, start(t, src), testNode)
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: map[string]string{"c1": c1.Version, x: "elsewhere"}})
+	for {
+		// (Make before break holds it back while the reconnect's grace
+		// lasts: the client may not have asked for what refers to it yet.)
+		r := c.MustRecv()
+		if len(r.GetRemovedResources()) > 0 {
+			wantNames(t, "removals", r.GetRemovedResources(), []string{x})
+			return
+		}
+		c.Ack(r)
+	}
+}

@@ -277,11 +277,13 @@ func (b *deltaBuilder) answerWildcard() bool {
 		b.sendIfNew(r)
 	}
 	for n := range ts.holds {
-		if _, named := ts.names[n]; !named {
-			if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.checkRemoval(ts, v, n) &&
-				!st.withholdReferenced(ts, v, n) {
-				b.drop(n)
-			}
+		if _, present := v.Resources[n]; present || ts.watches(v, n) {
+			continue
+		}
+		// Another authority's name the wildcard alone gave: the default
+		// servers' whole set is the word on it.
+		if (ofDefault(n) && st.checkRemoval(ts, v, n) || !ofDefault(n) && b.unlisted(n)) && !st.withholdReferenced(ts, v, n) {
+			b.drop(n)
 		}
 	}
 	if !v.Complete {
