@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -315,6 +316,54 @@ func TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority(t *testing.T) 
 		}
 		glob.Ack(resp)
 		if slices.Equal(names(t, resp), []string{m1}) {
+			break
+		}
+	}
+}
+
+// A glob member loaded from the warm-restart file is a member of its glob
+// collection again: deleted upstream while the relay was down, it is gone
+// once the upstream answers the glob, for a Delta client that brought it.
+// The file kept no glob, so the member was nobody's: the upstream's answer
+// did not remove it, and the client kept it for good.
+func TestWarmRestartGlobMember(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	g := xdstest.NewGlobADS(m1, m2)
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0"))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+	})
+	first := xdstest.StartRelay(t, def.Addr(), opt)
+	d := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "delta"})
+	d.Subscribe(resource.ClusterType, []string{globG}, nil)
+	resp := d.MustRecv()
+	wantDelta(t, resp, []string{m1, m2}, nil)
+	held := map[string]string{}
+	for _, r := range resp.GetResources() {
+		held[r.GetName()] = r.GetVersion()
+	}
+	d.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	g.Set(m1)
+
+	second := xdstest.StartRelay(t, def.Addr(), opt)
+	d = xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "delta"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{globG},
+		InitialResourceVersions: held})
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		resp, ok := d.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the client was never told %s is gone", m2)
+		}
+		d.Ack(resp)
+		if _, removed := deltaNames(resp); slices.Contains(removed, m2) {
 			break
 		}
 	}
