@@ -297,14 +297,21 @@ func (a *applier) remove(name string) {
 		return
 	}
 	a.list(name, false) // the default servers no longer list it
-	// Its own authority's word removes it also when the cache holds it
-	// only from the default servers' listing.
-	if cur, ok := a.edit.res[name]; ok && (cur.Authority == a.authority || ofAuthority(name, a.authority)) {
+	if cur, ok := a.edit.res[name]; ok && (cur.Authority == a.authority || a.lapsedListing(cur)) {
 		a.edit.drop(name)
 		a.edit.change(name)
 		a.s.unref.forget(tc.lruKey(name))
 		a.s.armTTL(tc, name, 0)
 	}
+}
+
+// lapsedListing reports whether cur, another authority's name the cache
+// holds from the default servers' listing, is left to its own authority's
+// word: their wildcard subscription has ended, so they no longer speak for
+// it. While it lasts, their listing may be newer than this stream's word
+// (the streams are not ordered), and their own full state drops it.
+func (a *applier) lapsedListing(cur *downstream.Resource) bool {
+	return cur.Authority == "" && a.authority != "" && ofAuthority(cur.Name, a.authority) && !a.tc.up[keying.Wildcard]
 }
 
 // resourceErrors applies the TP3 resource errors: cached per name and
