@@ -145,10 +145,12 @@ func (a *applier) apply() {
 // default servers may list one in their wildcard answer too: once its own
 // authority's stream delivers it, the default stream only lists it
 // (Resource.Listed) and never replaces or deletes it, so it neither flips
-// between the two nor leaves the wildcard set while both have it.
+// between the two nor leaves the wildcard set while both have it — while
+// a subscription of its authority covers it: after that, the default
+// servers are the only ones still speaking of it.
 func (a *applier) owned(name string) (*downstream.Resource, bool) {
 	cur, ok := a.edit.res[name]
-	return cur, ok && a.authority == "" && cur.Authority != "" && cur.Authority != a.authority
+	return cur, ok && a.authority == "" && cur.Authority != "" && cur.Authority != a.authority && a.tc.subscribedUpstream(name)
 }
 
 // list marks another authority's name as listed, or not, by the default
@@ -297,7 +299,9 @@ func (a *applier) remove(name string) {
 		return
 	}
 	a.list(name, false) // the default servers no longer list it
-	if cur, ok := a.edit.res[name]; ok && (cur.Authority == a.authority || a.lapsedListing(cur)) {
+	// (Still listed after that: another authority's name whose own
+	// subscription has ended, left to the default servers' word.)
+	if cur, ok := a.edit.res[name]; ok && (cur.Authority == a.authority || a.lapsedListing(cur) || a.authority == "" && cur.Listed) {
 		a.edit.drop(name)
 		a.edit.change(name)
 		a.s.unref.forget(tc.lruKey(name))

@@ -368,3 +368,35 @@ func TestWarmRestartGlobMember(t *testing.T) {
 		}
 	}
 }
+
+// A glob member its authority's stream delivered, which the default servers
+// also list, follows the default servers' listing once the glob's
+// subscription has ended: they are the only ones still speaking of it. It
+// kept the content the glob's stream last sent, and a wildcard client never
+// got the member's change.
+func TestListedMemberFollowsTheListingOnceTheGlobEnds(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	resp := glob.RecvType(resource.ClusterType)
+	wantNames(t, resp, m1)
+	glob.Ack(resp)
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	glob.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+}
