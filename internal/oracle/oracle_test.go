@@ -228,13 +228,15 @@ var regressions = []struct {
 		"a Delta wildcard Envoy that moved in bringing a glob member the default servers no longer listed was never told it was gone: the wildcard's answer skipped every xdstp name (downstream's TestDeltaWildcardBroughtUnlistedName always; fails about two runs in three before the fix)"},
 	{1011, wholeSchedule(42),
 		"a SotW answer of a glob on its authority's stream, older than the default servers' listing that had just delivered a new member, removed that member from a Delta wildcard Envoy while the upstream had it (phantom loss; fails about one run in two with the branch's first fix of seed 1018, never before it)"},
+	{2037, wholeSchedule(42),
+		"a glob member its authority's stream had delivered kept that content for good once the glob's subscription ended, though the default servers listed its changes: a SotW wildcard Envoy never got them (relay's TestListedMemberFollowsTheListingOnceTheGlobEnds always)"},
 }
 
 // foundDims: the dimensions of the regressions found in a widened world
 // (as -oracle.dims spells them); the others are plain schedules.
 var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace",
 	4: "glob,foreign", 11: "glob,foreign", 12: "glob,foreign", 20: "glob,foreign", 1018: "glob,foreign", 1022: "glob,foreign",
-	1011: "glob,foreign"}
+	1011: "glob,foreign", 2037: "glob,auth-servers,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
