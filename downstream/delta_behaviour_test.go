@@ -116,3 +116,58 @@ func TestDeltaWildcardNameNoLongerListed(t *testing.T) {
 	wantNames(t, "removals", r.GetRemovedResources(), []string{x})
 	named.ExpectNoResponse(quiet) // (as long as the other tests wait for a response that does not come)
 }
+
+// Another authority's name that only the default servers delivered (their
+// wildcard answer lists it; no stream of its own authority has it) leaves
+// the cache when they stop listing it: their complete wildcard set is their
+// word on what the wildcard covers, so a Delta client that holds it through
+// the wildcard alone is told it is removed. A client that names it keeps it:
+// its own authority has not said it is gone. The removal was held back for
+// good ("the cache does not know the resource is gone").
+func TestDeltaWildcardListedNameLeavesTheCache(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	src := newFakeSource()
+	c1 := resource("c1", "c1")
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": c1, x: resource(x, "x1")})
+	addr := start(t, src)
+	wild := xdstest.DialDelta(t, addr, testNode)
+	wild.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*"}})
+	r := wild.MustRecv()
+	wantNames(t, "resources", names(r), []string{"c1", x})
+	wild.Ack(r)
+	named := xdstest.DialDelta(t, addr, testNode)
+	named.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*", x}})
+	r = named.MustRecv()
+	wantNames(t, "resources", names(r), []string{"c1", x})
+	named.Ack(r)
+
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": c1})
+	r = wild.MustRecv()
+	wantNames(t, "removals", r.GetRemovedResources(), []string{x})
+	named.ExpectNoResponse(quiet) // (as long as the other tests wait for a response that does not come)
+}
+
+// A Delta wildcard client from elsewhere that brings another authority's
+// name (initial_resource_versions) the default servers' whole, confirmed
+// set does not list is told it is removed when the wildcard is answered:
+// the wildcard is all it subscribed. The name was never looked at: the
+// client kept it for good.
+func TestDeltaWildcardBroughtUnlistedName(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	src := newFakeSource()
+	c1 := resource("c1", "c1")
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": c1})
+	c := xdstest.DialDelta(t, start(t, src), testNode)
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*"},
+		InitialResourceVersions: map[string]string{"c1": c1.Version, x: "elsewhere"}})
+	for {
+		// (Make before break holds it back while the reconnect's grace
+		// lasts: the client may not have asked for what refers to it yet.)
+		r := c.MustRecv()
+		if len(r.GetRemovedResources()) > 0 {
+			wantNames(t, "removals", r.GetRemovedResources(), []string{x})
+			return
+		}
+		c.Ack(r)
+	}
+}

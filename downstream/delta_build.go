@@ -159,17 +159,47 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 		// xDS: unsubscribing a name the wildcard may cover is answered
 		// by the resource or by its removal.
 		b.removed = append(b.removed, n)
-	case covered:
+	case covered && ofDefault(n):
 		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
-	case present && ts.wildcard && plainKey && v.Complete && !v.Stale(keying.Wildcard):
-		// The default servers' whole set no longer lists another
-		// authority's name (Resource.Listed): it left the wildcard's set.
-		if _, held := ts.holds[n]; held && !b.st.withholdReferenced(ts, v, n) {
+	case ts.wildcard && plainKey:
+		// Another authority's name, held through the wildcard alone: the
+		// default servers' whole set no longer lists it (Resource.Listed),
+		// or no longer has it at all — their word on what the wildcard
+		// covers, not on the name.
+		if _, held := ts.holds[n]; held && b.unlisted(n) && !b.st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}
 	}
+}
+
+// ofDefault reports whether n is a name of the default servers' authority.
+func ofDefault(n string) bool {
+	auth, _ := keying.Authority(n)
+	return auth == ""
+}
+
+// unlisted reports whether the View's wildcard set, whole and confirmed,
+// leaves out n, another authority's name the client holds through the
+// wildcard; if not, the removal is withheld (looked at again with every
+// later change).
+func (b *deltaBuilder) unlisted(n string) bool {
+	ts, v := b.ts, b.v
+	if v.Complete && !v.Stale(keying.Wildcard) {
+		delete(ts.withheld, n)
+		return true
+	}
+	reason := "unknown"
+	if v.Stale(keying.Wildcard) {
+		reason = "stale"
+	}
+	if ts.withheld == nil {
+		ts.withheld = make(map[string]struct{})
+	}
+	ts.withheld[n] = struct{}{}
+	b.st.noteWithheld(ts, v.TypeURL, reason)
+	return false
 }
 
 // dropBroughtMembers tells the client which members of glob it brought from
@@ -247,11 +277,13 @@ func (b *deltaBuilder) answerWildcard() bool {
 		b.sendIfNew(r)
 	}
 	for n := range ts.holds {
-		if _, named := ts.names[n]; !named {
-			if _, present := v.Resources[n]; !present && !strings.HasPrefix(n, "xdstp:") && st.checkRemoval(ts, v, n) &&
-				!st.withholdReferenced(ts, v, n) {
-				b.drop(n)
-			}
+		if _, present := v.Resources[n]; present || ts.watches(v, n) {
+			continue
+		}
+		// Another authority's name the wildcard alone gave: the default
+		// servers' whole set is the word on it.
+		if (ofDefault(n) && st.checkRemoval(ts, v, n) || !ofDefault(n) && b.unlisted(n)) && !st.withholdReferenced(ts, v, n) {
+			b.drop(n)
 		}
 	}
 	if !v.Complete {

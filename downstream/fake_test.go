@@ -132,7 +132,8 @@ const quiet = 300 * time.Millisecond
 var testNode = &corev3.Node{Id: "test-node"}
 
 // publishResources is publish with the resources as given (their authority
-// and listing too): a name changes when its version or listing does.
+// and listing too): a name changes when its version or listing does, or
+// when it is no longer there.
 func (f *fakeSource) publishResources(typeURL string, rs map[string]*downstream.Resource) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -148,6 +149,13 @@ func (f *fakeSource) publishResources(typeURL string, rs map[string]*downstream.
 		}
 		if old == nil || old.Version != r.Version || old.Listed != r.Listed {
 			v.Changed[name] = struct{}{}
+		}
+	}
+	if prev != nil {
+		for name := range prev.Resources {
+			if _, ok := rs[name]; !ok {
+				v.Changed[name] = struct{}{} // removed
+			}
 		}
 	}
 	f.views[typeURL] = v

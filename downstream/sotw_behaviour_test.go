@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -97,4 +98,21 @@ func TestSotWWildcardAndNames(t *testing.T) {
 	src.publish(keying.ClusterType, map[string]string{"b": "b1"}) // a is gone
 	wantContents(t, contents(t, wild.MustRecv()), []string{"b1"})
 	named.ExpectNoResponse(quiet)
+}
+
+// xDS: never the same name twice in one response. A glob member the
+// default servers also list (Resource.Listed) is in the wildcard set and in
+// its glob's: a SotW client subscribed to both gets it once. It came twice.
+func TestSotWWildcardAndGlobCarryAListedMemberOnce(t *testing.T) {
+	const (
+		glob = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*"
+		m    = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/m"
+	)
+	src := newFakeSource()
+	member := resource(m, "m1")
+	member.Authority, member.Listed, member.Glob = "auth", true, glob
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": resource("c1", "c1"), m: member})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard, glob}})
+	wantContents(t, contents(t, c.MustRecv()), []string{"c1", "m1"})
 }

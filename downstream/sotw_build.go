@@ -204,7 +204,11 @@ func (sw *sotwBuilder) fullSelection() *namedState {
 			extra = append(extra, r)
 		}
 		if keying.IsGlob(n) {
-			extra = append(extra, v.members(n)...)
+			for _, m := range v.members(n) {
+				if !ts.wildcard || !m.InWildcard() {
+					extra = append(extra, m) // (the wildcard set carries the others)
+				}
+			}
 		} else if !ok && v.Known(n, false) {
 			gone = true
 		}

@@ -145,10 +145,12 @@ func (a *applier) apply() {
 // default servers may list one in their wildcard answer too: once its own
 // authority's stream delivers it, the default stream only lists it
 // (Resource.Listed) and never replaces or deletes it, so it neither flips
-// between the two nor leaves the wildcard set while both have it.
+// between the two nor leaves the wildcard set while both have it — while
+// a subscription of its authority covers it: after that, the default
+// servers are the only ones still speaking of it.
 func (a *applier) owned(name string) (*downstream.Resource, bool) {
 	cur, ok := a.edit.res[name]
-	return cur, ok && a.authority == "" && cur.Authority != "" && cur.Authority != a.authority
+	return cur, ok && a.authority == "" && cur.Authority != "" && cur.Authority != a.authority && a.tc.subscribedUpstream(name)
 }
 
 // list marks another authority's name as listed, or not, by the default
@@ -295,13 +297,24 @@ func (a *applier) remove(name string) {
 		return
 	}
 	a.list(name, false) // the default servers no longer list it
-	if cur, ok := a.edit.res[name]; ok && cur.Authority == a.authority {
+	// (Still listed after that: another authority's name whose own
+	// subscription has ended, left to the default servers' word.)
+	if cur, ok := a.edit.res[name]; ok && (cur.Authority == a.authority || a.lapsedListing(cur) || a.authority == "" && cur.Listed) {
 		a.edit.drop(name)
 		tc.clearUnsure(name)
 		a.edit.change(name)
 		a.s.unref.forget(tc.lruKey(name))
 		a.s.armTTL(tc, name, 0)
 	}
+}
+
+// lapsedListing reports whether cur, another authority's name the cache
+// holds from the default servers' listing, is left to its own authority's
+// word: their wildcard subscription has ended, so they no longer speak for
+// it. While it lasts, their listing may be newer than this stream's word
+// (the streams are not ordered), and their own full state drops it.
+func (a *applier) lapsedListing(cur *downstream.Resource) bool {
+	return cur.Authority == "" && a.authority != "" && ofAuthority(cur.Name, a.authority) && !a.tc.up[keying.Wildcard]
 }
 
 // resourceErrors applies the TP3 resource errors: cached per name and

@@ -11,6 +11,7 @@ import (
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -312,4 +313,50 @@ func TestListingIsNotRolledOut(t *testing.T) {
 			break
 		}
 	}
+}
+
+// A SotW Envoy from elsewhere (it brings a version) subscribed to the
+// wildcard and a glob collection whose member x the default servers also
+// list, moved to its node's own scope by a do_not_cache cluster of the
+// wildcard set, gets the whole state once the own scope's streams answer.
+// The own View was seeded with x from the shared one, so the own stream of
+// x's authority told its Delta server the relay held x; the server rightly
+// sent nothing, the glob never counted as answered, and the client's
+// response was held for good.
+func TestMovedToOwnScopeListedMemberNotSeeded(t *testing.T) {
+	const (
+		personal = "personal"
+		x        = globAuth + "g/x"
+	)
+	release := make(chan struct{})
+	def := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		<-release // the shared scope's wildcard waits until the glob's member is cached
+		resp := &discoverygrpc.DiscoveryResponse{}
+		for _, n := range []string{"c0", x, personal} {
+			a, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
+			if err != nil {
+				return nil, err
+			}
+			if n == personal {
+				if a, err = anypb.New(&discoverygrpc.Resource{Name: n, Resource: a,
+					CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}}); err != nil {
+					return nil, err
+				}
+			}
+			resp.Resources = append(resp.Resources, a)
+		}
+		return resp, nil
+	}}
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(x)))
+	r := xdstest.StartRelay(t, startFakeCDS(t, def), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	envoy.Resume(resource.ClusterType, "v-elsewhere", "*", globG)
+	xdstest.Eventually(t, func() bool { return cachedIn(r, "", x) }, "x from its glob", nil)
+	close(release)
+	resp := envoy.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0", personal, x)
 }

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -276,4 +277,126 @@ func TestGlobMemberDeletedWhileUnsubscribed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A glob member the relay cached only from the default servers' listing
+// (their wildcard answer, whose subscription has since ended) is gone once
+// its own authority answers the glob without it: the authority's word on
+// its own name removes whatever the cache holds of it. The cached copy,
+// from the default servers, stayed for good, and the glob's subscriber was
+// served the deleted member.
+func TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m2))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+	}))
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	resp := wild.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0", m2)
+	wild.Ack(resp)
+	wild.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "", "op": "unsubscribe"}) > 0
+	}, "the wildcard unsubscribed", nil)
+
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		resp, err := glob.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("the glob's subscriber still holds %s, which its authority does not have", m2)
+		}
+		glob.Ack(resp)
+		if slices.Equal(names(t, resp), []string{m1}) {
+			break
+		}
+	}
+}
+
+// A glob member loaded from the warm-restart file is a member of its glob
+// collection again: deleted upstream while the relay was down, it is gone
+// once the upstream answers the glob, for a Delta client that brought it.
+// The file kept no glob, so the member was nobody's: the upstream's answer
+// did not remove it, and the client kept it for good.
+func TestWarmRestartGlobMember(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	g := xdstest.NewGlobADS(m1, m2)
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0"))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+	})
+	first := xdstest.StartRelay(t, def.Addr(), opt)
+	d := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "delta"})
+	d.Subscribe(resource.ClusterType, []string{globG}, nil)
+	resp := d.MustRecv()
+	wantDelta(t, resp, []string{m1, m2}, nil)
+	held := map[string]string{}
+	for _, r := range resp.GetResources() {
+		held[r.GetName()] = r.GetVersion()
+	}
+	d.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	g.Set(m1)
+
+	second := xdstest.StartRelay(t, def.Addr(), opt)
+	d = xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "delta"})
+	d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{globG},
+		InitialResourceVersions: held})
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		resp, ok := d.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the client was never told %s is gone", m2)
+		}
+		d.Ack(resp)
+		if _, removed := deltaNames(resp); slices.Contains(removed, m2) {
+			break
+		}
+	}
+}
+
+// A glob member its authority's stream delivered, which the default servers
+// also list, follows the default servers' listing once the glob's
+// subscription has ended: they are the only ones still speaking of it. It
+// kept the content the glob's stream last sent, and a wildcard client never
+// got the member's change.
+func TestListedMemberFollowsTheListingOnceTheGlobEnds(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	resp := glob.RecvType(resource.ClusterType)
+	wantNames(t, resp, m1)
+	glob.Ack(resp)
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	glob.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
 }

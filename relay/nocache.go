@@ -146,7 +146,11 @@ func (s *state) moveToOwn(w downstream.Watcher, typeURL string) {
 	}
 	if wild {
 		for n, rs := range from.view.Resources {
-			if rs.InWildcard() && n == rs.Name {
+			// Not another authority's name the default servers list: the
+			// own scope's stream of that authority would tell its server
+			// the relay holds it, and a glob collection of it, whose
+			// server then says nothing, would never count as answered.
+			if rs.Authority == "" && n == rs.Name {
 				add(n, rs)
 			}
 		}

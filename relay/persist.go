@@ -159,6 +159,7 @@ func decodeCache(data []byte) ([]persisted, error) {
 				if r.Name == "" || len(r.Any) == 0 {
 					return errors.New("resource without name or body")
 				}
+				r.Glob = keying.GlobOf(r.Name) // (as decodeUpdate sets it)
 				if r.ConstraintsWire == nil {
 					r.Version = variantVersion(r.Any, "")
 					v.Resources[r.Name] = r

@@ -125,11 +125,15 @@ var DrawOpen bool
 var DrawLarge bool
 
 // openDims are the dimensions with known, unfixed failures (issue 23):
-// foreign (with -oracle.dims glob,foreign, seeds 4, 11, 12, 20: a member
-// that left the cache or the default servers' listing stays with a
-// wildcard or glob client; seed 35's two causes are fixed) and Envoy-spelled
-// names in TP2 worlds (seed 36: a locator of …/svc%3A16 is subscribed
-// upstream as …/svc:16, which the server does not hold).
+// foreign — seeds 3010, 3021 and 3029 of -oracle.dims glob,foreign (a
+// Delta client of the glob keeps a member deleted upstream; seeds 4, 11,
+// 12, 20, 1011, 1018, 1022 and 2037 are fixed), and with escaped seeds
+// 2019, 2028 and 4010 of -oracle.open (a Delta wildcard client is sent
+// …/svc:4, the relay's canonical name, for the listed …/svc%3A4: nothing
+// records how a server spelled a name no client spelled) — and
+// Envoy-spelled names in TP2 worlds (seed 36: a locator of …/svc%3A16 is
+// subscribed upstream as …/svc:16, which the server does not hold), which
+// GenerateDims leaves out.
 var openDims = Dims{Foreign: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the

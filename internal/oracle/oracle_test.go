@@ -216,11 +216,29 @@ var regressions = []struct {
 		"a SotW Envoy from elsewhere held a route to a cluster whose default variant the upstream replaced by a constrained one: make before break held its CDS for a cluster it could not read, for good (relay's TestMakeBeforeBreakDanglingReferenceFromElsewhere always)"},
 	{7009, []int{2, 5, 11, 12, 13, 16, 17, 18, 29},
 		"the oracle's mistake: go-control-plane answers a relay's EDS request without names (it subscribes none) with every endpoint, which the relay ignores and ACKs; counted as the relay's state, it made a replica whose cached copy was behind look up to date, and its copy sent to a client from the other replica look like a rollback (fails about one run in four without the fix)"},
+	{12, []int{21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41},
+		"a glob member only the default servers had delivered, listed in their wildcard answer and then deleted, left the cache, but a Delta wildcard Envoy holding it was never told: the removal was held back for good, as if only its own authority could say (downstream's TestDeltaWildcardListedNameLeavesTheCache always)"},
+	{11, []int{9, 13, 15, 16, 19, 20, 34, 35, 41, 42, 43},
+		"the same as seed 12, in a node group with guarded rollouts and a SotW upstream"},
+	{20, wholeSchedule(44),
+		"the same as seed 12, with per-type Delta clients"},
+	{4, wholeSchedule(43),
+		"a glob member the default servers list came twice in one SotW CDS response to an Envoy subscribed to \"*\" and the glob (downstream's TestSotWWildcardAndGlobCarryAListedMemberOnce always); and, moved to its own scope by a do_not_cache cluster, a SotW Envoy from elsewhere had its CDS held for good: the own scope's stream told the glob's server the relay held the listed member, which it then never sent, so the glob never counted as answered (fails about one run in three before that fix; relay's TestMovedToOwnScopeListedMemberNotSeeded always)"},
+	{1018, wholeSchedule(42),
+		"a glob member the default servers had listed (the wildcard's subscription since ended) stayed cached when its own authority answered the glob without it, and a glob client was served it for good (relay's TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority always); and a member loaded from the warm-restart file was no glob's member, so the glob's answer never removed it (relay's TestWarmRestartGlobMember always) (fails about one run in two before the fixes)"},
+	{1022, wholeSchedule(42),
+		"a Delta wildcard Envoy that moved in bringing a glob member the default servers no longer listed was never told it was gone: the wildcard's answer skipped every xdstp name (downstream's TestDeltaWildcardBroughtUnlistedName always; fails about two runs in three before the fix)"},
+	{1011, wholeSchedule(42),
+		"a SotW answer of a glob on its authority's stream, older than the default servers' listing that had just delivered a new member, removed that member from a Delta wildcard Envoy while the upstream had it (phantom loss; fails about one run in two with the branch's first fix of seed 1018, never before it)"},
+	{2037, wholeSchedule(42),
+		"a glob member its authority's stream had delivered kept that content for good once the glob's subscription ended, though the default servers listed its changes: a SotW wildcard Envoy never got them (relay's TestListedMemberFollowsTheListingOnceTheGlobEnds always)"},
 }
 
 // foundDims: the dimensions of the regressions found in a widened world
 // (as -oracle.dims spells them); the others are plain schedules.
-var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: "gcp"}
+var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: "gcp",
+	4: "glob,foreign", 11: "glob,foreign", 12: "glob,foreign", 20: "glob,foreign", 1018: "glob,foreign", 1022: "glob,foreign",
+	1011: "glob,foreign", 2037: "glob,auth-servers,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.

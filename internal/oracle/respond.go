@@ -46,12 +46,18 @@ func (c *Client) onSotW(s *cstream, resp *discoverypb.DiscoveryResponse) {
 	}
 	var items []item
 	bad := false
+	once := map[[2]string]bool{}
 	for _, a := range resp.GetResources() {
 		it, err := decodeAny(t, a.GetValue(), a.GetTypeUrl())
 		if err != nil {
 			c.fail("undecodable %s resource: %v", t, err)
 			return
 		}
+		if once[[2]string{it.name, it.env}] {
+			c.fail("%s twice in one %s response", it.name, t) // xDS: never the same name twice
+			return
+		}
+		once[[2]string{it.name, it.env}] = true
 		if it.beat {
 			continue
 		}
