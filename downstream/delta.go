@@ -61,7 +61,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 		return nil
 	}
 	add, remove, wildcard := st.subscribeDelta(ts, typeURL, req)
-	spellings := st.spellings(ts, add, remove, req.GetResourceNamesSubscribe())
+	spellings := st.spellings(ts, add, remove, req.GetResourceNamesSubscribe(), req.GetResourceLocatorsSubscribe())
 	cm := st.commitLocked(ts, typeURL, Change{Add: add, Remove: remove, Wildcard: wildcard, Spellings: spellings})
 	st.mu.Unlock()
 	return st.finish(cm, verdict)
@@ -204,15 +204,16 @@ const (
 // removal is one name of a Delta response's removals: removed_resources, or
 // for a TP2 subscriber removed_resource_names with the variant's constraints.
 type removal struct {
+	key         string // the subscription key it answers (not encoded)
 	name        string
 	tp2         bool
 	constraints string
 	wire        []byte
 }
 
-// removal returns the removal of the variant r for a TP2 subscriber.
-func (r *Resource) removal() removal {
-	return removal{name: r.Name, tp2: true, constraints: r.Constraints, wire: r.ConstraintsWire}
+// removal returns the removal of the variant r for a TP2 subscriber of key.
+func (r *Resource) removal(key string) removal {
+	return removal{key: key, name: r.Name, tp2: true, constraints: r.Constraints, wire: r.ConstraintsWire}
 }
 
 // delta returns the encoded incremental response carrying send and removed,
@@ -223,12 +224,11 @@ func (v *View) delta(send, beats []*Resource, removed []removal, errs []*Resourc
 	sb.WriteString("d\x00")
 	for _, r := range send {
 		w.mark(&sb, r)
-		sb.WriteString(r.key())
-		sb.WriteByte(0)
+		writeMemoName(&sb, r)
 	}
 	sb.WriteString("\x00~")
 	for _, r := range beats {
-		sb.WriteString(r.key() + "\x00")
+		writeMemoName(&sb, r)
 	}
 	sb.WriteString("\x00-")
 	for _, rm := range removed {
@@ -242,6 +242,17 @@ func (v *View) delta(send, beats []*Resource, removed []removal, errs []*Resourc
 		sb.WriteString(errorKey(errs))
 	}
 	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, beats, removed, errs, w) })
+}
+
+// writeMemoName writes r's key into a memo key, and its name when that is
+// not the key's: a client's own spelling is encoded apart (spelling.go).
+func writeMemoName(sb *strings.Builder, r *Resource) {
+	sb.WriteString(r.key())
+	if !r.plain() {
+		sb.WriteByte(1)
+		sb.WriteString(r.Name)
+	}
+	sb.WriteByte(0)
 }
 
 func encodeDelta(typeURL string, send, beats []*Resource, removed []removal, errs []*ResourceError, w wrap) *body {

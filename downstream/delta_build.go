@@ -99,7 +99,7 @@ func (b *deltaBuilder) sendIfNew(r *Resource) {
 	b.send = append(b.send, r)
 	if _, tp2 := ts.wrapped[k]; tp2 {
 		if old := ts.holdsTP2[k]; old != nil && old.Constraints != r.Constraints {
-			b.swapped = append(b.swapped, old.removal())
+			b.swapped = append(b.swapped, old.removal(k))
 		}
 		if ts.holdsTP2 == nil {
 			ts.holdsTP2 = make(map[string]*Resource)
@@ -309,12 +309,12 @@ func (b *deltaBuilder) removals() []removal {
 	rms := b.swapped
 	for _, k := range b.removed {
 		if old := ts.holdsTP2[k]; old != nil {
-			rms = append(rms, old.removal()) // TP2: the variant the client holds
+			rms = append(rms, old.removal(k)) // TP2: the variant the client holds
 			delete(ts.holdsTP2, k)
 			continue
 		}
 		n, _ := keying.SplitSubscriptionKey(k)
-		rms = append(rms, removal{name: n})
+		rms = append(rms, removal{key: k, name: n})
 	}
 	return rms
 }

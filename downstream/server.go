@@ -51,9 +51,9 @@ type Change struct {
 	// Answer are names to answer from the current View without watching
 	// them (the stream was refused them: it answers with an error).
 	Answer []string
-	// Spellings maps names of Add that the client wrote otherwise (an xdstp
-	// name not in canonical form) to its spelling: an upstream subscription
-	// made for them uses it.
+	// Spellings maps keys of Add whose name the client wrote otherwise (an
+	// xdstp name not in canonical form) to the key with its spelling: an
+	// upstream subscription made for them uses it.
 	Spellings map[string]string
 }
 

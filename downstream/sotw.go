@@ -80,7 +80,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 	if first && ts.fromElsewhere && !keying.FullState(typeURL) {
 		ts.noteBrought(add)
 	}
-	spellings := st.spellings(ts, add, remove, req.GetResourceNames())
+	spellings := st.spellings(ts, add, remove, req.GetResourceNames(), req.GetResourceLocators())
 	ts.wrapped = wrapped
 	ts.toAnswer(add, wildcard)
 	for _, n := range remove {

@@ -1,6 +1,8 @@
 package downstream
 
 import (
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
 	"github.com/xds-relay/xds-relay/keying"
 )
 
@@ -13,11 +15,12 @@ import (
 // subscription change (Change.Spellings), and names the resources,
 // removals and errors of its Delta responses with them (respell).
 
-// spellings records how the client spelled the plain keys it added, when
-// not canonically, forgets the keys it removed, and returns the new
-// spellings for the Source (nil when there are none). names are the
-// request's names as the client wrote them. Called with mu held.
-func (st *stream) spellings(ts *typeState, add, remove, names []string) map[string]string {
+// spellings records how the client spelled the keys it added, when not
+// canonically, forgets the keys it removed, and returns the new spellings
+// for the Source (nil when there are none): each key as the upstream is to
+// be asked for it, its parameters kept. names and locs are the request's
+// names and TP2 locators as the client wrote them. Called with mu held.
+func (st *stream) spellings(ts *typeState, add, remove, names []string, locs []*discoverypb.ResourceLocator) map[string]string {
 	for _, k := range remove {
 		delete(ts.spelled, k)
 	}
@@ -25,13 +28,19 @@ func (st *stream) spellings(ts *typeState, add, remove, names []string) map[stri
 		return nil
 	}
 	var written map[string]string // key → the client's name
-	for _, n := range names {
-		if k := st.key(n); k != n && keying.IsXDSTP(n) && !keying.HasParams(k) {
+	note := func(k, n string) {
+		if c, _ := keying.SplitSubscriptionKey(k); c != n && keying.IsXDSTP(n) {
 			if written == nil {
 				written = make(map[string]string)
 			}
 			written[k] = n
 		}
+	}
+	for _, n := range names {
+		note(st.key(n), n)
+	}
+	for _, l := range locs {
+		note(locatorKey(l), l.GetName())
 	}
 	var out map[string]string
 	for _, k := range add {
@@ -42,7 +51,8 @@ func (st *stream) spellings(ts *typeState, add, remove, names []string) map[stri
 			if ts.spelled == nil {
 				ts.spelled = make(map[string]string)
 			}
-			out[k], ts.spelled[k] = n, n
+			_, params := keying.SplitSubscriptionKey(k)
+			out[k], ts.spelled[k] = keying.SubscriptionKey(n, params), n
 		}
 	}
 	return out
@@ -73,7 +83,7 @@ func (ts *typeState) respell(send, beats []*Resource, rms []removal, errs []*Res
 	}
 	send, beats = resources(send), resources(beats)
 	for i, rm := range rms {
-		if n, ok := ts.spelled[rm.name]; ok && !rm.tp2 {
+		if n, ok := ts.spelled[rm.key]; ok {
 			rms[i].name = n
 		}
 	}
@@ -92,10 +102,11 @@ func (ts *typeState) respell(send, beats []*Resource, rms []removal, errs []*Res
 	return send, beats, rms, errs
 }
 
-// spelledAs returns the plain resource r under another name: the same
-// resource as a client spelled its xdstp name.
+// spelledAs returns r under another name: the same resource, under the
+// same key, as a client spelled its xdstp name.
 func (r *Resource) spelledAs(name string) *Resource {
 	root := r.Root()
-	return &Resource{Name: name, Version: r.Version, Any: root.Any, Authority: root.Authority, Listed: root.Listed,
-		Glob: root.Glob, UpstreamVersion: root.UpstreamVersion, TTL: root.TTL}
+	return &Resource{Name: name, Key: r.key(), Version: r.Version, Any: root.Any, Authority: root.Authority,
+		Listed: root.Listed, Glob: root.Glob, UpstreamVersion: root.UpstreamVersion,
+		Constraints: root.Constraints, ConstraintsWire: root.ConstraintsWire, TTL: root.TTL}
 }

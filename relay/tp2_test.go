@@ -663,3 +663,40 @@ func subscribeProdC1(t *testing.T, r *xdstest.Relay) (*xdstest.ADSClient, *xdste
 		}
 	}
 }
+
+// An xdstp name Envoy spells percent-encoded (".../svc%3A8080"), subscribed
+// with TP2 parameters: the upstream, which matches names exactly, is asked
+// for the name as the client wrote it, with its parameters, and the Delta
+// client is answered, and told of the variant's deletion, in its spelling.
+// (Plain names: TestEnvoySpelledXdstpName.)
+func TestTP2EnvoySpelledLocator(t *testing.T) {
+	const envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+	forProtocols(t, func(t *testing.T, protocol string) {
+		up := xdstest.StartTP2(t)
+		up.Set(resource.ClusterType, envoy, eq("env", "prod"), xdstest.EDSCluster(envoy, "eds-prod"))
+		r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.XDSServers[0].Protocol = protocol
+			c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+		}))
+
+		d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
+		d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+			ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{xdstest.Locator(envoy, "env", "prod")}})
+		resp := d.MustRecv()
+		d.Ack(resp)
+		if rs := resp.GetResources(); len(rs) != 1 || rs[0].GetResourceName().GetName() != envoy ||
+			keying.CanonicalConstraints(rs[0].GetResourceName().GetDynamicParameterConstraints()) != "env=prod" {
+			t.Fatalf("delta client: %v", resp)
+		}
+		if subs := up.Subscriptions(resource.ClusterType); !slices.Equal(subs, []string{envoy + "{env=prod}"}) {
+			t.Fatalf("upstream subscriptions %v", subs)
+		}
+
+		up.Delete(resource.ClusterType, envoy, eq("env", "prod"))
+		resp = d.MustRecv()
+		d.Ack(resp)
+		if rm := resp.GetRemovedResourceNames(); len(resp.GetResources()) != 0 || len(rm) != 1 || rm[0].GetName() != envoy {
+			t.Fatalf("delta client after the deletion: %v", resp)
+		}
+	})
+}

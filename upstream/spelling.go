@@ -10,28 +10,30 @@ import (
 // Spelling. A client may write an xdstp name in a form other than the
 // canonical one the relay keys its cache with (Envoy percent-encodes ':' in
 // ids: ".../svc%3A8080"), and control planes match names exactly. So the
-// Client subscribes a name as it is given to Subscribe (the relay passes the
-// spelling of the client that asked for it first), while it speaks
-// canonical names with the relay everywhere else: Unsubscribe, Forget and
-// InitialVersions take canonical names, and every name it reports (Update,
-// Config.Declared) is canonical.
+// Client subscribes a name, or a TP2 key's name, as it is given to
+// Subscribe (the relay passes the spelling of the client that asked for it
+// first), while it speaks canonical names with the relay everywhere else:
+// Unsubscribe, Forget and InitialVersions take canonical names, and every
+// name it reports (Update, Config.Declared) is canonical.
 
-// spellLocked records how n, about to be subscribed, is spelled when that
-// is not its canonical form. Called with mu held.
+// spellLocked records how n, a name or a subscription key about to be
+// subscribed, is spelled when that is not its canonical form (a key's
+// parameters are canonical already). Called with mu held.
 func (st *typeState) spellLocked(n string) {
-	if !keying.IsXDSTP(n) {
+	name, params := keying.SplitSubscriptionKey(n)
+	if !keying.IsXDSTP(name) {
 		return
 	}
-	c, err := keying.Canonical(n)
-	switch {
+	c, err := keying.Canonical(name)
+	switch ck := keying.SubscriptionKey(c, params); {
 	case err != nil:
-	case c == n:
-		delete(st.spelled, c)
+	case ck == n:
+		delete(st.spelled, ck)
 	default:
 		if st.spelled == nil {
 			st.spelled = make(map[string]string)
 		}
-		st.spelled[c] = n
+		st.spelled[ck] = n
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 type recordingHandler struct{ got []Update }
@@ -47,6 +49,11 @@ func TestSpelledSubscription(t *testing.T) {
 	}
 	if got := st.spelledVersions(map[string]string{"xdstp://a/T/x:1": "v1", "c0": "v2"}); got["xdstp://a/T/x%3A1"] != "v1" || got["c0"] != "v2" {
 		t.Fatalf("versions = %v", got)
+	}
+	// A TP2 key: its name spelled, its parameters kept.
+	st.spellLocked(keying.SubscriptionKey("xdstp://a/T/y%3A1", "env=prod"))
+	if got := st.spelling(keying.SubscriptionKey("xdstp://a/T/y:1", "env=prod")); got != keying.SubscriptionKey("xdstp://a/T/y%3A1", "env=prod") {
+		t.Fatalf("spelling of a key = %q", got)
 	}
 	st.spellLocked("xdstp://a/T/x:1") // subscribed canonically again
 	if got := st.spelling("xdstp://a/T/x:1"); got != "xdstp://a/T/x:1" {

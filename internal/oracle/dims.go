@@ -130,10 +130,7 @@ var DrawLarge bool
 // 12, 20, 1011, 1018, 1022 and 2037 are fixed), and with escaped seeds
 // 2019, 2028 and 4010 of -oracle.open (a Delta wildcard client is sent
 // …/svc:4, the relay's canonical name, for the listed …/svc%3A4: nothing
-// records how a server spelled a name no client spelled) — and
-// Envoy-spelled names in TP2 worlds (seed 36: a locator of …/svc%3A16 is
-// subscribed upstream as …/svc:16, which the server does not hold), which
-// GenerateDims leaves out.
+// records how a server spelled a name no client spelled).
 var openDims = Dims{Foreign: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the
@@ -181,9 +178,6 @@ func GenerateDims(seed uint64, steps int, only *Dims) *Schedule {
 		d.AuthServers = false // no authority: nothing to serve
 	}
 	d.Replace = d.Replace && s.Opts.World.TP2
-	if only == nil && !DrawOpen && s.Opts.World.TP2 {
-		d.Escaped = false // open: TP2 locators go upstream canonically (seed 36)
-	}
 	s.Opts.Dims = d
 	s.Opts.World.Escaped = d.Escaped
 	widen(s, x)

@@ -385,9 +385,15 @@ func (c *Client) converged(s *Snapshot) (bool, string) {
 	want := c.expected(s)
 	for _, t := range worldTypes {
 		got := map[string]string{}
+		var referred map[string]bool
 		for k, h := range c.types[t].held {
-			if _, ok := want[t][k]; !ok && c.referredLocked(t, h.name) {
-				continue // a removal held back: the upstream left a reference to it
+			if _, ok := want[t][k]; !ok {
+				if referred == nil {
+					referred = c.referredLocked(t)
+				}
+				if referred[h.name] {
+					continue // a removal held back: the upstream left a reference to it
+				}
 			}
 			got[k] = h.hash
 		}
@@ -401,18 +407,21 @@ func (c *Client) converged(s *Snapshot) (bool, string) {
 	return true, ""
 }
 
-// referredLocked reports whether something the client holds refers to name
-// of t: the relay holds its removal back (make before break) while the
-// upstream itself keeps the reference (Dims.Replace). Called with mu held.
-func (c *Client) referredLocked(t, name string) bool {
+// referredLocked returns the names of t that something the client holds
+// refers to: the relay holds their removal back (make before break) while
+// the upstream itself keeps the reference (Dims.Replace). One pass over what
+// the client holds: converged runs under the lock the client's receive loop
+// needs, and holds 10,000 names in large worlds. Called with mu held.
+func (c *Client) referredLocked(t string) map[string]bool {
+	out := map[string]bool{}
 	for _, rt := range worldTypes {
 		for _, h := range c.types[rt].held {
-			if slices.Contains(h.refs[t], name) {
-				return true
+			for _, n := range h.refs[t] {
+				out[n] = true
 			}
 		}
 	}
-	return false
+	return out
 }
 
 // expected is what the client should hold of s, by type and key: content.

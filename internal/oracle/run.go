@@ -336,6 +336,11 @@ func (r *Run) quiesce() error {
 				}
 			}
 		}
+		if r.sched.Opts.Rollout {
+			for n := range r.model.members {
+				r.model.members[n] = r.model.content() // glob members too
+			}
+		}
 		r.model.gen++
 		for _, g := range r.model.clusters {
 			g.eds = r.model.content() // a change everyone sees, after the rest settled
