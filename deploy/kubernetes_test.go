@@ -245,6 +245,9 @@ func TestDeploymentWiring(t *testing.T) {
 	if ref := b.hpa.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != d.Name || ref.APIVersion != "apps/v1" {
 		t.Errorf("HPA targets %+v, want Deployment %s", ref, d.Name)
 	}
+	if d.Spec.Replicas != nil {
+		t.Errorf("Deployment sets replicas: %d; the HPA owns the count, and an apply would reset it", *d.Spec.Replicas)
+	}
 	if b.hpa.Spec.MinReplicas == nil || *b.hpa.Spec.MinReplicas < 2 || b.hpa.Spec.MaxReplicas < *b.hpa.Spec.MinReplicas {
 		t.Errorf("HPA replicas %v..%d, want at least 2", b.hpa.Spec.MinReplicas, b.hpa.Spec.MaxReplicas)
 	}
