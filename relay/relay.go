@@ -241,12 +241,15 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		creds = r.creds.upstream[""]
 	}
 	cfgs := make([]upstream.ServerConfig, len(servers))
+	uris := make([]string, len(servers))
 	for i, s := range servers {
+		uris[i] = s.ServerURI
 		cfgs[i] = upstream.ServerConfig{URI: s.ServerURI, Mode: protocolMode(s.Protocol)}
 		if i < len(creds) {
 			cfgs[i].Creds, cfgs[i].CallCreds = creds[i].transport, creds[i].calls
 		}
 	}
+	r.m.InitUpstream(auth, uris, []string{upstream.ResyncDoesNotExist, upstream.ResyncWildcard})
 	log := r.log.Named("upstream").With(zap.String("authority", auth))
 	if sc.key != "" {
 		log = log.With(zap.String("scope", sc.key))

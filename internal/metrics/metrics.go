@@ -356,11 +356,60 @@ func New() *Metrics {
 			"Always 1; the labels say which build of the relay runs.",
 			"version", "goversion"),
 	}
+	m.initLabels()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// wellKnownTypes are the type_url label values TypeLabel keeps.
+var wellKnownTypes = []string{keying.ListenerType, keying.RouteType, keying.ScopedRouteType, keying.VirtualHostType,
+	keying.ClusterType, keying.EndpointType, keying.SecretType, keying.RuntimeType, keying.ExtensionConfigType}
+
+// RejectReasons are the reason label values of xds_relay_rejected_requests_total.
+var RejectReasons = []string{"missing_type_url", "wrong_type_url", "invalid_type_url", "malformed_name",
+	"permission_denied", "node", "too_many_names", "too_many_subscriptions", "initial_resource_versions",
+	"malformed_json", "unsupported_locators", "message_too_large", "too_many_polls", "shutting_down", "refused",
+	"internal", "unencodable"}
+
+// initLabels creates the known label sets of the counters that count rare
+// events at zero, so that increase() sees their first event (a series that
+// appears with the value 1 has no increase).
+func (m *Metrics) initLabels() {
+	for _, r := range RejectReasons {
+		m.RejectedRequests.WithLabelValues(r)
+	}
+	for _, t := range append(wellKnownTypes, OtherType) {
+		for _, r := range []string{"released", "halted"} {
+			m.Rollouts.WithLabelValues(t, r)
+		}
+		for _, r := range []string{"unknown", "stale", "referenced"} {
+			m.RemovalsHeld.WithLabelValues(t, r)
+		}
+		m.EvictionsRefused.WithLabelValues(t)
+	}
+	for _, p := range []string{"gateway-sotw", "gateway-delta"} {
+		for _, r := range []string{"ack", "nack"} {
+			m.GatewayUpstreamResponses.WithLabelValues(p, r)
+		}
+	}
+	for _, r := range []string{"received", "forwarded", "failed", "dropped"} {
+		m.GatewayReports.WithLabelValues(r)
+	}
+}
+
+// InitUpstream creates an upstream's counters at zero, for each of its
+// servers and resync reasons: the first reconnect or resync is then an
+// increase.
+func (m *Metrics) InitUpstream(authority string, servers, resyncReasons []string) {
+	for _, s := range servers {
+		m.UpstreamReconnects.WithLabelValues(authority, s)
+	}
+	for _, r := range resyncReasons {
+		m.UpstreamResyncs.WithLabelValues(authority, r)
+	}
 }
 
 // TypeLabel returns the type_url label value for typeURL: the URL itself for

@@ -89,6 +89,11 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_cache_bytes":                            dto.MetricType_GAUGE,
 		"xds_relay_cache_evictions_total":                  dto.MetricType_COUNTER,
 		"xds_relay_propagation_seconds":                    dto.MetricType_HISTOGRAM,
+		// Present at zero from the start (TestRareEventsStartAtZero).
+		"xds_relay_cache_evictions_refused_total":    dto.MetricType_COUNTER,
+		"xds_relay_removals_held_total":              dto.MetricType_COUNTER,
+		"xds_relay_gateway_reports_total":            dto.MetricType_COUNTER,
+		"xds_relay_gateway_upstream_responses_total": dto.MetricType_COUNTER,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("families mismatch (-want +got):\n%s", diff)
@@ -171,4 +176,41 @@ func value(t *testing.T, c prometheus.Metric) float64 {
 		return pb.GetCounter().GetValue()
 	}
 	return pb.GetGauge().GetValue()
+}
+
+// TestRareEventsStartAtZero: the counters of rare events have their known
+// label sets at 0 from the start, so that the first event is an increase()
+// an alert sees (a series born at 1 has none).
+func TestRareEventsStartAtZero(t *testing.T) {
+	m := metrics.New()
+	m.InitUpstream("auth", []string{"cp:18000"}, []string{"wildcard"})
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	series := map[string]bool{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			series[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = true
+		}
+	}
+	cds := "type_url=" + keying.ClusterType
+	for _, want := range []string{
+		"xds_relay_rollouts_total{result=halted," + cds + "}",
+		"xds_relay_removals_held_total{reason=stale," + cds + "}",
+		"xds_relay_cache_evictions_refused_total{" + cds + "}",
+		"xds_relay_rejected_requests_total{reason=permission_denied}",
+		"xds_relay_gateway_upstream_responses_total{protocol=gateway-delta,result=nack}",
+		"xds_relay_gateway_reports_total{result=failed}",
+		"xds_relay_upstream_reconnects_total{authority=auth,server=cp:18000}",
+		"xds_relay_upstream_resyncs_total{authority=auth,reason=wildcard}",
+	} {
+		if !series[want] {
+			t.Errorf("no series %s at the start", want)
+		}
+	}
 }
