@@ -113,6 +113,9 @@ func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
 	s.mu.Lock()
 	s.streams[st.id] = st
 	s.mu.Unlock()
+	clients := s.m.DownstreamClients.WithLabelValues(st.proto)
+	clients.Inc()
+	defer clients.Dec()
 	defer st.close()
 
 	if delta {

@@ -411,6 +411,7 @@ func (s *Server) register(id uint64, d debugStream, proto string) {
 	s.streams[id] = d
 	s.mu.Unlock()
 	s.m.DownstreamStreams.WithLabelValues(metrics.OtherType, proto).Inc()
+	s.m.DownstreamClients.WithLabelValues(proto).Inc()
 }
 
 func (s *Server) unregister(id uint64, proto string) {
@@ -418,6 +419,7 @@ func (s *Server) unregister(id uint64, proto string) {
 	delete(s.streams, id)
 	s.mu.Unlock()
 	s.m.DownstreamStreams.WithLabelValues(metrics.OtherType, proto).Dec()
+	s.m.DownstreamClients.WithLabelValues(proto).Dec()
 }
 
 // Streams lists the open data plane streams for /debug/clients (those of

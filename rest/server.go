@@ -311,6 +311,7 @@ func (s *Server) start(r *http.Request, req *discoverypb.DiscoveryRequest) (*pol
 	s.polls[p.id] = p
 	s.mu.Unlock()
 	s.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(p.typeURL), protocolREST).Inc()
+	s.m.DownstreamClients.WithLabelValues(protocolREST).Inc()
 
 	p.verdict(req)
 	if err := s.src.Bind(p, node); err != nil {
@@ -344,6 +345,7 @@ func (s *Server) forget(p *poll) {
 	delete(s.polls, p.id)
 	s.mu.Unlock()
 	s.m.DownstreamStreams.WithLabelValues(metrics.TypeLabel(p.typeURL), protocolREST).Dec()
+	s.m.DownstreamClients.WithLabelValues(protocolREST).Dec()
 }
 
 // memoryLocked returns what is remembered of p's node for p's type (a fresh

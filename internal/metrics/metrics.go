@@ -36,6 +36,9 @@ type Metrics struct {
 
 	// DownstreamStreams is xds_relay_downstream_streams{type_url,protocol}.
 	DownstreamStreams *prometheus.GaugeVec
+	// DownstreamClients is xds_relay_downstream_clients{protocol}: open
+	// client streams, each once whatever types it carries.
+	DownstreamClients *prometheus.GaugeVec
 	// StreamsWaiting is xds_relay_downstream_streams_waiting: streams with
 	// changes to send that wait for their client to read what it was sent.
 	StreamsWaiting prometheus.Gauge
@@ -271,6 +274,9 @@ func New() *Metrics {
 	m := &Metrics{
 		Registry: reg,
 
+		DownstreamClients: f.gaugeVec("downstream_clients",
+			"Open downstream client streams, each once whatever types it carries (an ADS stream is one), by protocol.",
+			"protocol"),
 		DownstreamStreams: f.gaugeVec("downstream_streams",
 			"Open downstream xDS streams, by requested type URL and protocol (an ADS stream counts once per type it requested).",
 			"type_url", "protocol"),

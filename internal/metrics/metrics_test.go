@@ -20,6 +20,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	lds := metrics.TypeLabel(keying.ListenerType)
 
 	m.DownstreamStreams.WithLabelValues(lds, metrics.ProtocolSotW).Inc()
+	m.DownstreamClients.WithLabelValues(metrics.ProtocolSotW).Inc()
 	m.DownstreamConnections.Inc()
 	m.Responses.WithLabelValues(lds, metrics.ProtocolDelta).Inc()
 	m.ResponseBytes.WithLabelValues(lds, metrics.ProtocolSotW).Add(100)
@@ -63,6 +64,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 	}
 	want := map[string]dto.MetricType{
 		"xds_relay_downstream_streams":                     dto.MetricType_GAUGE,
+		"xds_relay_downstream_clients":                     dto.MetricType_GAUGE,
 		"xds_relay_downstream_streams_waiting":             dto.MetricType_GAUGE,
 		"xds_relay_downstream_connections":                 dto.MetricType_GAUGE,
 		"xds_relay_responses_total":                        dto.MetricType_COUNTER,
