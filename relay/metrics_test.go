@@ -5,6 +5,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
@@ -35,4 +37,25 @@ func TestADSStreamIsOneClient(t *testing.T) {
 	c.Close()
 	xdstest.Eventually(t, func() bool { return metricValue(t, r.Relay, "xds_relay_downstream_clients", sotw) == 0 },
 		"the client gone", func() any { return metricValue(t, r.Relay, "xds_relay_downstream_clients", sotw) })
+}
+
+// Every log line names its authority once: strict JSON pipelines reject a
+// key that appears twice.
+func TestUpstreamLogNamesAuthorityOnce(t *testing.T) {
+	obs, logs := observer.New(zap.InfoLevel)
+	up := xdstest.StartUpstream(t)
+	xdstest.StartRelayLogged(t, zap.New(obs), up.Addr())
+	xdstest.Eventually(t, func() bool { return logs.FilterMessage("connected to upstream").Len() > 0 },
+		"the upstream connected", nil)
+	for _, e := range logs.All() {
+		n := 0
+		for _, f := range e.Context {
+			if f.Key == "authority" {
+				n++
+			}
+		}
+		if n > 1 {
+			t.Errorf("%q carries the authority %d times: %v", e.Message, n, e.Context)
+		}
+	}
 }

@@ -250,7 +250,7 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		}
 	}
 	r.m.InitUpstream(auth, uris, []string{upstream.ResyncDoesNotExist, upstream.ResyncWildcard})
-	log := r.log.Named("upstream").With(zap.String("authority", auth))
+	log := r.log.Named("upstream") // the client adds the authority
 	if sc.key != "" {
 		log = log.With(zap.String("scope", sc.key))
 	}
