@@ -26,6 +26,9 @@ const (
 	DefaultMaxUnreferenced     = 10000
 	DefaultMaxNamesPerRequest  = 100000
 	DefaultMaxRecvMessageBytes = 4 << 20
+	// MinRecvMessageBytes is the least limits.max_recv_message_bytes: below
+	// it an Envoy's first request, which carries its node, may not fit.
+	MinRecvMessageBytes = 64 << 10
 
 	DefaultMaxSubscriptionsPerStream = 100000
 	DefaultMaxStreamsPerConnection   = 100

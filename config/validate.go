@@ -74,7 +74,10 @@ func (c *Config) Validate() error {
 			"nothing is watched when the warm-restart file is loaded, and 0 keeps none of it")
 	}
 	v.positive("limits.max_names_per_request", c.Limits.MaxNamesPerRequest)
-	v.positive("limits.max_recv_message_bytes", c.Limits.MaxRecvMessageBytes)
+	if n := c.Limits.MaxRecvMessageBytes; n < MinRecvMessageBytes {
+		v.add("limits.max_recv_message_bytes", "must be at least %d (a request carries the client's node), got %d",
+			MinRecvMessageBytes, n)
+	}
 	v.positive("limits.max_subscriptions_per_stream", c.Limits.MaxSubscriptionsPerStream)
 	v.positive("limits.max_streams_per_connection", c.Limits.MaxStreamsPerConnection)
 	v.nonNegative("limits.new_streams_per_second", c.Limits.NewStreamsPerSecond < 0, " (0 disables it)")

@@ -169,7 +169,9 @@ func TestValidateErrors(t *testing.T) {
 		{"stream rate", withServer(func(c *config.Config) { c.Limits.NewStreamsPerSecond = -1 }),
 			"limits.new_streams_per_second", "config: limits.new_streams_per_second: must not be negative (0 disables it)"},
 		{"message limit", withServer(func(c *config.Config) { c.Limits.MaxRecvMessageBytes = -1 }),
-			"limits.max_recv_message_bytes", "config: limits.max_recv_message_bytes: must be positive"},
+			"limits.max_recv_message_bytes", "config: limits.max_recv_message_bytes: must be at least 65536 (a request carries the client's node), got -1"},
+		{"tiny message limit", withServer(func(c *config.Config) { c.Limits.MaxRecvMessageBytes = 10 }),
+			"limits.max_recv_message_bytes", "config: limits.max_recv_message_bytes: must be at least 65536 (a request carries the client's node), got 10"},
 		{"group_by field", withServer(func(c *config.Config) { c.Keying = &config.Keying{GroupBy: []string{"cluster", "colour"}} }),
 			"keying.group_by[1]", `config: keying.group_by[1]: unknown node field "colour" (want id, cluster, locality.region, locality.zone, locality.sub_zone or metadata.KEY)`},
 		{"dynamic parameters", withServer(func(c *config.Config) {
