@@ -3,11 +3,13 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"text/template"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -341,6 +343,11 @@ func TestAlertRules(t *testing.T) {
 			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: want summary and description annotations", where)
 			}
+			for k, text := range r.Annotations {
+				if out := renderAnnotation(t, where+" "+k, text); strings.Contains(out, "''") {
+					t.Errorf("%s: %s names an empty label with the default servers' authority: %s", where, k, out)
+				}
+			}
 			m := runbookURL.FindStringSubmatch(r.Annotations["runbook_url"])
 			if m == nil || !anchors[m[1]] {
 				t.Errorf("%s: runbook_url %q is not %s#ANCHOR with a heading of docs/OPERATIONS.md",
@@ -356,4 +363,31 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("no alert %s", a)
 		}
 	}
+}
+
+// renderAnnotation renders an alert annotation as Prometheus does (a Go
+// text/template with $labels, $externalLabels and $value), for an alert of
+// the default servers (authority ""), and fails the test if it does not
+// parse or run.
+func renderAnnotation(t *testing.T, where, text string) string {
+	t.Helper()
+	str := func(v any) string { return fmt.Sprint(v) }
+	funcs := template.FuncMap{"humanize": str, "humanizePercentage": str, "humanizeDuration": str, "printf": fmt.Sprintf}
+	header := "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$value := .Value}}"
+	tmpl, err := template.New(where).Funcs(funcs).Option("missingkey=zero").Parse(header + text)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return ""
+	}
+	var b strings.Builder
+	data := map[string]any{
+		"Labels": map[string]string{"authority": "", "namespace": "ns", "pod": "p", "server": "cp:18000",
+			"type_url": "t", "scope": "shared", "reason": "node", "protocol": "sotw", "result": "halted"},
+		"ExternalLabels": map[string]string{},
+		"Value":          1.0,
+	}
+	if err := tmpl.Execute(&b, data); err != nil {
+		t.Errorf("%s: %v", where, err)
+	}
+	return b.String()
 }
