@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"runtime"
 	"slices"
@@ -124,7 +126,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		log:    log,
 		m:      metrics.New(),
 		linger: cfg.Upstream.Linger,
-		node:   relayNode(cfg),
+		node:   relayNode(cfg, newInstance()),
 		creds:  creds,
 		fan:    newFanout(),
 	}
@@ -207,8 +209,15 @@ func (r *Relay) abandon() {
 	r.creds.close()
 }
 
-// relayNode is the node the relay presents upstream: its own, from config.
-func relayNode(cfg *config.Config) *corev3.Node {
+// instanceKey is the node metadata key under which the relay presents
+// upstream an id of its own process, so that a stream from the relay to
+// itself (an upstream server list that reaches the relay) is recognised and
+// refused (Bind) whatever the configured node ids.
+const instanceKey = "xds_relay_instance"
+
+// relayNode is the node the relay presents upstream: its own, from config,
+// with instance, the id of this process, in its metadata.
+func relayNode(cfg *config.Config, instance string) *corev3.Node {
 	n := &corev3.Node{
 		Id:                   cfg.Node.ID,
 		Cluster:              cfg.Node.Cluster,
@@ -220,16 +229,22 @@ func relayNode(cfg *config.Config) *corev3.Node {
 	if n.Id == "" {
 		n.Id = "xds-relay"
 	}
-	if len(cfg.Node.Metadata) > 0 {
-		fields := make(map[string]any, len(cfg.Node.Metadata))
-		for k, v := range cfg.Node.Metadata {
-			fields[k] = v
-		}
-		if md, err := structpb.NewStruct(fields); err == nil {
-			n.Metadata = md
-		}
+	fields := make(map[string]any, len(cfg.Node.Metadata)+1)
+	for k, v := range cfg.Node.Metadata {
+		fields[k] = v
+	}
+	fields[instanceKey] = instance
+	if md, err := structpb.NewStruct(fields); err == nil {
+		n.Metadata = md
 	}
 	return n
+}
+
+// newInstance returns a random id for this process (instanceKey).
+func newInstance() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // newClient creates the upstream client of auth over servers, with the

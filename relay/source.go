@@ -2,6 +2,9 @@ package relay
 
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/metrics"
@@ -12,6 +15,12 @@ import (
 // Bind implements downstream.Source: it puts the stream in its node group's
 // scope (the shared one without keying.group_by).
 func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
+	if r.isSelf(node) {
+		r.log.Warn("refused a stream from this relay itself: an upstream server of the relay reaches the relay",
+			zap.String("node", node.GetId()))
+		return status.Error(codes.FailedPrecondition,
+			"xds-relay: this stream comes from this relay itself (its upstream servers reach it): refused")
+	}
 	s := r.lock()
 	defer s.unlock()
 	if s.closed {
@@ -143,4 +152,11 @@ func (s *state) tell(w downstream.Watcher, d delivery) {
 	}
 	d.to = []*binding{b}
 	s.fan.add(d)
+}
+
+// isSelf reports whether node is the node this relay presents upstream: its
+// own upstream stream has reached it.
+func (r *Relay) isSelf(node *corev3.Node) bool {
+	self := r.node.GetMetadata().GetFields()[instanceKey].GetStringValue()
+	return self != "" && node.GetMetadata().GetFields()[instanceKey].GetStringValue() == self
 }

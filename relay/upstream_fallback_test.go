@@ -1,10 +1,16 @@
 package relay_test
 
 import (
+	"net"
 	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
 )
 
 // xds_relay_upstream_fallback is present for the default servers from the
@@ -34,4 +40,39 @@ func TestUpstreamFallbackGauge(t *testing.T) {
 	primary.Restart()
 	secondary.Stop()
 	xdstest.Eventually(t, func() bool { return fallback() == 0 }, "back on the primary", func() any { return fallback() })
+}
+
+// A relay whose first upstream server is the relay itself (a Service of the
+// relays that includes this replica, say) refuses its own stream, so that it
+// never serves what it knows as the upstream's word, and falls back to the
+// next server.
+func TestUpstreamThatIsTheRelayItselfIsRefused(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := xdstest.RelayConfig(lis.Addr().String(), lis.Addr().String())
+	cfg.Upstream.XDSServers = append(cfg.Upstream.XDSServers, config.Server{ServerURI: up.Addr()})
+	r, err := relay.New(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(lis) }()
+	t.Cleanup(func() {
+		r.Close()
+		<-served
+	})
+
+	c := xdstest.DialADS(t, lis.Addr().String(), &core.Node{Id: "n1"})
+	c.Subscribe(resource.ClusterType, "c1")
+	wantNames(t, c.RecvType(resource.ClusterType), "c1")
+	if got := metricValue(t, r, "xds_relay_upstream_fallback", map[string]string{"authority": "", "scope": "shared"}); got != 1 {
+		t.Errorf("xds_relay_upstream_fallback = %v, want 1 (the first server is the relay itself)", got)
+	}
+	if got := metricValue(t, r, "xds_relay_rejected_requests_total", map[string]string{"reason": "node"}); got < 1 {
+		t.Errorf("rejected_requests_total{reason=node} = %v, want the relay's own stream counted", got)
+	}
 }
