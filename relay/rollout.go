@@ -96,12 +96,15 @@ type RolloutInfo struct {
 	Type     string            `json:"type"`
 	Versions map[string]string `json:"versions"` // name → version rolled out
 	State    string            `json:"state"`    // pending, released, halted
-	Canaries []string          `json:"canaries"` // node ids
-	ACKs     int               `json:"acks"`
-	NACKs    int               `json:"nacks"`
-	Reasons  []string          `json:"nack_reasons,omitempty"`
-	Started  time.Time         `json:"started"`
-	Ended    *time.Time        `json:"ended,omitempty"`
+	// Judged: a canary's ACK or NACK decided it. A release without it is
+	// the hold passing with no verdict (no canary answered): no approval.
+	Judged   bool       `json:"judged"`
+	Canaries []string   `json:"canaries"` // node ids
+	ACKs     int        `json:"acks"`
+	NACKs    int        `json:"nacks"`
+	Reasons  []string   `json:"nack_reasons,omitempty"`
+	Started  time.Time  `json:"started"`
+	Ended    *time.Time `json:"ended,omitempty"`
 }
 
 var stateNames = map[downstream.RolloutState]string{
@@ -202,6 +205,10 @@ func (ro *rollout) Report(w downstream.Watcher, nack bool, reason string, carrie
 		ro.resolve(!halt)
 	}
 }
+
+// judged reports whether a canary gave a verdict (ACK or NACK). Called with
+// mu held.
+func (ro *rollout) judged() bool { return len(ro.acks)+len(ro.nacks) > 0 }
 
 // nackRatio is the fraction of canaries that NACKed. Called with mu held.
 func (ro *rollout) nackRatio() float64 {
@@ -313,6 +320,7 @@ func (ro *rollout) resolve(release bool) {
 	}
 	reasons := slices.Collect(maps.Values(ro.nacks))
 	names := slices.Sorted(maps.Keys(ro.names))
+	judged := ro.judged()
 	ro.mu.Unlock()
 
 	if tc.ro == ro {
@@ -323,10 +331,15 @@ func (ro *rollout) resolve(release bool) {
 		s.rolloutLog = s.rolloutLog[1:]
 	}
 	result := "released"
-	if !release {
+	switch {
+	case !release:
 		result = "halted"
 		s.log.Warn("rollout halted: the others keep the last accepted versions",
 			zap.String("type", tc.typeURL), zap.Strings("names", names), zap.Strings("nack_reasons", reasons))
+	case !judged:
+		result = "unjudged"
+		s.log.Warn("rollout released without a verdict: no canary ACKed or NACKed within the hold",
+			zap.String("type", tc.typeURL), zap.Strings("names", names))
 	}
 	s.m.Rollouts.WithLabelValues(metrics.TypeLabel(tc.typeURL), result).Inc()
 	if fix != nil {
@@ -379,7 +392,7 @@ func (r *Relay) DebugRollouts() []RolloutInfo {
 	for _, ro := range all {
 		ro.mu.Lock()
 		info := RolloutInfo{Scope: ro.tc.sc.key, Type: ro.tc.typeURL, Versions: maps.Clone(ro.names),
-			State: stateNames[ro.state], ACKs: len(ro.acks), NACKs: len(ro.nacks), Started: ro.started}
+			State: stateNames[ro.state], Judged: ro.judged(), ACKs: len(ro.acks), NACKs: len(ro.nacks), Started: ro.started}
 		for _, id := range ro.canaries {
 			info.Canaries = append(info.Canaries, id)
 		}

@@ -142,7 +142,7 @@ func TestRolloutHaltsOnCanaryNACK(t *testing.T) {
 // canaries, when the hold passes.
 func TestRolloutReleases(t *testing.T) {
 	t.Run("canaries ACK", func(t *testing.T) {
-		up, _, clients := rolloutFleet(t, 30*time.Second, 5)
+		up, r, clients := rolloutFleet(t, 30*time.Second, 5)
 		up.SetResources(c1("eds-2"))
 		got, rest := canaries(t, clients)
 		if len(got) != 1 {
@@ -156,6 +156,9 @@ func TestRolloutReleases(t *testing.T) {
 				t.Fatalf("got %q", g)
 			}
 		}
+		if info := r.DebugRollouts(); len(info) != 1 || !info[0].Judged {
+			t.Errorf("/debug/rollouts = %+v, want judged (the canary ACKed)", info)
+		}
 	})
 	t.Run("hold passes", func(t *testing.T) {
 		up, r, clients := rolloutFleet(t, 500*time.Millisecond, 5)
@@ -165,8 +168,12 @@ func TestRolloutReleases(t *testing.T) {
 				t.Fatalf("got %q", g)
 			}
 		}
-		if info := r.DebugRollouts(); len(info) != 1 || info[0].State != "released" {
-			t.Fatalf("/debug/rollouts = %+v", info)
+		if info := r.DebugRollouts(); len(info) != 1 || info[0].State != "released" || info[0].Judged {
+			t.Fatalf("/debug/rollouts = %+v, want released and not judged (no canary answered)", info)
+		}
+		unjudged := map[string]string{"type_url": resource.ClusterType, "result": "unjudged"}
+		if got := metricValue(t, r.Relay, "xds_relay_rollouts_total", unjudged); got != 1 {
+			t.Errorf("rollouts_total{result=unjudged} = %v, want 1: a release with no verdict is no approval", got)
 		}
 	})
 }

@@ -327,7 +327,7 @@ func New() *Metrics {
 		RolloutsStarted: f.counter("rollouts_started_total",
 			"Guarded rollouts started: a changed resource went to a canary cohort first."),
 		Rollouts: f.counterVec("rollouts_total",
-			"Guarded rollouts resolved: released to everyone, or halted (the others keep the last accepted version).",
+			"Guarded rollouts resolved: released to everyone (unjudged: after the hold, no canary having ACKed or NACKed), or halted (the others keep the last accepted version).",
 			"type_url", "result"),
 		CacheEvictions: f.counter("cache_evictions_total",
 			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),
@@ -388,7 +388,7 @@ func (m *Metrics) initLabels() {
 		m.RejectedRequests.WithLabelValues(r)
 	}
 	for _, t := range append(wellKnownTypes, OtherType) {
-		for _, r := range []string{"released", "halted"} {
+		for _, r := range []string{"released", "unjudged", "halted"} {
 			m.Rollouts.WithLabelValues(t, r)
 		}
 		for _, r := range []string{"unknown", "stale", "referenced"} {
