@@ -212,6 +212,17 @@ func TestGlobClientFromElsewhereEmptyGlob(t *testing.T) {
 			ResourceNames: []string{"c0", globG}})
 		wantNames(t, c.RecvType(resource.ClusterType), "c0")
 	})
+	// Subscribed to the glob alone, the SotW client is answered the empty
+	// set: the upstream's word, not "nothing known yet".
+	for name, version := range map[string]string{"elsewhere": "v-elsewhere", "new": ""} {
+		t.Run("sotw-glob-only-"+name, func(t *testing.T) {
+			r, _ := startGlobRelay(t, xdstest.NewGlobADS(), "delta")
+			c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+			c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: version,
+				ResourceNames: []string{globG}})
+			wantNames(t, c.RecvType(resource.ClusterType))
+		})
+	}
 }
 
 // A glob of an authority that is not configured has no members (TP3
