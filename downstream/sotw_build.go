@@ -204,11 +204,13 @@ func (sw *sotwBuilder) fullSelection() *namedState {
 			extra = append(extra, r)
 		}
 		if keying.IsGlob(n) {
-			for _, m := range v.members(n) {
+			members := v.members(n)
+			for _, m := range members {
 				if !ts.wildcard || !m.InWildcard() {
 					extra = append(extra, m) // (the wildcard set carries the others)
 				}
 			}
+			gone = gone || len(members) == 0 && v.GlobAnswered(n) // the upstream's word: none
 		} else if !ok && v.Known(n, false) {
 			gone = true
 		}

@@ -416,9 +416,10 @@ func (a *applier) fullStateDeletions() {
 }
 
 // deltaDeletions applies Delta's removed_resource_names (TP2 variants) and
-// removed_resources.
+// removed_resources, and what the response says of glob collections.
 func (a *applier) deltaDeletions() {
 	tc := a.tc
+	a.deltaGlobs()
 	for _, rv := range a.u.RemovedVariants {
 		cs, _, _ := constraintsOf(rv.Constraints)
 		switch {
@@ -430,6 +431,9 @@ func (a *applier) deltaDeletions() {
 		}
 	}
 	for _, name := range a.u.Removed {
+		if keying.IsGlob(name) {
+			continue // a collection, not a resource (deltaGlobs)
+		}
 		if tc.variantMode(name) { // it names the variant without constraints (TP2: removed_resource_names the others)
 			tc.dropVariant(name, "")
 			a.resolved[name] = true

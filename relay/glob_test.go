@@ -188,6 +188,43 @@ func TestGlobDeltaClientFromElsewhere(t *testing.T) {
 	}
 }
 
+// A client that comes from another replica with members of a glob
+// collection the upstream has emptied is told they are gone: a Delta server
+// names the empty glob in removed_resources (xDS TP1), its word on the set.
+func TestGlobClientFromElsewhereEmptyGlob(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	t.Run("delta", func(t *testing.T) {
+		r, _ := startGlobRelay(t, xdstest.NewGlobADS(), "delta")
+		d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+		d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{globG},
+			InitialResourceVersions: map[string]string{m1: "v-elsewhere"}})
+		held := xdstest.DeltaHolds{m1: "v-elsewhere"}
+		for held.Has(m1) {
+			resp := d.MustRecv()
+			held.Apply(resp)
+			d.Ack(resp)
+		}
+	})
+	t.Run("sotw", func(t *testing.T) {
+		r, _ := startGlobRelay(t, xdstest.NewGlobADS(), "delta")
+		c := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+		c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+			ResourceNames: []string{"c0", globG}})
+		wantNames(t, c.RecvType(resource.ClusterType), "c0")
+	})
+	// Subscribed to the glob alone, the SotW client is answered the empty
+	// set: the upstream's word, not "nothing known yet".
+	for name, version := range map[string]string{"elsewhere": "v-elsewhere", "new": ""} {
+		t.Run("sotw-glob-only-"+name, func(t *testing.T) {
+			r, _ := startGlobRelay(t, xdstest.NewGlobADS(), "delta")
+			c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+			c.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: version,
+				ResourceNames: []string{globG}})
+			wantNames(t, c.RecvType(resource.ClusterType))
+		})
+	}
+}
+
 // A glob of an authority that is not configured has no members (TP3
 // NOT_FOUND): a client from elsewhere subscribed to it is answered, not held.
 func TestGlobOfUnknownAuthorityFromElsewhere(t *testing.T) {

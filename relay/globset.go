@@ -1,5 +1,7 @@
 package relay
 
+import "github.com/xds-relay/xds-relay/keying"
+
 // globsLacking returns the cached members of the glob collections that a
 // SotW full state answers whole (upstream.Update.Globs) and that it lacks:
 // the upstream's word that they are gone, though the upstream client, which
@@ -21,4 +23,30 @@ func (a *applier) globsLacking() []string {
 		}
 	}
 	return gone
+}
+
+// deltaGlobs applies a Delta response's word on glob collections: the first
+// response to a request that subscribed a glob answers its set (what the
+// request declared, changed by the response: upstream.Update.Globs), and a
+// glob in removed_resources is empty (xDS TP1: a server names an empty
+// glob collection so) — its cached members are gone.
+func (a *applier) deltaGlobs() {
+	for _, g := range a.u.Globs {
+		if a.tc.up[g] && a.edit.answerGlob(g) {
+			a.edit.change(g)
+		}
+	}
+	for _, g := range a.u.Removed {
+		if !keying.IsGlob(g) || !a.tc.up[g] || !ofAuthority(g, a.authority) {
+			continue
+		}
+		if a.edit.answerGlob(g) {
+			a.edit.change(g)
+		}
+		for key, cur := range a.edit.old.Resources {
+			if _, ok := a.seen[key]; !ok && key == cur.Name && cur.Glob == g {
+				a.deleted(key)
+			}
+		}
+	}
 }

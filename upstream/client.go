@@ -95,7 +95,9 @@ type typeState struct {
 	keys map[string]struct{}
 	// globs holds, for SotW full-state types, the glob collections of the
 	// type's first request on this stream that are still subscribed: every
-	// response on the stream answers them whole.
+	// response on the stream answers them whole. Delta: those of the type's
+	// first request on this stream, until its first response (which answers
+	// them).
 	globs map[string]struct{}
 	named bool                // SotW: a request with explicit names was sent on this stream
 	sent  map[string]struct{} // Delta: the subscription the server has been told; nil before the first request

@@ -102,6 +102,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		if first {
 			st.wildSure = st.wildcard() // settle.go: in the first request
 			c.armSettleLocked(st)
+			st.globs = firstGlobs(st)
 		}
 		var iv map[string]string
 		if first && len(st.names) > 0 && c.cfg.InitialVersions != nil {
@@ -352,6 +353,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		return
 	}
 	if verr != nil {
+		st.globs = nil // the server thinks the relay holds what it sent
 		st.nonce = resp.GetNonce()
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: verr})
 		st.rejectedLocked()
@@ -367,10 +369,12 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		Resources:       resources,
 		Removed:         resp.GetRemovedResources(),
 		RemovedVariants: removedVariants(resp.GetRemovedResourceNames()),
+		Globs:           slices.Sorted(maps.Keys(st.globs)),
 		Complete:        c.answered(st, resourceNames(resources)),
 		Delta:           true,
 		Errors:          resourceErrors(resp.GetResourceErrors()),
 	}
+	st.globs = nil // later responses carry changes only
 	c.mu.Unlock()
 
 	c.hmu.Lock()
@@ -393,6 +397,23 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	} else {
 		log.Debug("accepted delta response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
 	}
+}
+
+// firstGlobs returns the glob collections a Delta stream's first request
+// of st's type subscribes: the server's first response to it is their
+// whole set — every member it has and the relay does not declare, and the
+// removal of every declared one it lacks.
+func firstGlobs(st *typeState) map[string]struct{} {
+	var globs map[string]struct{}
+	for n := range st.names {
+		if keying.IsGlob(n) {
+			if globs == nil {
+				globs = make(map[string]struct{})
+			}
+			globs[n] = struct{}{}
+		}
+	}
+	return globs
 }
 
 // removedVariants converts Delta's removed_resource_names.

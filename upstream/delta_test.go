@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -293,5 +294,28 @@ func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 	}
 	if req := s.NextDelta(t, &cur, keying.ClusterType); !slices.Equal(req.GetResourceNamesUnsubscribe(), []string{"b"}) {
 		t.Fatalf("then %v, want b unsubscribed", req)
+	}
+}
+
+// A Delta stream's first response of a type answers the glob collections
+// its first request subscribed (Update.Globs): what the request declared,
+// changed by the response, is their set. Later responses carry changes
+// only.
+func TestDeltaFirstResponseAnswersTheGlobs(t *testing.T) {
+	const glob = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*"
+	cp := startControlPlane(t, false)
+	cp.UpdateResources(keying.ClusterType, cluster("a"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeDelta, rec, cp.Addr())
+	c.Subscribe(keying.ClusterType, glob, "a")
+	cur, ucur := 0, 0
+	cp.NextDelta(t, &cur, keying.ClusterType)
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); !slices.Equal(u.Globs, []string{glob}) {
+		t.Errorf("first response: globs %q, want [%s]", u.Globs, glob)
+	}
+	cp.NextDelta(t, &cur, keying.ClusterType) // ACK
+	cp.UpdateResources(keying.ClusterType, &clusterv3.Cluster{Name: "a", AltStatName: "changed"})
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); len(u.Globs) != 0 {
+		t.Errorf("later response: globs %q, want none", u.Globs)
 	}
 }

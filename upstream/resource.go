@@ -108,7 +108,10 @@ type Update struct {
 	Keys map[string]struct{}
 	// Globs, with a SotW LDS/CDS response, are the glob collections it
 	// answers whole (they were in the stream's first request): a member of
-	// one that it lacks is deleted, whatever the client knew of it.
+	// one that it lacks is deleted, whatever the client knew of it. With a
+	// Delta response, the first of the type on its stream, they are those
+	// of the stream's first request: the response is the server's word on
+	// their sets (what the request declared, changed by the response).
 	Globs []string
 	// Complete reports that the response answers the wildcard subscription:
 	// with it the relay holds the default authority's whole set of the type

@@ -124,3 +124,14 @@ func (s ClientSpec) globString() string {
 	}
 	return ""
 }
+
+// emptyGlobs returns the globs that cover no name of sel.
+func emptyGlobs(sel map[string]*Res, globs []string) []string {
+	var out []string
+	for _, g := range globs {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(sel)), func(k string) bool { return inGlob(g, k) }) {
+			out = append(out, g)
+		}
+	}
+	return out
+}

@@ -465,13 +465,16 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	// A careful server answers a new wildcard or glob subscription even when
 	// it selects nothing: the relay learns that the set is empty.
 	answer := false
+	var globs []string
 	for _, n := range req.GetResourceNamesSubscribe() {
 		if n == keying.Wildcard {
 			st.wildcard = true
 			continue
 		}
 		st.keys[n] = ""
-		answer = answer || keying.IsGlob(n)
+		if keying.IsGlob(n) {
+			answer, globs = true, append(globs, n)
+		}
 	}
 	answer = answer || first && st.wildcard
 	for _, l := range req.GetResourceLocatorsSubscribe() {
@@ -509,13 +512,14 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	if s.u.quietAfterNACK(req.GetErrorDetail() != nil, first || subs > 0) {
 		return
 	}
-	s.respondDelta(s.u.world.Current(), t, st, answer)
+	s.respondDelta(s.u.world.Current(), t, st, answer, globs...)
 }
 
 // respondDelta queues what st lacks of its selection and the removals of
-// what it holds that is gone; always: even when that is nothing. Called
-// with s.mu held.
-func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always bool) {
+// what it holds that is gone; always: even when that is nothing. Each of the
+// newly subscribed globs that has no member is named in removed_resources
+// (xDS TP1). Called with s.mu held.
+func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always bool, globs ...string) {
 	if !st.requested {
 		return
 	}
@@ -559,6 +563,7 @@ func (s *ustream) respondDelta(snap *Snapshot, typeURL string, st *usub, always 
 		delete(st.held, k)
 		delete(st.heldEnv, k)
 	}
+	resp.RemovedResources = append(resp.RemovedResources, emptyGlobs(sel, globs)...)
 	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && len(resp.RemovedResourceNames) == 0 && !always {
 		return
 	}

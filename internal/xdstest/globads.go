@@ -20,8 +20,9 @@ import (
 // StartUpstream(tb, WithADS(g)). Set replaces its clusters and pushes the
 // change to every stream: a SotW stream gets the full state of what it
 // subscribes, a Delta stream the new clusters and removed_resources for
-// those it was sent that are gone. While paused (Pause) it answers nothing:
-// a slow control plane.
+// those it was sent that are gone, and, answering a glob's subscription,
+// the glob itself when it has no member (xDS TP1). While paused (Pause) it
+// answers nothing: a slow control plane.
 type GlobADS struct {
 	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
 
@@ -142,9 +143,14 @@ func (g *GlobADS) StreamAggregatedResources(s discoverygrpc.AggregatedDiscoveryS
 func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	reqs := received(s.Context(), s.Recv)
 	names, held, nonce := map[string]bool{}, map[string]bool{}, 0
+	var asked []string // globs subscribed since the last response
 	for {
 		sel, changed, ok := g.matching(names)
 		resp := &discoverygrpc.DeltaDiscoveryResponse{TypeUrl: resource.ClusterType, SystemVersionInfo: "v"}
+		if ok {
+			resp.RemovedResources = emptyGlobs(asked, sel)
+			asked = nil
+		}
 		for _, c := range sel {
 			if !held[c] {
 				held[c] = true
@@ -177,6 +183,9 @@ func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoverySe
 			}
 			for _, n := range req.GetResourceNamesSubscribe() {
 				names[n] = true
+				if keying.IsGlob(n) {
+					asked = append(asked, n)
+				}
 			}
 			for _, n := range req.GetResourceNamesUnsubscribe() {
 				delete(names, n)
@@ -184,4 +193,20 @@ func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoverySe
 		case <-changed:
 		}
 	}
+}
+
+// emptyGlobs returns the globs no cluster of sel is a member of: xDS TP1 has
+// a server name an empty glob collection in removed_resources.
+func emptyGlobs(globs, sel []string) []string {
+	var out []string
+	for _, n := range globs {
+		gl, err := keying.ParseURL(n)
+		if err == nil && !slices.ContainsFunc(sel, func(c string) bool {
+			u, err := keying.ParseURN(c)
+			return err == nil && gl.Matches(u)
+		}) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
