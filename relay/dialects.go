@@ -90,7 +90,7 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		return errors.New("relay: rest: not configured")
 	}
 	hs := &http.Server{
-		Handler:           r.refuseWhileDraining(r.dx.rest.Handler()),
+		Handler:           r.dx.rest.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          zap.NewStdLog(r.log.Named("rest")),
 	}
@@ -164,3 +164,11 @@ func (r *Relay) dialectClients(nodeID string) []downstream.StreamInfo {
 // report of each data plane (only nodeID's when it is non-empty; at most
 // 1000).
 func (r *Relay) DebugGateway(nodeID string) gateway.DebugInfo { return r.dx.gw.Debug(nodeID, 1000) }
+
+// setRefusing turns the refusal of new REST polls on or off (the reversible
+// drain; new xDS streams are refused by the downstream server).
+func (dx *dialects) setRefusing(on bool) {
+	if dx.rest != nil {
+		dx.rest.SetRefusing(on)
+	}
+}
