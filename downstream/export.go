@@ -137,10 +137,7 @@ func (ts *typeState) export(typeURL string) ClientTypeState {
 	}
 	slices.Sort(ct.Names)
 	held := ts.clientHolds(typeURL)
-	ct.Holds = make(map[string]HeldResource, len(held))
-	for k, r := range held {
-		ct.Holds[keying.DisplayKey(k)] = r
-	}
+	ct.Holds = displayed(held)
 	if ts.rejecting && ts.nackedSent && ts.holds == nil {
 		ct.Rejected = ts.rejected(typeURL)
 	}
@@ -207,6 +204,15 @@ func (ts *typeState) rejected(typeURL string) map[string]string {
 		if r, ok := ts.lastView.resource(k); ok {
 			out[keying.DisplayKey(k)] = r.Version
 		}
+	}
+	return out
+}
+
+// displayed returns held keyed by display names.
+func displayed(held map[string]HeldResource) map[string]HeldResource {
+	out := make(map[string]HeldResource, len(held))
+	for k, h := range held {
+		out[keying.DisplayKey(k)] = h
 	}
 	return out
 }
