@@ -138,9 +138,13 @@ func TestFetchReportsEveryClient(t *testing.T) {
 			ClientStatus: adminv3.ClientResourceStatus_NACKED,
 			ErrorState:   &adminv3.UpdateFailureState{Details: "cluster c2 rejected", VersionInfo: held[name].GetVersion()}}
 	}
-	// envoy-a has not ACKed yet: it holds nothing.
+	// envoy-a has not ACKed its first response yet: it holds nothing of it.
+	pending := func(name string) *gen {
+		return &gen{TypeUrl: resource.ClusterType, Name: name, ConfigStatus: statusv3.ConfigStatus_STALE,
+			ClientStatus: adminv3.ClientResourceStatus_REQUESTED}
+	}
 	want := map[string][]*gen{
-		"envoy-a": nil,
+		"envoy-a": {pending("c1"), pending("c2")},
 		"envoy-b": {synced(resource.ClusterType, "c1", held["c1"].GetResource()), synced(resource.ClusterType, "c2", held["c2"].GetResource()),
 			synced(resource.EndpointType, "e1", held["e1"].GetResource())},
 		"envoy-c": {nacked("c1"), nacked("c2")},

@@ -17,8 +17,9 @@
 // response: RDS/EDS responses carry only what changed, so clients holding
 // the same config may differ there) — and xds_config the resource as the
 // client received it, unless the request sets exclude_resource_contents.
-// What a SotW client holds is the latest response it ACKed; a Delta client,
-// what was sent to it. A name it holds none of is NOT_SENT with
+// What a SotW client holds is the latest response it ACKed (a resource of a
+// response it has not answered yet and holds none of is STALE with
+// REQUESTED); a Delta client, what was sent to it. A name it holds none of is NOT_SENT with
 // DOES_NOT_EXIST once the relay answered that there is none, REQUESTED
 // before. The bodies are the stream's Views' (shared, read-only): answering
 // costs the fan-out nothing. Contents are bounded by MaxContentBytes per

@@ -51,13 +51,14 @@ func (rd *reader) configs(st downstream.ClientState) []*statusv3.ClientConfig_Ge
 }
 
 // entryNames returns the names a type's entries report: what the client
-// holds, asks for by name, or rejected; never a wildcard or a glob.
+// holds, asks for by name, or was sent and has not ACKed; never a wildcard or
+// a glob.
 func entryNames(ts downstream.ClientTypeState) []string {
 	names := make([]string, 0, len(ts.Holds)+len(ts.Names))
 	for n := range ts.Holds {
 		names = append(names, n)
 	}
-	for n := range ts.Rejected {
+	for n := range ts.Unacked {
 		names = append(names, n)
 	}
 	for _, n := range ts.Names {
@@ -71,7 +72,8 @@ func entryNames(ts downstream.ClientTypeState) []string {
 
 // entry is the client's state of one resource: the version it holds, and
 // SYNCED (its latest response of the type ACKed), STALE (a newer response
-// not answered yet), ERROR (it rejects the type's latest response: the
+// not answered yet: ACKED at the version held, REQUESTED when it holds
+// none), ERROR (it rejects the type's latest response: the
 // reason and the rejected version in error_state) or NOT_SENT (it holds
 // none: REQUESTED, or DOES_NOT_EXIST once answered that there is none).
 //
@@ -86,14 +88,16 @@ func (rd *reader) entry(typeURL, name string, ts downstream.ClientTypeState) *st
 		e.LastUpdated = timestamppb.New(ts.Updated)
 	}
 	h, held := ts.Holds[name]
-	rejected, inRejected := ts.Rejected[name]
+	sent, inFlight := ts.Unacked[name]
 	switch {
-	case ts.Rejecting && (held || inRejected):
+	case ts.Rejecting && (held || inFlight):
 		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_ERROR, adminv3.ClientResourceStatus_NACKED
-		if !inRejected && ts.Rejected == nil {
-			rejected = h.Version // Delta: what was sent is recorded as held
+		if !inFlight && ts.Unacked == nil {
+			sent = h.Version // Delta: what was sent is recorded as held
 		}
-		e.ErrorState = &adminv3.UpdateFailureState{Details: ts.LastNACK, VersionInfo: rejected}
+		e.ErrorState = &adminv3.UpdateFailureState{Details: ts.LastNACK, VersionInfo: sent}
+	case !held && inFlight:
+		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_STALE, adminv3.ClientResourceStatus_REQUESTED
 	case !held && ts.Gone[name]:
 		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_NOT_SENT, adminv3.ClientResourceStatus_DOES_NOT_EXIST
 	case !held:

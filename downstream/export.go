@@ -78,15 +78,17 @@ type ClientTypeState struct {
 	// changed, so their versions name a response, not a state: clients
 	// holding the same resources may show different ones (Holds does not).
 	SentVersion, AckedVersion, LastNACK string
-	// Rejecting: the client's latest verdict on the type was a NACK.
+	// Rejecting: the client rejects what it was sent last (Delta: its latest
+	// verdict on the type was a NACK; SotW: the latest response was NACKed).
 	Rejecting bool
 	// Holds is each resource the client holds as far as the stream knows,
 	// by name (display form): Delta, as sent to it; SotW, from the latest
 	// response it ACKed.
 	Holds map[string]HeldResource
-	// Rejected (SotW) is, while the client rejects the latest response
-	// sent, each resource that response carried with its version.
-	Rejected map[string]string
+	// Unacked (SotW) is, while the client has not ACKed the latest response
+	// sent (not answered yet, or NACKed: Rejecting), each resource that
+	// response carried with its version; nil otherwise and for Delta.
+	Unacked map[string]string
 	// Gone are the subscribed names it does not hold that the relay
 	// answered as not existing (the upstream's word, or TP3 errors).
 	Gone map[string]bool
@@ -130,7 +132,7 @@ func (s *Server) ClientStates(ids []uint64) []ClientState {
 // export returns the type's state for CSDS. Called with mu held.
 func (ts *typeState) export(typeURL string) ClientTypeState {
 	ct := ClientTypeState{Wildcard: ts.wildcard, SentVersion: ts.sentVersion, AckedVersion: ts.ackedVersion,
-		LastNACK: ts.lastNACK, Rejecting: ts.rejecting, Updated: ts.updated}
+		LastNACK: ts.lastNACK, Rejecting: ts.rejecting && (ts.holds != nil || ts.nackedSent), Updated: ts.updated}
 	ct.Names = make([]string, 0, len(ts.names))
 	for k := range ts.names {
 		ct.Names = append(ct.Names, keying.DisplayKey(k))
@@ -138,8 +140,8 @@ func (ts *typeState) export(typeURL string) ClientTypeState {
 	slices.Sort(ct.Names)
 	held := ts.clientHolds(typeURL)
 	ct.Holds = displayed(held)
-	if ts.rejecting && ts.nackedSent && ts.holds == nil {
-		ct.Rejected = ts.rejected(typeURL)
+	if ts.holds == nil && ts.lastView != nil && ts.ackedVersion != ts.sentVersion {
+		ct.Unacked = ts.unacked(typeURL)
 	}
 	for k := range ts.names {
 		if _, ok := held[k]; !ok && ts.lastView != nil && !ts.lastView.hasKey(k) && ts.lastView.Gone(k) {
@@ -192,9 +194,10 @@ func (ts *typeState) clientHolds(typeURL string) map[string]HeldResource {
 	return out
 }
 
-// rejected returns the resources of the latest SotW response sent, which
-// the client rejected, by name with their versions. Called with mu held.
-func (ts *typeState) rejected(typeURL string) map[string]string {
+// unacked returns the resources of the latest SotW response sent, which
+// the client has not ACKed, by name with their versions. Called with mu
+// held.
+func (ts *typeState) unacked(typeURL string) map[string]string {
 	keys := ts.names
 	if keying.FullState(typeURL) {
 		keys = ts.holdsKeys
