@@ -172,8 +172,8 @@ func TestOverviewServingRelay(t *testing.T) {
 		t.Errorf("fleet = %+v (ready %v)", o.Fleet, o.Ready)
 	}
 	wantTypes := map[string]admin.TypeStreams{
-		resource.ListenerType: {Type: resource.ListenerType, SotW: 1},
-		resource.ClusterType:  {Type: resource.ClusterType, SotW: 1, Delta: 1},
+		resource.ListenerType: {Type: resource.ListenerType, SotW: 1, Current: 1},
+		resource.ClusterType:  {Type: resource.ClusterType, SotW: 1, Delta: 1, Current: 1, NACKing: 1},
 	}
 	for _, ts := range o.Fleet.ByType {
 		if ts != wantTypes[ts.Type] {
