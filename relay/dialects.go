@@ -105,7 +105,10 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		lis = tls.NewListener(lis, cfg)
 	}
 	r.dx.mu.Lock()
-	if r.isClosed() { // drained before it began: the listener closes all the same
+	s := r.lock()
+	closed := s.closed
+	s.unlock()
+	if closed || r.draining.Load() { // drained before it began: the listener closes all the same
 		r.dx.mu.Unlock()
 		_ = lis.Close()
 		return nil
@@ -116,12 +119,6 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		return fmt.Errorf("relay: rest: %w", err)
 	}
 	return nil
-}
-
-func (r *Relay) isClosed() bool {
-	s := r.lock()
-	defer s.unlock()
-	return s.closed || r.draining.Load()
 }
 
 // closeDialects ends the edge servers: held REST polls are answered 503 and
@@ -140,10 +137,6 @@ func (r *Relay) closeDialects(ctx context.Context) {
 		}
 	}
 }
-
-// closeGateway stops the gateway's upstream streams and forwarder. Called
-// after the gRPC server stopped.
-func (r *Relay) closeGateway() { r.dx.gw.Close() }
 
 // dialectClients lists the edge clients for /debug/clients: REST polls being
 // held and gateway data plane streams (only those of nodeID when it is

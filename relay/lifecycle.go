@@ -135,7 +135,7 @@ func (r *Relay) Close() {
 	r.maint.wait()
 	r.ds.Close()
 	r.fan.close()
-	r.closeGateway()
+	r.dx.gw.Close() // its upstream streams and forwarder, after the gRPC server stopped
 	s := r.lock()
 	if s.closed {
 		s.unlock()
