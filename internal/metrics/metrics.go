@@ -129,6 +129,20 @@ type Metrics struct {
 	// forwarded, failed (after the retries), dropped (too many pending).
 	GatewayReports *prometheus.CounterVec
 
+	// Load reporting (LRS).
+
+	// LRSClientStreams is xds_relay_lrs_client_streams: open client
+	// StreamLoadStats streams.
+	LRSClientStreams prometheus.Gauge
+	// LRSReports is xds_relay_lrs_reports_total{result}: client reports
+	// received, aggregated reports sent upstream, and aggregated reports
+	// not forwarded (unforwarded: no upstream takes them).
+	LRSReports *prometheus.CounterVec
+	// LRSStatsDropped is xds_relay_lrs_stats_dropped_total{reason}: client
+	// stats entries (clusters, localities, endpoints, metrics) not
+	// aggregated: limit, invalid, denied.
+	LRSStatsDropped *prometheus.CounterVec
+
 	// Process.
 
 	// BuildInfo is xds_relay_build_info{version,goversion}, always 1.
@@ -357,6 +371,15 @@ func New() *Metrics {
 		GatewayReports: f.counterVec("gateway_reports_total",
 			"Status reports: received, forwarded upstream, failed after the retries, dropped while too many were pending.",
 			"result"),
+
+		LRSClientStreams: f.gauge("lrs_client_streams",
+			"Open client load reporting (LRS StreamLoadStats) streams."),
+		LRSReports: f.counterVec("lrs_reports_total",
+			"Load reports: received from clients, sent upstream (aggregated), unforwarded (aggregated, and dropped because no upstream takes them: unimplemented or none).",
+			"result"),
+		LRSStatsDropped: f.counterVec("lrs_stats_dropped_total",
+			"Entries of client load reports (clusters, localities, endpoints, metrics) not aggregated: limit (beyond the bound of keys), invalid (a non-finite value), denied (a cluster the client may not subscribe to).",
+			"reason"),
 
 		BuildInfo: f.gaugeVec("build_info",
 			"Always 1; the labels say which build of the relay runs.",

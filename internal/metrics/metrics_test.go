@@ -96,6 +96,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_removals_held_total":              dto.MetricType_COUNTER,
 		"xds_relay_gateway_reports_total":            dto.MetricType_COUNTER,
 		"xds_relay_gateway_upstream_responses_total": dto.MetricType_COUNTER,
+		"xds_relay_lrs_client_streams":               dto.MetricType_GAUGE,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("families mismatch (-want +got):\n%s", diff)
