@@ -3,7 +3,6 @@ package lrs_test
 import (
 	"context"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,89 +11,11 @@ import (
 	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/lrs"
 )
-
-// upstreamLRS is a test control plane's LoadReportingService on
-// 127.0.0.1:0: it answers each stream with resp (after the hold channel is
-// closed, when set) and records every request.
-type upstreamLRS struct {
-	lrsv3.UnimplementedLoadReportingServiceServer
-	addr          string
-	resp          *lrsv3.LoadStatsResponse
-	hold          chan struct{}
-	unimplemented bool
-
-	mu    sync.Mutex
-	nodes []*corev3.Node
-	stats []*endpointv3.ClusterStats
-	got   chan struct{} // one slot: a request arrived
-}
-
-func startUpstream(t *testing.T, u *upstreamLRS) *upstreamLRS {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.addr, u.got = lis.Addr().String(), make(chan struct{}, 1)
-	if u.resp == nil {
-		u.resp = &lrsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(100 * time.Millisecond)}
-	}
-	g := grpc.NewServer()
-	if !u.unimplemented {
-		lrsv3.RegisterLoadReportingServiceServer(g, u)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	return u
-}
-
-func (u *upstreamLRS) StreamLoadStats(ss lrsv3.LoadReportingService_StreamLoadStatsServer) error {
-	first := true
-	for {
-		req, err := ss.Recv()
-		if err != nil {
-			return err
-		}
-		u.mu.Lock()
-		if req.GetNode() != nil {
-			u.nodes = append(u.nodes, req.GetNode())
-		}
-		u.stats = append(u.stats, req.GetClusterStats()...)
-		u.mu.Unlock()
-		select {
-		case u.got <- struct{}{}:
-		default:
-		}
-		if first {
-			first = false
-			if u.hold != nil {
-				select {
-				case <-u.hold:
-				case <-ss.Context().Done():
-					return status.Error(codes.Canceled, "gone")
-				}
-			}
-			if err := ss.Send(u.resp); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// received returns what the upstream received so far.
-func (u *upstreamLRS) received() (nodes []*corev3.Node, stats []*endpointv3.ClusterStats) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append(nodes, u.nodes...), append(stats, u.stats...)
-}
 
 // relayLRS is an lrs.Server on its own gRPC server on 127.0.0.1:0.
 type relayLRS struct {

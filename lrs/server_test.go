@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/lrs"
 )
 
@@ -40,18 +41,18 @@ func (s sums) add(stats ...*endpointv3.ClusterStats) {
 }
 
 // waitFor waits until cond holds of what the upstream received.
-func waitFor(t *testing.T, u *upstreamLRS, what string, cond func([]*endpointv3.ClusterStats) bool) {
+func waitFor(t *testing.T, u *xdstest.LRSUpstream, what string, cond func([]*endpointv3.ClusterStats) bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
-		if _, stats := u.received(); cond(stats) {
+		if _, stats := u.Received(); cond(stats) {
 			return
 		}
 		select {
-		case <-u.got:
+		case <-u.Got:
 		case <-time.After(50 * time.Millisecond):
 		case <-deadline:
-			_, stats := u.received()
+			_, stats := u.Received()
 			t.Fatalf("within 10s: %s; the upstream received %v", what, stats)
 		}
 	}
@@ -72,13 +73,13 @@ func waitResponse(t *testing.T, c *client, want *lrsv3.LoadStatsResponse) {
 // Several clients report through the relay: the upstream receives, on one
 // stream presenting the relay's node, sums equal to what they reported.
 func TestClientsReportsReachUpstreamSummed(t *testing.T) {
-	u := startUpstream(t, &upstreamLRS{})
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.addr}}})
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}})
 	want := sums{}
 	var clients []*client
 	for i := range 3 {
 		c := r.client(t, fmt.Sprintf("client-%d", i))
-		waitResponse(t, c, u.resp)
+		waitResponse(t, c, u.Resp)
 		clients = append(clients, c)
 	}
 	for round := range 5 {
@@ -98,7 +99,7 @@ func TestClientsReportsReachUpstreamSummed(t *testing.T) {
 		got.add(stats...)
 		return cmp.Equal(want, got)
 	})
-	nodes, _ := u.received()
+	nodes, _ := u.Received()
 	if len(nodes) == 0 || nodes[0].GetId() != "xds-relay-1" {
 		t.Errorf("upstream saw nodes %v, want the relay's", nodes)
 	}
@@ -113,8 +114,8 @@ func TestClientsReportsReachUpstreamSummed(t *testing.T) {
 // In progress is the sum of the connected clients' latest values: a client
 // whose stream ended contributes nothing further.
 func TestInProgressOfConnectedClients(t *testing.T) {
-	u := startUpstream(t, &upstreamLRS{})
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.addr}}})
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}})
 	a, b := r.client(t, "a"), r.client(t, "b")
 	a.send(t, report("c1", "z1", 1, 0, 1, 5))
 	b.send(t, report("c1", "z1", 1, 0, 1, 3))
@@ -133,23 +134,23 @@ func TestInProgressOfConnectedClients(t *testing.T) {
 // upstream's wishes follow as soon as they arrive.
 func TestDefaultUntilUpstreamAnswers(t *testing.T) {
 	hold := make(chan struct{})
-	u := startUpstream(t, &upstreamLRS{hold: hold, resp: &lrsv3.LoadStatsResponse{Clusters: []string{"c1"},
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{Hold: hold, Resp: &lrsv3.LoadStatsResponse{Clusters: []string{"c1"},
 		LoadReportingInterval: durationpb.New(time.Second), ReportEndpointGranularity: true}})
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.addr}}})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}})
 	c := r.client(t, "a")
 	want := &lrsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(lrs.DefaultInterval)}
 	if got := c.next(t); !cmp.Equal(want, got, protocmp.Transform()) {
 		t.Errorf("first response %v, want the default %v", got, want)
 	}
 	close(hold)
-	waitResponse(t, c, u.resp)
+	waitResponse(t, c, u.Resp)
 }
 
 // An upstream without LRS: clients are still answered, and the aggregate
 // is counted as not forwarded.
 func TestUnimplementedUpstream(t *testing.T) {
-	u := startUpstream(t, &upstreamLRS{unimplemented: true})
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.addr}}, DefaultInterval: 50 * time.Millisecond})
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{Unimplemented: true})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}, DefaultInterval: 50 * time.Millisecond})
 	c := r.client(t, "a")
 	c.next(t)
 	deadline := time.Now().Add(10 * time.Second)

@@ -18,6 +18,7 @@ import (
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
+	"github.com/xds-relay/xds-relay/lrs"
 	"github.com/xds-relay/xds-relay/rest"
 )
 
@@ -28,6 +29,8 @@ import (
 //     snapshot (Refs, ClientStates), served on the downstream listener.
 //   - gateway: gateway.control.v1 on the downstream listener, relayed to the
 //     default upstream servers with a cache of its own (see package gateway).
+//   - lrs: load reporting on the downstream listener; the aggregate goes to
+//     the default server the shared scope's xDS stream is on (defaultServer).
 //   - gRPC server reflection (v1 and v1alpha) on the downstream listener, so
 //     that grpcurl and grpcui can call CSDS and the gateway services without
 //     the .proto files at hand. It describes the services; it reads no state.
@@ -37,6 +40,7 @@ type dialects struct {
 	rest *rest.Server // nil without the rest section
 	csds *csds.Server
 	gw   *gateway.Server
+	lrs  *lrs.Server
 
 	mu       sync.Mutex
 	restHTTP *http.Server // guarded by mu: set by ServeREST
@@ -66,6 +70,7 @@ func (r *Relay) newDialects() error {
 		return fmt.Errorf("relay: %w", err)
 	}
 	r.dx.gw.Register(r.grpc)
+	r.newLRS(az)
 	reflection.Register(r.grpc)
 	if c := r.cfg.REST; c != nil {
 		r.dx.rest = rest.New(r, rest.Options{
@@ -80,6 +85,30 @@ func (r *Relay) newDialects() error {
 		})
 	}
 	return nil
+}
+
+// newLRS creates the load reporting server over the default servers.
+func (r *Relay) newLRS(az authz.Authorizer) {
+	o := lrs.Options{Current: r.defaultServer, Node: r.node, Authorize: az, Metrics: r.m, Logger: r.log.Named("lrs")}
+	for i, s := range r.cfg.Upstream.XDSServers {
+		c := r.creds.upstream[""][i]
+		o.Upstreams = append(o.Upstreams, lrs.Upstream{URI: s.ServerURI, Creds: c.transport, CallCreds: c.calls})
+	}
+	r.dx.lrs = lrs.New(o)
+	r.dx.lrs.Register(r.grpc)
+}
+
+// defaultServer is the default server the shared scope's xDS stream is on
+// or tries ("" before it has one).
+func (r *Relay) defaultServer() string {
+	s := r.lock()
+	c := s.shared.upstreams[""]
+	s.unlock()
+	if c == nil {
+		return ""
+	}
+	_, server := c.State()
+	return server
 }
 
 // ServeREST serves REST-JSON polling on lis (the rest section's listener)
@@ -141,9 +170,12 @@ func (r *Relay) closeDialects(ctx context.Context) {
 	}
 }
 
-// closeGateway stops the gateway's upstream streams and forwarder. Called
-// after the gRPC server stopped.
-func (r *Relay) closeGateway() { r.dx.gw.Close() }
+// closeGateway stops the gateway's upstream streams and forwarder, and
+// LRS's. Called after the gRPC server stopped.
+func (r *Relay) closeGateway() {
+	r.dx.gw.Close()
+	r.dx.lrs.Close()
+}
 
 // dialectClients lists the edge clients for /debug/clients: REST polls being
 // held and gateway data plane streams (only those of nodeID when it is
