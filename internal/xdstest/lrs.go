@@ -42,10 +42,7 @@ func StartLRS(tb testing.TB, u *LRSUpstream) *LRSUpstream {
 	if err != nil {
 		tb.Fatalf("xdstest: LRS listen: %v", err)
 	}
-	u.addr, u.Got = lis.Addr().String(), make(chan struct{}, 1)
-	if u.Resp == nil {
-		u.Resp = &lrsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(100 * time.Millisecond)}
-	}
+	u.init(lis.Addr().String())
 	g := grpc.NewServer()
 	if !u.Unimplemented {
 		lrsv3.RegisterLoadReportingServiceServer(g, u)
@@ -53,6 +50,14 @@ func StartLRS(tb testing.TB, u *LRSUpstream) *LRSUpstream {
 	go func() { _ = g.Serve(lis) }()
 	tb.Cleanup(g.Stop)
 	return u
+}
+
+// init sets the defaults, for a server at addr.
+func (u *LRSUpstream) init(addr string) {
+	u.addr, u.Got = addr, make(chan struct{}, 1)
+	if u.Resp == nil {
+		u.Resp = &lrsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(100 * time.Millisecond)}
+	}
 }
 
 // Addr is the server's address.
