@@ -51,9 +51,14 @@ func newForwarder(s *Server) *forwarder {
 	return f
 }
 
+// close stops the run goroutine and waits for it. The aggregate not sent
+// yet is lost, and counted unforwarded.
 func (f *forwarder) close() {
 	f.cancel()
 	<-f.done
+	if stats := f.s.agg.Take(time.Now(), nil); len(stats) > 0 {
+		f.s.m.LRSReports.WithLabelValues("unforwarded").Inc()
+	}
 }
 
 // run (re)creates the upstream stream with jittered backoff. An upstream

@@ -26,6 +26,8 @@ type LRSUpstream struct {
 	Hold chan struct{}
 	// Unimplemented leaves the service unregistered (UNIMPLEMENTED).
 	Unimplemented bool
+	// Listen is the address StartLRS listens on; default 127.0.0.1:0.
+	Listen string
 	// Got has a value after each request (one slot).
 	Got chan struct{}
 
@@ -38,7 +40,11 @@ type LRSUpstream struct {
 // StartLRS serves u until the test ends.
 func StartLRS(tb testing.TB, u *LRSUpstream) *LRSUpstream {
 	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := u.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		tb.Fatalf("xdstest: LRS listen: %v", err)
 	}
