@@ -18,26 +18,38 @@
 // metrics and drop categories of each, are bounded; what is not aggregated
 // is counted in xds_relay_lrs_stats_dropped_total.
 //
-// One forwarder keeps one StreamLoadStats to the default server the relay's
-// xDS stream is on now (Options.Current), presenting the relay's node, and
-// sends the aggregate once per upstream interval (an interval with no load
-// is skipped); load_report_interval is the time the aggregate covers. While
-// no upstream stream is up the aggregate accumulates and goes with the
-// first report on return; a report whose stream breaks after it was sent
-// may be lost (at most one interval). An upstream that answers
-// UNIMPLEMENTED is logged once and asked again after
-// Options.RetryUnimplemented; meanwhile the aggregate is dropped each
-// interval and counted (xds_relay_lrs_reports_total{result="unforwarded"}).
+// The load goes to a destination per cluster: the servers of its xdstp
+// authority when that authority has servers of its own (gRFC A47), else
+// the default servers. Each destination has its aggregate and one
+// forwarder keeping one StreamLoadStats to the server the relay's xDS
+// stream for it is on now (Options.Current, Authority.Current; it follows
+// fallback), presenting the relay's node, which sends the aggregate once
+// per upstream interval (an interval with no load is skipped);
+// load_report_interval is the time the aggregate covers. The default
+// servers' forwarder starts at once, an authority's with the first report
+// of one of its clusters. Clients are told the destinations' wishes
+// merged: every cluster one asks for (send_all_clusters when one does, or
+// has not answered yet), the shortest interval, endpoint granularity when
+// one asks for it; each destination forwards only the clusters it asked
+// for.
 //
-// Not yet: the load of clusters named xdstp://AUTHORITY/... goes to the
-// default servers, not to the authority's, and keying.group_by node groups
-// share one upstream stream presenting the relay's own node.
+// While no upstream stream is up the aggregate accumulates and goes with
+// the first report on return; a report whose stream breaks after it was
+// sent may be lost (at most one interval), and what is left at Close is
+// counted unforwarded. An upstream that answers UNIMPLEMENTED is logged
+// once and asked again after Options.RetryUnimplemented; meanwhile the
+// aggregate is dropped each interval and counted
+// (xds_relay_lrs_reports_total{result="unforwarded"}).
+//
+// Not yet: keying.group_by node groups share their destination's upstream
+// stream, presenting the relay's own node.
 //
 // # Concurrency
 //
 // Server methods are safe for concurrent use. A client stream's reports
 // are read on its handler goroutine; a small goroutine per stream sends it
-// the settings (they change rarely). The Aggregator has one mutex, held for
-// no I/O. The forwarder's run goroutine owns the upstream stream and is
-// stopped and waited for by Close.
+// the settings (they change rarely). Server.mu guards the settings and the
+// client streams; each Aggregator has one mutex of its own, never held with
+// Server.mu; neither is held for I/O. Each forwarder's run goroutine owns
+// its upstream stream and is stopped and waited for by Close.
 package lrs

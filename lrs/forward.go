@@ -33,19 +33,19 @@ var errMoved = errors.New("lrs: the xDS stream moved to another server")
 type forwarder struct {
 	// set at creation, read-only
 	s      *Server
+	d      *dest
 	log    *zap.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	// changed wakes the stream's send loop when the settings changed.
-	changed chan struct{}
 
 	// owned by the run goroutine
 	unimplementedLogged bool
 }
 
-func newForwarder(s *Server) *forwarder {
-	f := &forwarder{s: s, log: s.log.Named("upstream"), done: make(chan struct{}), changed: make(chan struct{}, 1)}
+func newForwarder(s *Server, d *dest) *forwarder {
+	f := &forwarder{s: s, d: d, log: s.log.Named("upstream").With(zap.String("authority", d.authority)),
+		done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.run()
 	return f
@@ -56,7 +56,7 @@ func newForwarder(s *Server) *forwarder {
 func (f *forwarder) close() {
 	f.cancel()
 	<-f.done
-	if stats := f.s.agg.Take(time.Now(), nil); len(stats) > 0 {
+	if stats := f.d.agg.Take(time.Now(), nil); len(stats) > 0 {
 		f.s.m.LRSReports.WithLabelValues("unforwarded").Inc()
 	}
 }
@@ -68,7 +68,7 @@ func (f *forwarder) run() {
 	defer close(f.done)
 	backoff := minBackoff
 	for f.ctx.Err() == nil {
-		if len(f.s.opts.Upstreams) == 0 {
+		if len(f.d.upstreams) == 0 {
 			f.dropFor(f.ctx, -1)
 			return
 		}
@@ -81,7 +81,7 @@ func (f *forwarder) run() {
 			if !f.unimplementedLogged {
 				f.unimplementedLogged = true
 				f.log.Warn("upstream does not implement LRS: load reports are not forwarded",
-					zap.String("server", f.s.opts.Upstreams[idx].URI), zap.Error(err))
+					zap.String("server", f.d.upstreams[idx].URI), zap.Error(err))
 			}
 			f.dropFor(f.ctx, f.s.opts.RetryUnimplemented)
 			continue
@@ -91,7 +91,7 @@ func (f *forwarder) run() {
 		case established:
 			backoff = minBackoff
 		}
-		f.log.Info("upstream LRS stream ended", zap.String("server", f.s.opts.Upstreams[idx].URI), zap.Error(err))
+		f.log.Info("upstream LRS stream ended", zap.String("server", f.d.upstreams[idx].URI), zap.Error(err))
 		wait := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, maxBackoff)
 		select {
@@ -105,11 +105,11 @@ func (f *forwarder) run() {
 // pick returns the index of the server the load goes to: the one the xDS
 // stream is on, else the first.
 func (f *forwarder) pick() int {
-	if f.s.opts.Current == nil {
+	if f.d.current == nil {
 		return 0
 	}
-	cur := f.s.opts.Current()
-	for i, u := range f.s.opts.Upstreams {
+	cur := f.d.current()
+	for i, u := range f.d.upstreams {
 		if u.URI == cur {
 			return i
 		}
@@ -132,7 +132,7 @@ func (f *forwarder) dropFor(ctx context.Context, d time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if stats := f.s.agg.Take(now, nil); len(stats) > 0 {
+			if stats := f.d.agg.Take(now, nil); len(stats) > 0 {
 				f.s.m.LRSReports.WithLabelValues("unforwarded").Inc()
 			}
 		}
@@ -141,7 +141,7 @@ func (f *forwarder) dropFor(ctx context.Context, d time.Duration) {
 
 // dialOptions are those of the upstream server idx.
 func (f *forwarder) dialOptions(idx int) []grpc.DialOption {
-	u := f.s.opts.Upstreams[idx]
+	u := f.d.upstreams[idx]
 	creds := u.Creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -160,7 +160,7 @@ func (f *forwarder) dialOptions(idx int) []grpc.DialOption {
 // closes or the xDS stream moves to another server. established reports
 // whether the upstream answered.
 func (f *forwarder) stream(idx int) (established bool, err error) {
-	uri := f.s.opts.Upstreams[idx].URI
+	uri := f.d.upstreams[idx].URI
 	conn, err := grpc.NewClient(uri, f.dialOptions(idx)...)
 	if err != nil {
 		return false, err
@@ -208,7 +208,7 @@ func (f *forwarder) receive(st lrsv3.LoadReportingService_StreamLoadStatsClient,
 		if ce := f.log.Check(zap.DebugLevel, "upstream LRS settings"); ce != nil {
 			ce.Write(zap.Stringer("response", resp))
 		}
-		f.s.setSettings(resp)
+		f.s.setSettings(f.d, resp)
 		select {
 		case answers <- struct{}{}:
 		default:
@@ -233,13 +233,13 @@ func (f *forwarder) sendLoop(st lrsv3.LoadReportingService_StreamLoadStatsClient
 				established = true
 				f.log.Info("upstream LRS stream established", zap.String("server", uri))
 			}
-			timer.Reset(f.s.current().interval)
+			timer.Reset(f.s.interval(f.d))
 		case now := <-timer.C:
 			if f.pickURI() != uri {
 				return established, errMoved
 			}
-			cur := f.s.current()
-			if stats := f.s.agg.Take(now, cur.keep()); len(stats) > 0 {
+			cur := f.s.destSettings(f.d)
+			if stats := f.d.agg.Take(now, cur.keep()); len(stats) > 0 {
 				if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.s.opts.Node, ClusterStats: stats}); err != nil {
 					return established, <-ended
 				}
@@ -250,4 +250,4 @@ func (f *forwarder) sendLoop(st lrsv3.LoadReportingService_StreamLoadStatsClient
 	}
 }
 
-func (f *forwarder) pickURI() string { return f.s.opts.Upstreams[f.pick()].URI }
+func (f *forwarder) pickURI() string { return f.d.upstreams[f.pick()].URI }

@@ -45,6 +45,10 @@ type Options struct {
 	// Current returns the URI of the server the relay's xDS stream is on
 	// now (or tries): the load goes there. Nil or "": the first upstream.
 	Current func() string
+	// Authorities with servers of their own, by name: the load of clusters
+	// named xdstp://AUTHORITY/... goes to them; the others' goes to
+	// Upstreams.
+	Authorities map[string]Authority
 	// Node is the node the relay presents upstream.
 	Node *corev3.Node
 	// Authorize, when set, decides for each reported cluster whether the
@@ -75,18 +79,18 @@ type Server struct {
 	opts Options
 	log  *zap.Logger
 	m    *metrics.Metrics
-	agg  *Aggregator
-	fw   *forwarder
-	ids  atomic.Uint64
+	// dests are where the load goes, by authority ("": the default servers).
+	dests map[string]*dest
+	ids   atomic.Uint64
 
 	mu sync.Mutex
 	// guarded by mu
-	settings settings
+	settings settings // what clients are told: the dests' merged
 	streams  map[uint64]*clientStream
 }
 
-// settings is what the upstream asked for (or the relay's default), with
-// a version that grows at each change.
+// settings is what an upstream asked for (or the relay's default); the
+// version, of what clients are told, grows at each change.
 type settings struct {
 	version     uint64
 	clusters    []string
@@ -95,7 +99,8 @@ type settings struct {
 	granularity bool
 }
 
-// New returns a Server; its forwarder runs until Close.
+// New returns a Server. A destination's forwarder starts with its first
+// report and runs until Close.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -109,20 +114,18 @@ func New(opts Options) *Server {
 	if opts.RetryUnimplemented <= 0 {
 		opts.RetryUnimplemented = 5 * time.Minute
 	}
-	s := &Server{opts: opts, log: opts.Logger, m: opts.Metrics, streams: map[uint64]*clientStream{},
-		settings: settings{version: 1, all: true, interval: opts.DefaultInterval}}
-	s.agg = NewAggregator(opts.MaxKeys, func(reason string, n int) {
-		s.m.LRSStatsDropped.WithLabelValues(reason).Add(float64(n))
-	})
-	s.fw = newForwarder(s)
+	s := &Server{opts: opts, log: opts.Logger, m: opts.Metrics, streams: map[uint64]*clientStream{}}
+	s.settings = s.defaultSettings()
+	s.settings.version = 1
+	s.newDests()
 	return s
 }
 
 // Register adds the service to g.
 func (s *Server) Register(g *grpc.Server) { lrsv3.RegisterLoadReportingServiceServer(g, s) }
 
-// Close stops the forwarder. Call it after the gRPC server stopped.
-func (s *Server) Close() { s.fw.close() }
+// Close stops the forwarders. Call it after the gRPC server stopped.
+func (s *Server) Close() { s.closeDests() }
 
 // clientStream is one client's StreamLoadStats.
 type clientStream struct {
@@ -189,7 +192,9 @@ func (s *Server) leave(cs *clientStream) {
 	s.mu.Lock()
 	delete(s.streams, cs.id)
 	s.mu.Unlock()
-	s.agg.Forget(cs.id)
+	for _, d := range s.dests {
+		d.agg.Forget(cs.id)
+	}
 	s.m.LRSClientStreams.Dec()
 }
 
@@ -212,7 +217,7 @@ func (s *Server) report(cs *clientStream, req *lrsv3.LoadStatsRequest) {
 		}
 		stats = kept
 	}
-	s.agg.Add(cs.id, stats, s.current().granularity)
+	s.add(cs.id, stats)
 }
 
 // allows reports whether cs may report the load of cluster: whether it may
@@ -262,34 +267,6 @@ func (s *Server) current() settings {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.settings
-}
-
-// setSettings takes the upstream's wishes and tells every client stream
-// when they changed.
-func (s *Server) setSettings(resp *lrsv3.LoadStatsResponse) settings {
-	st := settings{clusters: slices.Clone(resp.GetClusters()), all: resp.GetSendAllClusters(),
-		interval: resp.GetLoadReportingInterval().AsDuration(), granularity: resp.GetReportEndpointGranularity()}
-	if st.interval <= 0 {
-		st.interval = s.opts.DefaultInterval
-	}
-	slices.Sort(st.clusters)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.settings
-	st.version = old.version
-	if slices.Equal(st.clusters, old.clusters) && st.all == old.all && st.interval == old.interval &&
-		st.granularity == old.granularity {
-		return old
-	}
-	st.version++
-	s.settings = st
-	for _, cs := range s.streams {
-		select {
-		case cs.wake <- struct{}{}:
-		default:
-		}
-	}
-	return st
 }
 
 // keep returns the filter of the clusters st asks for (nil: all).

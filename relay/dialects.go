@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/xds-relay/xds-relay/authz"
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/csds"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway"
@@ -30,7 +31,8 @@ import (
 //   - gateway: gateway.control.v1 on the downstream listener, relayed to the
 //     default upstream servers with a cache of its own (see package gateway).
 //   - lrs: load reporting on the downstream listener; the aggregate goes to
-//     the default server the shared scope's xDS stream is on (defaultServer).
+//     the server the shared scope's xDS stream of the cluster's authority
+//     is on (sharedServer).
 //   - gRPC server reflection (v1 and v1alpha) on the downstream listener, so
 //     that grpcurl and grpcui can call CSDS and the gateway services without
 //     the .proto files at hand. It describes the services; it reads no state.
@@ -87,28 +89,43 @@ func (r *Relay) newDialects() error {
 	return nil
 }
 
-// newLRS creates the load reporting server over the default servers.
+// newLRS creates the load reporting server over the default servers and
+// the authorities with servers of their own.
 func (r *Relay) newLRS(az authz.Authorizer) {
-	o := lrs.Options{Current: r.defaultServer, Node: r.node, Authorize: az, Metrics: r.m, Logger: r.log.Named("lrs")}
-	for i, s := range r.cfg.Upstream.XDSServers {
-		c := r.creds.upstream[""][i]
-		o.Upstreams = append(o.Upstreams, lrs.Upstream{URI: s.ServerURI, Creds: c.transport, CallCreds: c.calls})
+	o := lrs.Options{Upstreams: r.lrsUpstreams("", r.cfg.Upstream.XDSServers), Current: r.sharedServer(""),
+		Authorities: map[string]lrs.Authority{}, Node: r.node, Authorize: az, Metrics: r.m, Logger: r.log.Named("lrs")}
+	for auth, a := range r.cfg.Upstream.Authorities {
+		if len(a.XDSServers) > 0 {
+			o.Authorities[auth] = lrs.Authority{Upstreams: r.lrsUpstreams(auth, a.XDSServers), Current: r.sharedServer(auth)}
+		}
 	}
 	r.dx.lrs = lrs.New(o)
 	r.dx.lrs.Register(r.grpc)
 }
 
-// defaultServer is the default server the shared scope's xDS stream is on
-// or tries ("" before it has one).
-func (r *Relay) defaultServer() string {
-	s := r.lock()
-	c := s.shared.upstreams[""]
-	s.unlock()
-	if c == nil {
-		return ""
+// lrsUpstreams are the servers of auth with their credentials.
+func (r *Relay) lrsUpstreams(auth string, servers []config.Server) []lrs.Upstream {
+	out := make([]lrs.Upstream, len(servers))
+	for i, s := range servers {
+		c := r.creds.upstream[auth][i]
+		out[i] = lrs.Upstream{URI: s.ServerURI, Creds: c.transport, CallCreds: c.calls}
 	}
-	_, server := c.State()
-	return server
+	return out
+}
+
+// sharedServer returns the function that says which server of auth the
+// shared scope's xDS stream is on or tries ("" before it has one).
+func (r *Relay) sharedServer(auth string) func() string {
+	return func() string {
+		s := r.lock()
+		c := s.shared.upstreams[auth]
+		s.unlock()
+		if c == nil {
+			return ""
+		}
+		_, server := c.State()
+		return server
+	}
 }
 
 // ServeREST serves REST-JSON polling on lis (the rest section's listener)

@@ -70,3 +70,45 @@ func TestLoadReportsReachDefaultServer(t *testing.T) {
 		}
 	}
 }
+
+// The load of an xdstp cluster goes to its authority's servers (gRFC A47).
+func TestLoadReportsReachAuthorityServer(t *testing.T) {
+	def := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	auth := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {XDSServers: []config.Server{{ServerURI: auth.Addr()}}}}
+	}))
+	conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	defer cancel()
+	st, err := lrsv3.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/c1"
+	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: "a"}, ClusterStats: []*endpointv3.ClusterStats{{
+		ClusterName: name, UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{TotalSuccessfulRequests: 7}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, got := auth.Received(); len(got) > 0 {
+			if got[0].GetClusterName() != name || got[0].GetUpstreamLocalityStats()[0].GetTotalSuccessfulRequests() != 7 {
+				t.Fatalf("the authority's server received %v", got)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the authority's server received nothing")
+		case <-auth.Got:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, got := def.Received(); len(got) > 0 {
+		t.Errorf("the default server received %v", got)
+	}
+}
