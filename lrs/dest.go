@@ -2,9 +2,9 @@ package lrs
 
 import (
 	"slices"
-	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
@@ -16,23 +16,25 @@ import (
 type Authority struct {
 	// Upstreams are the authority's servers, in order.
 	Upstreams []Upstream
-	// Current returns the URI of the server the relay's xDS stream for the
-	// authority is on now (or tries). Nil or "": the first.
-	Current func() string
 }
 
-// dest is where the load of some clusters goes: the default servers, or
-// an authority's. Each has its aggregate and a forwarder (an authority's
-// from its first report on).
+// maxDests bounds the destinations (node groups times authorities).
+const maxDests = 1000
+
+// destKey names a destination: an authority ("": the default servers) and
+// a node group ("": none).
+type destKey struct{ authority, group string }
+
+// dest is where the load of some clusters of some clients goes: the
+// default servers, or an authority's, for a node group. Each has its
+// aggregate and a forwarder presenting its node.
 type dest struct {
 	// set at creation, read-only
-	authority string // "" for the default servers
+	key       destKey
+	node      *corev3.Node
 	upstreams []Upstream
-	current   func() string
 	agg       *Aggregator
-
-	start sync.Once
-	fw    *forwarder // set by start; read after start.Do or closeOnce
+	fw        *forwarder
 
 	// guarded by Server.mu
 	settings settings
@@ -43,53 +45,60 @@ func (s *Server) defaultSettings() settings {
 	return settings{all: true, interval: s.opts.DefaultInterval}
 }
 
-// newDests creates the destinations: the default servers and each
-// authority with servers of its own.
-func (s *Server) newDests() {
-	s.dests = map[string]*dest{}
-	add := func(auth string, ups []Upstream, cur func() string) {
-		s.dests[auth] = &dest{authority: auth, upstreams: ups, current: cur, settings: s.defaultSettings(),
-			agg: NewAggregator(s.opts.MaxKeys, func(reason string, n int) {
-				s.m.LRSStatsDropped.WithLabelValues(reason).Add(float64(n))
-			})}
+// destLocked returns the destination of k, created (with its forwarder)
+// when absent; nil beyond maxDests or once closed.
+func (s *Server) destLocked(k destKey, node *corev3.Node) *dest {
+	if d := s.dests[k]; d != nil {
+		return d
 	}
-	add("", s.opts.Upstreams, s.opts.Current)
-	for auth, a := range s.opts.Authorities {
-		if len(a.Upstreams) > 0 {
-			add(auth, a.Upstreams, a.Current)
-		}
+	if s.closed || len(s.dests) >= maxDests {
+		return nil
 	}
-	// The default servers are asked at once, so that clients learn their
-	// wishes early; an authority's when a client reports one of its
-	// clusters.
-	s.startDest(s.dests[""])
+	ups := s.opts.Upstreams
+	if k.authority != "" {
+		ups = s.opts.Authorities[k.authority].Upstreams
+	}
+	if node == nil {
+		node = s.opts.Node
+	}
+	d := &dest{key: k, node: node, upstreams: ups, settings: s.defaultSettings(),
+		agg: NewAggregator(s.opts.MaxKeys, func(reason string, n int) {
+			s.m.LRSStatsDropped.WithLabelValues(reason).Add(float64(n))
+		})}
+	d.fw = newForwarder(s, d)
+	s.dests[k] = d
+	return d
 }
 
-func (s *Server) startDest(d *dest) { d.start.Do(func() { d.fw = newForwarder(s, d) }) }
-
-// destOf returns where the load of cluster goes: its xdstp authority's
-// servers when that authority has servers of its own, else the default
-// servers.
-func (s *Server) destOf(cluster string) *dest {
-	if auth, ok := keying.Authority(cluster); ok {
-		if d := s.dests[auth]; d != nil {
-			return d
-		}
+// authorityOf returns the authority whose servers take the load of cluster:
+// its xdstp authority when that has servers of its own, else "".
+func (s *Server) authorityOf(cluster string) string {
+	if auth, ok := keying.Authority(cluster); ok && len(s.opts.Authorities[auth].Upstreams) > 0 {
+		return auth
 	}
-	return s.dests[""]
+	return ""
 }
 
-// add sums stats into their destinations' aggregates, starting the
-// forwarders of those that had none.
-func (s *Server) add(client uint64, stats []*endpointv3.ClusterStats) {
-	by := map[*dest][]*endpointv3.ClusterStats{}
-	for _, cs := range stats {
-		d := s.destOf(cs.GetClusterName())
-		by[d] = append(by[d], cs)
+// add sums stats of cs into their destinations' aggregates.
+func (s *Server) add(cs *clientStream, stats []*endpointv3.ClusterStats) {
+	by := map[string][]*endpointv3.ClusterStats{}
+	for _, c := range stats {
+		a := s.authorityOf(c.GetClusterName())
+		by[a] = append(by[a], c)
 	}
-	for d, st := range by {
-		s.startDest(d)
-		d.agg.Add(client, st, s.destSettings(d).granularity)
+	for auth, st := range by {
+		s.mu.Lock()
+		d := s.destLocked(destKey{auth, cs.group}, cs.groupNode)
+		var granularity bool
+		if d != nil {
+			granularity = d.settings.granularity
+		}
+		s.mu.Unlock()
+		if d == nil {
+			s.m.LRSStatsDropped.WithLabelValues(DropLimit).Add(float64(len(st)))
+			continue
+		}
+		d.agg.Add(cs.id, st, granularity)
 	}
 }
 
@@ -99,13 +108,24 @@ func (s *Server) destSettings(d *dest) settings {
 	return d.settings
 }
 
-// closeDests stops the forwarders.
-func (s *Server) closeDests() {
+// allDests returns the destinations.
+func (s *Server) allDests() []*dest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*dest, 0, len(s.dests))
 	for _, d := range s.dests {
-		d.start.Do(func() {}) // none starts after this
-		if d.fw != nil {
-			d.fw.close()
-		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// closeDests stops the forwarders; none starts after.
+func (s *Server) closeDests() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	for _, d := range s.allDests() {
+		d.fw.close()
 	}
 }
 

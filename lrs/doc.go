@@ -18,16 +18,18 @@
 // metrics and drop categories of each, are bounded; what is not aggregated
 // is counted in xds_relay_lrs_stats_dropped_total.
 //
-// The load goes to a destination per cluster: the servers of its xdstp
-// authority when that authority has servers of its own (gRFC A47), else
-// the default servers. Each destination has its aggregate and one
-// forwarder keeping one StreamLoadStats to the server the relay's xDS
-// stream for it is on now (Options.Current, Authority.Current; it follows
-// fallback), presenting the relay's node, which sends the aggregate once
-// per upstream interval (an interval with no load is skipped);
-// load_report_interval is the time the aggregate covers. The default
-// servers' forwarder starts at once, an authority's with the first report
-// of one of its clusters. Clients are told the destinations' wishes
+// The load goes to a destination per (authority, node group): the servers
+// of the cluster's xdstp authority when that authority has servers of its
+// own (gRFC A47), else the default servers; and the client's node group
+// under keying.group_by (Options.Group), presenting the group's node, else
+// the relay's node. Each destination has its aggregate and one forwarder
+// keeping one StreamLoadStats to the server the relay's xDS stream for it
+// is on now (Options.Current; it follows fallback), which sends the
+// aggregate once per upstream interval (an interval with no load is
+// skipped); load_report_interval is the time the aggregate covers. The
+// default servers' forwarder starts at once, another with the first report
+// that goes there; destinations are bounded (1000; the stats beyond are
+// dropped, counted) and kept until Close. Clients are told the destinations' wishes
 // merged: every cluster one asks for (send_all_clusters when one does, or
 // has not answered yet), the shortest interval, endpoint granularity when
 // one asks for it; each destination forwards only the clusters it asked
@@ -40,9 +42,6 @@
 // once and asked again after Options.RetryUnimplemented; meanwhile the
 // aggregate is dropped each interval and counted
 // (xds_relay_lrs_reports_total{result="unforwarded"}).
-//
-// Not yet: keying.group_by node groups share their destination's upstream
-// stream, presenting the relay's own node.
 //
 // # Concurrency
 //

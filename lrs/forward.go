@@ -44,7 +44,8 @@ type forwarder struct {
 }
 
 func newForwarder(s *Server, d *dest) *forwarder {
-	f := &forwarder{s: s, d: d, log: s.log.Named("upstream").With(zap.String("authority", d.authority)),
+	f := &forwarder{s: s, d: d, log: s.log.Named("upstream").With(zap.String("authority", d.key.authority),
+		zap.String("group", d.key.group)),
 		done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.run()
@@ -105,10 +106,10 @@ func (f *forwarder) run() {
 // pick returns the index of the server the load goes to: the one the xDS
 // stream is on, else the first.
 func (f *forwarder) pick() int {
-	if f.d.current == nil {
+	if f.s.opts.Current == nil {
 		return 0
 	}
-	cur := f.d.current()
+	cur := f.s.opts.Current(f.d.key.authority, f.d.key.group)
 	for i, u := range f.d.upstreams {
 		if u.URI == cur {
 			return i
@@ -172,7 +173,7 @@ func (f *forwarder) stream(idx int) (established bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.s.opts.Node}); err != nil {
+	if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.d.node}); err != nil {
 		return false, recvErr(st, err)
 	}
 	var wg sync.WaitGroup
@@ -240,7 +241,7 @@ func (f *forwarder) sendLoop(st lrsv3.LoadReportingService_StreamLoadStatsClient
 			}
 			cur := f.s.destSettings(f.d)
 			if stats := f.d.agg.Take(now, cur.keep()); len(stats) > 0 {
-				if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.s.opts.Node, ClusterStats: stats}); err != nil {
+				if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.d.node, ClusterStats: stats}); err != nil {
 					return established, <-ended
 				}
 				f.s.m.LRSReports.WithLabelValues("sent").Inc()

@@ -60,13 +60,19 @@ type client struct {
 
 func (r *relayLRS) client(t *testing.T, id string) *client {
 	t.Helper()
+	return r.clientNode(t, &corev3.Node{Id: id})
+}
+
+// clientNode is a client presenting node.
+func (r *relayLRS) clientNode(t *testing.T, node *corev3.Node) *client {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := lrsv3.NewLoadReportingServiceClient(r.conn).StreamLoadStats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &client{st: st, cancel: cancel, resps: make(chan *lrsv3.LoadStatsResponse, 16)}
-	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: id}}); err != nil {
+	if err := st.Send(&lrsv3.LoadStatsRequest{Node: node}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

@@ -46,7 +46,7 @@ func TestFollowsCurrentServer(t *testing.T) {
 	var current atomic.Value
 	current.Store(a.Addr())
 	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: a.Addr()}, {URI: b.Addr()}},
-		Current: func() string { return current.Load().(string) }})
+		Current: func(string, string) string { return current.Load().(string) }})
 	c := r.client(t, "a")
 	want := sums{}
 	send := func(n uint64) {

@@ -42,9 +42,14 @@ type Options struct {
 	// Upstreams are the default servers, in order. Without any, reports are
 	// aggregated and dropped (counted).
 	Upstreams []Upstream
-	// Current returns the URI of the server the relay's xDS stream is on
-	// now (or tries): the load goes there. Nil or "": the first upstream.
-	Current func() string
+	// Current returns the URI of the server that the relay's xDS stream of
+	// authority ("": the default servers) for the node group ("": none) is
+	// on now (or tries): the load goes there. Nil or "": the first server.
+	Current func(authority, group string) string
+	// Group returns the node group of a client's node under
+	// keying.group_by, and the node the relay presents for it; "": none
+	// (the relay's node). Nil: no groups.
+	Group func(node *corev3.Node) (key string, groupNode *corev3.Node)
 	// Authorities with servers of their own, by name: the load of clusters
 	// named xdstp://AUTHORITY/... goes to them; the others' goes to
 	// Upstreams.
@@ -79,14 +84,14 @@ type Server struct {
 	opts Options
 	log  *zap.Logger
 	m    *metrics.Metrics
-	// dests are where the load goes, by authority ("": the default servers).
-	dests map[string]*dest
-	ids   atomic.Uint64
+	ids  atomic.Uint64
 
 	mu sync.Mutex
 	// guarded by mu
 	settings settings // what clients are told: the dests' merged
 	streams  map[uint64]*clientStream
+	dests    map[destKey]*dest // where the load goes
+	closed   bool
 }
 
 // settings is what an upstream asked for (or the relay's default); the
@@ -117,7 +122,12 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Logger, m: opts.Metrics, streams: map[uint64]*clientStream{}}
 	s.settings = s.defaultSettings()
 	s.settings.version = 1
-	s.newDests()
+	s.dests = map[destKey]*dest{}
+	// The default servers are asked at once, so that clients learn their
+	// wishes early; other destinations start with their first report.
+	s.mu.Lock()
+	s.destLocked(destKey{}, nil)
+	s.mu.Unlock()
 	return s
 }
 
@@ -132,6 +142,8 @@ type clientStream struct {
 	id        uint64
 	ss        lrsv3.LoadReportingService_StreamLoadStatsServer
 	principal *authz.Principal
+	group     string        // node group key ("": none)
+	groupNode *corev3.Node  // what the relay presents for the group
 	wake      chan struct{} // one slot: the settings changed
 	done      chan struct{} // closed when the handler ends
 	// owned by the handler goroutine
@@ -177,6 +189,9 @@ func (s *Server) join(ss lrsv3.LoadReportingService_StreamLoadStatsServer, node 
 	p.SPIFFEID, p.URISANs, p.MTLS = tlsconfig.PeerIdentity(ss.Context())
 	cs := &clientStream{id: s.ids.Add(1), ss: ss, principal: p, wake: make(chan struct{}, 1),
 		done: make(chan struct{}), allowed: map[string]bool{}}
+	if s.opts.Group != nil {
+		cs.group, cs.groupNode = s.opts.Group(node)
+	}
 	cs.wake <- struct{}{}
 	s.mu.Lock()
 	s.streams[cs.id] = cs
@@ -192,7 +207,7 @@ func (s *Server) leave(cs *clientStream) {
 	s.mu.Lock()
 	delete(s.streams, cs.id)
 	s.mu.Unlock()
-	for _, d := range s.dests {
+	for _, d := range s.allDests() {
 		d.agg.Forget(cs.id)
 	}
 	s.m.LRSClientStreams.Dec()
@@ -217,7 +232,7 @@ func (s *Server) report(cs *clientStream, req *lrsv3.LoadStatsRequest) {
 		}
 		stats = kept
 	}
-	s.add(cs.id, stats)
+	s.add(cs, stats)
 }
 
 // allows reports whether cs may report the load of cluster: whether it may

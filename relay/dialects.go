@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/reflection"
 
@@ -19,8 +20,10 @@ import (
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
+	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/lrs"
 	"github.com/xds-relay/xds-relay/rest"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // The other ways in (CONTRACT.md, "More ways in"): edge packages on the same
@@ -31,8 +34,8 @@ import (
 //   - gateway: gateway.control.v1 on the downstream listener, relayed to the
 //     default upstream servers with a cache of its own (see package gateway).
 //   - lrs: load reporting on the downstream listener; the aggregate goes to
-//     the server the shared scope's xDS stream of the cluster's authority
-//     is on (sharedServer).
+//     the server the xDS stream of the cluster's authority is on, in the
+//     client's node group's scope (lrsServer).
 //   - gRPC server reflection (v1 and v1alpha) on the downstream listener, so
 //     that grpcurl and grpcui can call CSDS and the gateway services without
 //     the .proto files at hand. It describes the services; it reads no state.
@@ -90,13 +93,23 @@ func (r *Relay) newDialects() error {
 }
 
 // newLRS creates the load reporting server over the default servers and
-// the authorities with servers of their own.
+// the authorities with servers of their own, with one destination per node
+// group under keying.group_by.
 func (r *Relay) newLRS(az authz.Authorizer) {
-	o := lrs.Options{Upstreams: r.lrsUpstreams("", r.cfg.Upstream.XDSServers), Current: r.sharedServer(""),
+	o := lrs.Options{Upstreams: r.lrsUpstreams("", r.cfg.Upstream.XDSServers), Current: r.lrsServer,
 		Authorities: map[string]lrs.Authority{}, Node: r.node, Authorize: az, Metrics: r.m, Logger: r.log.Named("lrs")}
 	for auth, a := range r.cfg.Upstream.Authorities {
 		if len(a.XDSServers) > 0 {
-			o.Authorities[auth] = lrs.Authority{Upstreams: r.lrsUpstreams(auth, a.XDSServers), Current: r.sharedServer(auth)}
+			o.Authorities[auth] = lrs.Authority{Upstreams: r.lrsUpstreams(auth, a.XDSServers)}
+		}
+	}
+	if len(r.groupBy) > 0 {
+		o.Group = func(node *corev3.Node) (string, *corev3.Node) {
+			key := keying.GroupKey(r.groupBy, node)
+			if key == "" {
+				return "", nil
+			}
+			return key, keying.GroupNode(r.node, r.groupBy, node, key)
 		}
 	}
 	r.dx.lrs = lrs.New(o)
@@ -113,19 +126,24 @@ func (r *Relay) lrsUpstreams(auth string, servers []config.Server) []lrs.Upstrea
 	return out
 }
 
-// sharedServer returns the function that says which server of auth the
-// shared scope's xDS stream is on or tries ("" before it has one).
-func (r *Relay) sharedServer(auth string) func() string {
-	return func() string {
-		s := r.lock()
-		c := s.shared.upstreams[auth]
-		s.unlock()
-		if c == nil {
-			return ""
-		}
-		_, server := c.State()
-		return server
+// lrsServer is the server of auth that the xDS stream of group's scope (the
+// shared scope for "") is on or tries; "" when it has none.
+func (r *Relay) lrsServer(auth, group string) string {
+	s := r.lock()
+	sc := s.shared
+	if group != "" {
+		sc = s.scopes["group:"+group]
 	}
+	var c *upstream.Client
+	if sc != nil {
+		c = sc.upstreams[auth]
+	}
+	s.unlock()
+	if c == nil {
+		return ""
+	}
+	_, server := c.State()
+	return server
 }
 
 // ServeREST serves REST-JSON polling on lis (the rest section's listener)

@@ -112,3 +112,37 @@ func TestLoadReportsReachAuthorityServer(t *testing.T) {
 		t.Errorf("the default server received %v", got)
 	}
 }
+
+// Under keying.group_by a group's load goes on a stream presenting the
+// group's node.
+func TestLoadReportsOfNodeGroups(t *testing.T) {
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	r := xdstest.StartRelay(t, u.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Keying = &config.Keying{GroupBy: []string{"cluster"}}
+	}))
+	conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	defer cancel()
+	st, err := lrsv3.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: "a", Cluster: "blue"}, ClusterStats: []*endpointv3.ClusterStats{{
+		ClusterName: "c1", UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{TotalSuccessfulRequests: 7}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	const node = "xds-relay-test/cluster=blue"
+	for len(u.ReceivedFrom(node)) == 0 {
+		select {
+		case <-ctx.Done():
+			nodes, _ := u.Received()
+			t.Fatalf("nothing received on a stream of %s; nodes %v", node, nodes)
+		case <-u.Got:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

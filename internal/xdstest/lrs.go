@@ -31,10 +31,11 @@ type LRSUpstream struct {
 	// Got has a value after each request (one slot).
 	Got chan struct{}
 
-	addr  string
-	mu    sync.Mutex
-	nodes []*core.Node
-	stats []*endpointv3.ClusterStats
+	addr   string
+	mu     sync.Mutex
+	nodes  []*core.Node
+	stats  []*endpointv3.ClusterStats
+	byNode map[string][]*endpointv3.ClusterStats // by the node id of the stream's first request
 }
 
 // StartLRS serves u until the test ends.
@@ -71,12 +72,16 @@ func (u *LRSUpstream) Addr() string { return u.addr }
 
 // StreamLoadStats records the stream's requests and answers the first.
 func (u *LRSUpstream) StreamLoadStats(ss lrsv3.LoadReportingService_StreamLoadStatsServer) error {
+	var node string
 	for first := true; ; first = false {
 		req, err := ss.Recv()
 		if err != nil {
 			return err
 		}
-		u.record(req)
+		if first {
+			node = req.GetNode().GetId()
+		}
+		u.record(node, req)
 		if !first {
 			continue
 		}
@@ -93,8 +98,12 @@ func (u *LRSUpstream) StreamLoadStats(ss lrsv3.LoadReportingService_StreamLoadSt
 	}
 }
 
-func (u *LRSUpstream) record(req *lrsv3.LoadStatsRequest) {
+func (u *LRSUpstream) record(node string, req *lrsv3.LoadStatsRequest) {
 	u.mu.Lock()
+	if u.byNode == nil {
+		u.byNode = map[string][]*endpointv3.ClusterStats{}
+	}
+	u.byNode[node] = append(u.byNode[node], req.GetClusterStats()...)
 	if req.GetNode() != nil {
 		u.nodes = append(u.nodes, req.GetNode())
 	}
@@ -111,4 +120,12 @@ func (u *LRSUpstream) Received() (nodes []*core.Node, stats []*endpointv3.Cluste
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append(nodes, u.nodes...), append(stats, u.stats...)
+}
+
+// ReceivedFrom returns the cluster stats received so far on the streams
+// whose first request presented the node id.
+func (u *LRSUpstream) ReceivedFrom(nodeID string) []*endpointv3.ClusterStats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]*endpointv3.ClusterStats(nil), u.byNode[nodeID]...)
 }
