@@ -2,6 +2,7 @@ package lrs_test
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/lrs"
 )
 
@@ -167,5 +169,14 @@ func TestAggregateBounded(t *testing.T) {
 		CpuUtilization: &endpointv3.UnnamedEndpointLoadMetricStats{NumRequestsFinishedWithMetric: 1, TotalMetricValue: math.NaN()}}}}}, false)
 	if dropped[lrs.DropInvalid] != 1 {
 		t.Errorf("dropped %v, want the NaN counted invalid", dropped)
+	}
+}
+
+// The drop reasons are the metric's known label values.
+func TestDropReasonsAreKnownLabels(t *testing.T) {
+	for _, r := range []string{lrs.DropLimit, lrs.DropInvalid, lrs.DropDenied} {
+		if !slices.Contains(metrics.LRSDropReasons, r) {
+			t.Errorf("reason %q is not in metrics.LRSDropReasons %v", r, metrics.LRSDropReasons)
+		}
 	}
 }

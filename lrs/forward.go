@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"github.com/xds-relay/xds-relay/internal/metrics"
 )
 
 // Backoff between attempts to reach an upstream.
@@ -58,7 +60,7 @@ func (f *forwarder) close() {
 	f.cancel()
 	<-f.done
 	if stats := f.d.agg.Take(time.Now(), nil); len(stats) > 0 {
-		f.s.m.LRSReports.WithLabelValues("unforwarded").Inc()
+		f.s.m.LRSReports.WithLabelValues(metrics.LRSUnforwarded).Inc()
 	}
 }
 
@@ -134,7 +136,7 @@ func (f *forwarder) dropFor(ctx context.Context, d time.Duration) {
 			return
 		case now := <-t.C:
 			if stats := f.d.agg.Take(now, nil); len(stats) > 0 {
-				f.s.m.LRSReports.WithLabelValues("unforwarded").Inc()
+				f.s.m.LRSReports.WithLabelValues(metrics.LRSUnforwarded).Inc()
 			}
 		}
 	}
@@ -244,7 +246,7 @@ func (f *forwarder) sendLoop(st lrsv3.LoadReportingService_StreamLoadStatsClient
 				if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.d.node, ClusterStats: stats}); err != nil {
 					return established, <-ended
 				}
-				f.s.m.LRSReports.WithLabelValues("sent").Inc()
+				f.s.m.LRSReports.WithLabelValues(metrics.LRSSent).Inc()
 			}
 			timer.Reset(cur.interval)
 		}

@@ -219,7 +219,7 @@ func (s *Server) report(cs *clientStream, req *lrsv3.LoadStatsRequest) {
 	if len(stats) == 0 {
 		return
 	}
-	s.m.LRSReports.WithLabelValues("received").Inc()
+	s.m.LRSReports.WithLabelValues(metrics.LRSReceived).Inc()
 	if s.opts.Authorize != nil {
 		kept := stats[:0:0]
 		for _, c := range stats {

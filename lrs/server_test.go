@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 	"github.com/xds-relay/xds-relay/lrs"
 )
@@ -103,7 +104,7 @@ func TestClientsReportsReachUpstreamSummed(t *testing.T) {
 	if len(nodes) == 0 || nodes[0].GetId() != "xds-relay-1" {
 		t.Errorf("upstream saw nodes %v, want the relay's", nodes)
 	}
-	if n := testutil.ToFloat64(r.m.LRSReports.WithLabelValues("received")); n != 15 {
+	if n := testutil.ToFloat64(r.m.LRSReports.WithLabelValues(metrics.LRSReceived)); n != 15 {
 		t.Errorf("reports received = %v, want 15", n)
 	}
 	if n := testutil.ToFloat64(r.m.LRSClientStreams); n != 3 {
@@ -154,7 +155,7 @@ func TestUnimplementedUpstream(t *testing.T) {
 	c := r.client(t, "a")
 	c.next(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(r.m.LRSReports.WithLabelValues("unforwarded")) == 0 {
+	for testutil.ToFloat64(r.m.LRSReports.WithLabelValues(metrics.LRSUnforwarded)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no report counted unforwarded within 10s")
 		}

@@ -427,7 +427,24 @@ func (m *Metrics) initLabels() {
 	for _, r := range []string{"received", "forwarded", "failed", "dropped"} {
 		m.GatewayReports.WithLabelValues(r)
 	}
+	for _, r := range []string{LRSReceived, LRSSent, LRSUnforwarded} {
+		m.LRSReports.WithLabelValues(r)
+	}
+	for _, r := range LRSDropReasons {
+		m.LRSStatsDropped.WithLabelValues(r)
+	}
 }
+
+// The result label values of xds_relay_lrs_reports_total.
+const (
+	LRSReceived    = "received"    // a client's report
+	LRSSent        = "sent"        // an aggregated report sent upstream
+	LRSUnforwarded = "unforwarded" // an aggregated report no upstream took
+)
+
+// LRSDropReasons are the reason label values of
+// xds_relay_lrs_stats_dropped_total (package lrs's Drop* constants).
+var LRSDropReasons = []string{"limit", "invalid", "denied"}
 
 // InitUpstream creates an upstream's counters at zero, for each of its
 // servers and resync reasons: the first reconnect or resync is then an
