@@ -26,9 +26,10 @@
 // keeping one StreamLoadStats to the server the relay's xDS stream for it
 // is on now (Options.Current; it follows fallback), which sends the
 // aggregate once per upstream interval (an interval with no load is
-// skipped); load_report_interval is the time the aggregate covers. The
-// default servers' forwarder starts at once, another with the first report
-// that goes there; destinations are bounded (1000; the stats beyond are
+// skipped); load_report_interval is the time the aggregate covers. A
+// relay whose clients do not report opens no upstream stream: the default
+// servers' forwarder (of a node group) starts with the first client stream
+// (of that group), an authority's with the first report that goes there; destinations are bounded (1000; the stats beyond are
 // dropped, counted) and kept until Close. Clients are told the destinations' wishes
 // merged: every cluster one asks for (send_all_clusters when one does, or
 // has not answered yet), the shortest interval, endpoint granularity when

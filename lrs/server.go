@@ -104,8 +104,9 @@ type settings struct {
 	granularity bool
 }
 
-// New returns a Server. A destination's forwarder starts with its first
-// report and runs until Close.
+// New returns a Server. A destination's forwarder starts with the first
+// client stream (the default servers) or report that goes there, and runs
+// until Close.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -123,11 +124,6 @@ func New(opts Options) *Server {
 	s.settings = s.defaultSettings()
 	s.settings.version = 1
 	s.dests = map[destKey]*dest{}
-	// The default servers are asked at once, so that clients learn their
-	// wishes early; other destinations start with their first report.
-	s.mu.Lock()
-	s.destLocked(destKey{}, nil)
-	s.mu.Unlock()
 	return s
 }
 
@@ -195,6 +191,9 @@ func (s *Server) join(ss lrsv3.LoadReportingService_StreamLoadStatsServer, node 
 	cs.wake <- struct{}{}
 	s.mu.Lock()
 	s.streams[cs.id] = cs
+	// The default servers are asked when a client arrives, so that it
+	// learns their wishes early; an authority's with its first report.
+	s.destLocked(destKey{"", cs.group}, cs.groupNode)
 	s.mu.Unlock()
 	s.m.LRSClientStreams.Inc()
 	s.log.Debug("LRS client stream", zap.Uint64("stream", cs.id), zap.String("node", p.NodeID))

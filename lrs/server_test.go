@@ -163,3 +163,16 @@ func TestUnimplementedUpstream(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Without clients the relay opens no upstream LRS stream (an upstream
+// without LRS is then never bothered, nor logged about).
+func TestNoClientsNoUpstreamStream(t *testing.T) {
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}})
+	select {
+	case <-u.Got:
+		nodes, _ := u.Received()
+		t.Errorf("the upstream was asked by %v without any client", nodes)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
