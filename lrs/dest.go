@@ -38,6 +38,7 @@ type dest struct {
 
 	// guarded by Server.mu
 	settings settings
+	answered bool // the upstream has answered once
 }
 
 // defaultSettings is what the relay says before an upstream answered.
@@ -129,8 +130,9 @@ func (s *Server) closeDests() {
 	}
 }
 
-// setSettings takes an upstream's wishes for d and tells every client
-// stream when what they are told changed.
+// setSettings takes an upstream's wishes for d and wakes every client
+// stream: what they are told may have changed, or their first answer may
+// wait for it.
 func (s *Server) setSettings(d *dest, resp *lrsv3.LoadStatsResponse) {
 	st := settings{clusters: slices.Clone(resp.GetClusters()), all: resp.GetSendAllClusters(),
 		interval: resp.GetLoadReportingInterval().AsDuration(), granularity: resp.GetReportEndpointGranularity()}
@@ -140,13 +142,12 @@ func (s *Server) setSettings(d *dest, resp *lrsv3.LoadStatsResponse) {
 	slices.Sort(st.clusters)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d.settings = st
-	merged := s.mergeLocked()
-	if merged.same(s.settings) {
-		return
+	d.settings, d.answered = st, true
+	if merged := s.mergeLocked(); !merged.same(s.settings) {
+		merged.version = s.settings.version + 1
+		s.settings = merged
 	}
-	merged.version = s.settings.version + 1
-	s.settings = merged
+	// Woken even when nothing changed: a first answer may wait for this.
 	for _, cs := range s.streams {
 		select {
 		case cs.wake <- struct{}{}:

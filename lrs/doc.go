@@ -2,11 +2,13 @@
 // LoadReportingService/StreamLoadStats, gRFC A27) to the fleet behind the
 // relay and forwards the sum of its clients' reports upstream.
 //
-// A client stream is answered at once with the upstream's wishes as the
-// relay last received them — clusters or send_all_clusters,
-// load_reporting_interval, report_endpoint_granularity — and again at each
-// change. Before the upstream has answered, the relay answers with its own
-// default: send_all_clusters, DefaultInterval, no endpoint granularity.
+// A client stream is answered with the upstream's wishes as the relay last
+// received them — clusters or send_all_clusters, load_reporting_interval,
+// report_endpoint_granularity — and again at each change. Its first answer
+// waits for the upstream's (at most Options.FirstAnswerWait: grpc-go keeps
+// the first answer for the stream's life); when the upstream has not
+// answered by then, the relay answers with its own default:
+// send_all_clusters, DefaultInterval, no endpoint granularity.
 //
 // Every client report is summed into one Aggregator, per (cluster,
 // cluster_service_name, locality) and, when the upstream asks for endpoint

@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/google/go-cmp/cmp"
@@ -21,7 +22,7 @@ func TestOutageAccumulates(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	_ = lis.Close() // nothing listens there until the upstream starts
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: addr}}})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: addr}}, FirstAnswerWait: 50 * time.Millisecond})
 	c := r.client(t, "a")
 	c.next(t) // the relay's default
 	want := sums{}

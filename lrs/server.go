@@ -66,6 +66,11 @@ type Options struct {
 	// answered, and the pace at which reports are dropped while it cannot
 	// take them. Default DefaultInterval.
 	DefaultInterval time.Duration
+	// FirstAnswerWait is how long a new client's first answer waits for
+	// the upstream's wishes before the relay answers with its default:
+	// grpc-go keeps the interval and clusters of the first answer for the
+	// stream's life. Default 2 s.
+	FirstAnswerWait time.Duration
 	// RetryUnimplemented is how long the relay waits before asking again an
 	// upstream that does not implement LRS. Default 5 minutes.
 	RetryUnimplemented time.Duration
@@ -116,6 +121,9 @@ func New(opts Options) *Server {
 	}
 	if opts.DefaultInterval <= 0 {
 		opts.DefaultInterval = DefaultInterval
+	}
+	if opts.FirstAnswerWait <= 0 {
+		opts.FirstAnswerWait = 2 * time.Second
 	}
 	if opts.RetryUnimplemented <= 0 {
 		opts.RetryUnimplemented = 5 * time.Minute
@@ -252,15 +260,26 @@ func (s *Server) allows(cs *clientStream, cluster string) bool {
 }
 
 // sendLoop sends the settings to the client at start and at each change,
-// until the handler ends or a send fails.
+// until the handler ends or a send fails. The first answer waits for the
+// client's default destination's upstream to answer, at most
+// FirstAnswerWait.
 func (s *Server) sendLoop(cs *clientStream) {
+	hold := time.NewTimer(s.opts.FirstAnswerWait)
+	defer hold.Stop()
+	held := true
 	var sent uint64
 	for {
 		select {
 		case <-cs.done:
 			return
 		case <-cs.wake:
+		case <-hold.C:
+			held = false
 		}
+		if held && !s.answered(cs) {
+			continue
+		}
+		held = false
 		st := s.current()
 		if st.version == sent {
 			continue
@@ -270,6 +289,15 @@ func (s *Server) sendLoop(cs *clientStream) {
 		}
 		sent = st.version
 	}
+}
+
+// answered reports whether the upstream of cs's default destination has
+// answered.
+func (s *Server) answered(cs *clientStream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[destKey{"", cs.group}]
+	return d != nil && d.answered
 }
 
 func (st settings) response() *lrsv3.LoadStatsResponse {

@@ -131,13 +131,14 @@ func TestInProgressOfConnectedClients(t *testing.T) {
 	waitFor(t, u, "3 in progress once a left", func(s []*endpointv3.ClusterStats) bool { return latest(s) == 3 })
 }
 
-// Before the upstream answers, clients get the relay's default; the
-// upstream's wishes follow as soon as they arrive.
+// A client's first answer waits a moment for the upstream's wishes; then it
+// gets the relay's default, and the upstream's wishes as soon as they
+// arrive.
 func TestDefaultUntilUpstreamAnswers(t *testing.T) {
 	hold := make(chan struct{})
 	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{Hold: hold, Resp: &lrsv3.LoadStatsResponse{Clusters: []string{"c1"},
 		LoadReportingInterval: durationpb.New(time.Second), ReportEndpointGranularity: true}})
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}, FirstAnswerWait: 50 * time.Millisecond})
 	c := r.client(t, "a")
 	want := &lrsv3.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(lrs.DefaultInterval)}
 	if got := c.next(t); !cmp.Equal(want, got, protocmp.Transform()) {
@@ -151,7 +152,8 @@ func TestDefaultUntilUpstreamAnswers(t *testing.T) {
 // is counted as not forwarded.
 func TestUnimplementedUpstream(t *testing.T) {
 	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{Unimplemented: true})
-	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}, DefaultInterval: 50 * time.Millisecond})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}, DefaultInterval: 50 * time.Millisecond,
+		FirstAnswerWait: 50 * time.Millisecond})
 	c := r.client(t, "a")
 	c.next(t)
 	deadline := time.Now().Add(10 * time.Second)
@@ -174,5 +176,17 @@ func TestNoClientsNoUpstreamStream(t *testing.T) {
 		nodes, _ := u.Received()
 		t.Errorf("the upstream was asked by %v without any client", nodes)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// A client's first answer is the upstream's wishes when the upstream
+// answers in time: grpc-go keeps the first answer for its stream's life.
+func TestFirstAnswerIsUpstreams(t *testing.T) {
+	u := xdstest.StartLRS(t, &xdstest.LRSUpstream{})
+	r := startRelay(t, lrs.Options{Upstreams: []lrs.Upstream{{URI: u.Addr()}}})
+	for _, id := range []string{"a", "b"} {
+		if got := r.client(t, id).next(t); !cmp.Equal(u.Resp, got, protocmp.Transform()) {
+			t.Errorf("client %s: first answer %v, want the upstream's %v", id, got, u.Resp)
+		}
 	}
 }
