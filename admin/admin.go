@@ -66,6 +66,9 @@ var Endpoints = []Endpoint{
 	{"DELETE /drain", "200: end the drain of POST /drain (also when none lasts): /readyz and gRPC health answer as " +
 		"without it, new streams are accepted; a SIGTERM shutdown is never ended"},
 	{"GET /debug/cache?type=&prefix=&authority=", "JSON: the cached resource variants"},
+	{"GET /debug/config_dump?type=&name=&node=&limit=&next=", "JSON: the cached resources with their bodies " +
+		"(type: a type URL or its last element; node: what that client holds; limit: 100, at most 1000), " +
+		"and the path of the next page"},
 	{"GET /debug/clients?node=&type=&name=&after=&limit=&names=", "JSON: one page of the downstream streams " +
 		"(node: glob on the node id; limit: 100, at most 1000; names per type: 100), the total and the next page"},
 	{"GET /debug/upstreams", "JSON: the upstream clients and their connection state"},
@@ -127,6 +130,7 @@ func Handler(src Source, opts ...Option) http.Handler {
 			Authority:  q.Get("authority"),
 		}))
 	})
+	mux.HandleFunc("GET "+dumpPath, s.configDump)
 	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, req *http.Request) {
 		q, err := clientQuery(req.URL.Query())
 		if err != nil {

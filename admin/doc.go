@@ -1,6 +1,6 @@
 // Package admin is the relay's admin HTTP API (docs/INTERFACE.md, "Admin
 // HTTP"): liveness and readiness, POST and DELETE /drain, Prometheus
-// metrics, the JSON debug views (/debug/cache, /debug/clients,
+// metrics, the JSON debug views (/debug/cache, /debug/config_dump, /debug/clients,
 // /debug/upstreams, /debug/rollouts, /debug/gateway), the effective
 // configuration with secrets redacted, the runtime log level, pprof, and
 // the HTML status page at "/". ProbeHandler serves the probes and the

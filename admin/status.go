@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
 	"github.com/xds-relay/xds-relay/relay"
 	"github.com/xds-relay/xds-relay/upstream"
@@ -63,11 +64,16 @@ type FleetOverview struct {
 	ByType []TypeStreams `json:"by_type"`
 }
 
-// TypeStreams is how many streams of each protocol subscribe to one type.
+// TypeStreams is how many streams of each protocol subscribe to one type,
+// and how many are in each sync state (xds_relay_fleet_sync_streams):
+// Current (latest response ACKed, nothing pending), Behind, NACKing.
 type TypeStreams struct {
-	Type  string `json:"type"`
-	SotW  int    `json:"sotw"`
-	Delta int    `json:"delta"`
+	Type    string `json:"type"`
+	SotW    int    `json:"sotw"`
+	Delta   int    `json:"delta"`
+	Current int    `json:"current"`
+	Behind  int    `json:"behind"`
+	NACKing int    `json:"nacking"`
 }
 
 // UpstreamOverview is the health of one configured upstream server of one
@@ -182,6 +188,7 @@ func OverviewOf(src Source) Overview {
 	clients := src.DebugClients("")
 	o.Fleet = fleet(clients)
 	o.Fleet.Connections = int(sumFamily(fams[connectionsFamily]))
+	addSync(o.Fleet.ByType, fams[metrics.SyncFamily])
 	o.NACKs, o.NACKsTotal = nacks(clients)
 	o.Upstreams = upstreamOverview(src.Config(), src.DebugUpstreams(), fams)
 	o.Cache = cacheSummary(src.DebugCache(relay.CacheFilter{}))
@@ -323,6 +330,31 @@ func cacheSummary(entries []relay.CacheEntryInfo) []CacheTypeSummary {
 }
 
 // sumFamily sums the values of a counter or gauge family over its labels.
+// addSync fills the sync states of each type from the fleet sync family
+// (types without a label of their own share "other" and are left out).
+func addSync(types []TypeStreams, f *dto.MetricFamily) {
+	byLabel := map[[2]string]int{}
+	for _, m := range f.GetMetric() {
+		var typ, state string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "type_url":
+				typ = l.GetValue()
+			case "state":
+				state = l.GetValue()
+			}
+		}
+		byLabel[[2]string{typ, state}] += int(m.GetGauge().GetValue())
+	}
+	for i := range types {
+		if l := metrics.TypeLabel(types[i].Type); l != metrics.OtherType {
+			types[i].Current = byLabel[[2]string{l, "current"}]
+			types[i].Behind = byLabel[[2]string{l, "behind"}]
+			types[i].NACKing = byLabel[[2]string{l, "nacking"}]
+		}
+	}
+}
+
 func sumFamily(f *dto.MetricFamily) float64 {
 	var sum float64
 	for _, m := range f.GetMetric() {

@@ -164,21 +164,26 @@ func TestOverviewServingRelay(t *testing.T) {
 	delta.Subscribe(resource.ClusterType, []string{n.Cluster}, nil)
 	delta.Ack(delta.MustRecv())
 
-	o := waitOverview(t, r, "3 streams, 2 ACKs, 1 NACK", func(o admin.Overview) bool {
-		return o.Fleet.Streams == 3 && o.NACKsTotal == 1 && o.Counters["xds_relay_acks_total"] >= 2 && o.Propagation.Count >= 1
+	wantTypes := map[string]admin.TypeStreams{
+		resource.ListenerType: {Type: resource.ListenerType, SotW: 1, Current: 1},
+		resource.ClusterType:  {Type: resource.ClusterType, SotW: 1, Delta: 1, Current: 1, NACKing: 1},
+	}
+	byType := func(o admin.Overview) bool {
+		for _, ts := range o.Fleet.ByType {
+			if ts != wantTypes[ts.Type] {
+				return false
+			}
+		}
+		return len(o.Fleet.ByType) == len(wantTypes)
+	}
+	// The ACKs are counted when the relay reads them: wait for them all.
+	o := waitOverview(t, r, "3 streams, 2 ACKs, 1 NACK, each type's sync", func(o admin.Overview) bool {
+		return o.Fleet.Streams == 3 && o.NACKsTotal == 1 && o.Counters["xds_relay_acks_total"] >= 2 &&
+			o.Propagation.Count >= 1 && byType(o)
 	})
 	if !o.Ready || o.Fleet.Nodes != 3 || o.Fleet.ByProtocol["sotw"] != 2 || o.Fleet.ByProtocol["delta"] != 1 ||
 		o.Fleet.ByService["ads"] != 3 {
 		t.Errorf("fleet = %+v (ready %v)", o.Fleet, o.Ready)
-	}
-	wantTypes := map[string]admin.TypeStreams{
-		resource.ListenerType: {Type: resource.ListenerType, SotW: 1},
-		resource.ClusterType:  {Type: resource.ClusterType, SotW: 1, Delta: 1},
-	}
-	for _, ts := range o.Fleet.ByType {
-		if ts != wantTypes[ts.Type] {
-			t.Errorf("fleet by type %s = %+v, want %+v", ts.Type, ts, wantTypes[ts.Type])
-		}
 	}
 
 	if len(o.Upstreams) != 1 || !o.Upstreams[0].Current || !o.Upstreams[0].Connected ||

@@ -7,6 +7,7 @@ import (
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -89,22 +91,33 @@ func wantConfigs(t *testing.T, resp *statusv3.ClientStatusResponse, want map[str
 	}
 }
 
-// CSDS reports each client of the fleet with its node and, per subscribed
-// name, the version it holds and SYNCED / STALE / ERROR / NOT_SENT, over
-// SotW and Delta.
+// CSDS reports each client of the fleet with its node and one entry per
+// resource it holds or asks for by name — never "*" — with the version it
+// holds, its state of it and, unless excluded, the resource as it received
+// it; over SotW and Delta, and with the same version for the same resource.
 func TestFetchReportsEveryClient(t *testing.T) {
 	f := startFleet(t)
 
-	a := xdstest.DialADS(t, f.Addr(), node("envoy-a", "a")) // SotW wildcard CDS, ACKed
+	a := xdstest.DialADS(t, f.Addr(), node("envoy-a", "a")) // SotW wildcard CDS
 	a.Subscribe(resource.ClusterType)
 	ra := a.RecvType(resource.ClusterType)
 
-	b := xdstest.DialDelta(t, f.Addr(), node("envoy-b", "b")) // Delta EDS e1, ACKed
+	b := xdstest.DialDelta(t, f.Addr(), node("envoy-b", "b")) // Delta CDS c1, c2 and EDS e1, ACKed
+	b.Subscribe(resource.ClusterType, []string{"c1", "c2"}, nil)
+	held := map[string]*discoverygrpc.Resource{}
+	for len(held) < 2 {
+		rb := b.MustRecv()
+		for _, r := range rb.GetResources() {
+			held[r.GetName()] = r
+		}
+		b.Ack(rb)
+	}
 	b.Subscribe(resource.EndpointType, []string{"e1"}, nil)
 	rb := b.MustRecv()
 	b.Ack(rb)
+	held["e1"] = rb.GetResources()[0]
 
-	c := xdstest.DialADS(t, f.Addr(), node("envoy-c", "a")) // SotW CDS, NACKed
+	c := xdstest.DialADS(t, f.Addr(), node("envoy-c", "a")) // SotW CDS, its first response NACKed
 	c.Subscribe(resource.ClusterType)
 	rc := c.RecvType(resource.ClusterType)
 	c.Nack(rc, "cluster c2 rejected")
@@ -112,23 +125,39 @@ func TestFetchReportsEveryClient(t *testing.T) {
 	d := xdstest.DialADS(t, f.Addr(), node("envoy-d", "b")) // EDS of a name nobody has
 	d.Subscribe(resource.EndpointType, "e9")
 
-	// envoy-a has not ACKed yet: its clusters are STALE.
-	v := ra.GetVersionInfo()
-	want := map[string][]*gen{
-		"envoy-a": {{TypeUrl: resource.ClusterType, Name: "*", ConfigStatus: statusv3.ConfigStatus_STALE,
-			ClientStatus: adminv3.ClientResourceStatus_REQUESTED}},
-		"envoy-b": {{TypeUrl: resource.EndpointType, Name: "e1", VersionInfo: rb.GetResources()[0].GetVersion(),
-			ConfigStatus: statusv3.ConfigStatus_SYNCED, ClientStatus: adminv3.ClientResourceStatus_ACKED}},
-		"envoy-c": {{TypeUrl: resource.ClusterType, Name: "*", ConfigStatus: statusv3.ConfigStatus_ERROR,
+	e := xdstest.DialADS(t, f.Addr(), node("envoy-e", "b")) // CDS c9, which the complete wildcard set lacks
+	e.Subscribe(resource.ClusterType, "c9")
+	e.Ack(e.RecvType(resource.ClusterType))
+
+	synced := func(typeURL, name string, content *anypb.Any) *gen {
+		return &gen{TypeUrl: typeURL, Name: name, VersionInfo: held[name].GetVersion(), XdsConfig: content,
+			ConfigStatus: statusv3.ConfigStatus_SYNCED, ClientStatus: adminv3.ClientResourceStatus_ACKED}
+	}
+	nacked := func(name string) *gen {
+		return &gen{TypeUrl: resource.ClusterType, Name: name, ConfigStatus: statusv3.ConfigStatus_ERROR,
 			ClientStatus: adminv3.ClientResourceStatus_NACKED,
-			ErrorState:   &adminv3.UpdateFailureState{Details: "cluster c2 rejected", VersionInfo: rc.GetVersionInfo()}}},
+			ErrorState:   &adminv3.UpdateFailureState{Details: "cluster c2 rejected", VersionInfo: held[name].GetVersion()}}
+	}
+	// envoy-a has not ACKed its first response yet: it holds nothing of it.
+	pending := func(name string) *gen {
+		return &gen{TypeUrl: resource.ClusterType, Name: name, ConfigStatus: statusv3.ConfigStatus_STALE,
+			ClientStatus: adminv3.ClientResourceStatus_REQUESTED}
+	}
+	want := map[string][]*gen{
+		"envoy-a": {pending("c1"), pending("c2")},
+		"envoy-b": {synced(resource.ClusterType, "c1", held["c1"].GetResource()), synced(resource.ClusterType, "c2", held["c2"].GetResource()),
+			synced(resource.EndpointType, "e1", held["e1"].GetResource())},
+		"envoy-c": {nacked("c1"), nacked("c2")},
 		"envoy-d": {{TypeUrl: resource.EndpointType, Name: "e9", ConfigStatus: statusv3.ConfigStatus_NOT_SENT,
 			ClientStatus: adminv3.ClientResourceStatus_REQUESTED}},
+		"envoy-e": {{TypeUrl: resource.ClusterType, Name: "c9", ConfigStatus: statusv3.ConfigStatus_NOT_SENT,
+			ClientStatus: adminv3.ClientResourceStatus_DOES_NOT_EXIST}},
 	}
-	all := []string{"envoy-a", "envoy-b", "envoy-c", "envoy-d"}
+	all := []string{"envoy-a", "envoy-b", "envoy-c", "envoy-d", "envoy-e"}
 	xdstest.Eventually(t, func() bool {
 		resp := f.fetch(t)
-		return len(resp.GetConfig()) == 4 && cmp.Equal(want["envoy-c"], resp.GetConfig()[2].GetGenericXdsConfigs(), sameConfigs)
+		return len(resp.GetConfig()) == 5 && cmp.Equal(want["envoy-c"], resp.GetConfig()[2].GetGenericXdsConfigs(), sameConfigs) &&
+			cmp.Equal(want["envoy-e"], resp.GetConfig()[4].GetGenericXdsConfigs(), sameConfigs)
 	}, "every client and the NACK reported", func() any { return f.fetch(t) })
 	resp := f.fetch(t)
 	wantConfigs(t, resp, want, all...)
@@ -136,17 +165,56 @@ func TestFetchReportsEveryClient(t *testing.T) {
 		t.Errorf("node %v, want the client's own", resp.GetConfig()[0].GetNode())
 	}
 
-	a.Ack(ra) // now SYNCED at its version
-	want["envoy-a"] = []*gen{{TypeUrl: resource.ClusterType, Name: "*", VersionInfo: v,
-		ConfigStatus: statusv3.ConfigStatus_SYNCED, ClientStatus: adminv3.ClientResourceStatus_ACKED}}
+	a.Ack(ra) // now each cluster SYNCED, at the version envoy-b holds, as envoy-a received it
+	want["envoy-a"] = []*gen{synced(resource.ClusterType, "c1", named(t, ra.GetResources(), "c1")),
+		synced(resource.ClusterType, "c2", named(t, ra.GetResources(), "c2"))}
 	xdstest.Eventually(t, func() bool {
 		return cmp.Equal(want["envoy-a"], f.fetch(t).GetConfig()[0].GetGenericXdsConfigs(), sameConfigs)
 	}, "envoy-a SYNCED after its ACK", func() any { return f.fetch(t).GetConfig()[0] })
 
+	// Without contents when asked so.
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	defer cancel()
+	lean, err := f.csds.FetchClientStatus(ctx, &statusv3.ClientStatusRequest{ExcludeResourceContents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cc := range lean.GetConfig() {
+		for _, g := range cc.GetGenericXdsConfigs() {
+			if g.GetXdsConfig() != nil {
+				t.Errorf("exclude_resource_contents: %s has contents", g.GetName())
+			}
+		}
+	}
+
 	// A client that leaves is no longer reported.
 	d.Close()
-	xdstest.Eventually(t, func() bool { return len(f.fetch(t).GetConfig()) == 3 }, "envoy-d gone", nil)
-	wantConfigs(t, f.fetch(t), want, "envoy-a", "envoy-b", "envoy-c")
+	xdstest.Eventually(t, func() bool { return len(f.fetch(t).GetConfig()) == 4 }, "envoy-d gone", nil)
+	wantConfigs(t, f.fetch(t), want, "envoy-a", "envoy-b", "envoy-c", "envoy-e")
+}
+
+// named returns the resource of anys whose name (a ClusterLoadAssignment's
+// cluster_name) is name.
+func named(t *testing.T, anys []*anypb.Any, name string) *anypb.Any {
+	t.Helper()
+	for _, a := range anys {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r := m.(type) {
+		case interface{ GetName() string }:
+			if r.GetName() == name {
+				return a
+			}
+		case interface{ GetClusterName() string }:
+			if r.GetClusterName() == name {
+				return a
+			}
+		}
+	}
+	t.Fatalf("no resource %s in %v", name, anys)
+	return nil
 }
 
 // node_matchers select clients by id and by metadata; a matcher the relay
@@ -286,7 +354,7 @@ func TestAuthorization(t *testing.T) {
 			t.Errorf("a plaintext caller sees the secret entry %v", g)
 		}
 	}
-	if n := len(resp.GetConfig()[0].GetGenericXdsConfigs()); n != 1 {
-		t.Errorf("%d entries, want the cluster one", n)
+	if n := len(resp.GetConfig()[0].GetGenericXdsConfigs()); n != 2 {
+		t.Errorf("%d entries, want the two clusters'", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/downstream"
@@ -36,10 +37,39 @@ func (f fleetSnapshot) ClientStates(ids []uint64) []downstream.ClientState {
 	out := make([]downstream.ClientState, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, downstream.ClientState{ID: id, Types: map[string]downstream.ClientTypeState{
-			keying.ClusterType: {Wildcard: true, SentVersion: "v1", AckedVersion: "v1"},
+			keying.ClusterType: {Wildcard: true, SentVersion: "v1", AckedVersion: "v1",
+				Holds: map[string]downstream.HeldResource{"c1": {Version: "r1", Any: clusterAny}}},
 		}})
 	}
 	return out
+}
+
+// clusterAny is a serialized Any of about 1 KiB.
+var clusterAny, _ = proto.Marshal(&anypb.Any{TypeUrl: keying.ClusterType, Value: make([]byte, 1000)})
+
+// Resource contents are bounded per answer: past MaxContentBytes, entries
+// carry none and the answer says so.
+func TestContentsBounded(t *testing.T) {
+	srv := New(fleetSnapshot{n: 25}, Options{MaxContentBytes: 10 << 10})
+	resp, _, _, cut, err := srv.answer(context.Background(), &statusv3.ClientStatusRequest{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := 0
+	for _, cc := range resp.GetConfig() {
+		for _, g := range cc.GetGenericXdsConfigs() {
+			if g.GetXdsConfig() != nil {
+				with++
+			}
+		}
+	}
+	if !cut || with == 0 || with*len(clusterAny) > 10<<10 {
+		t.Errorf("%d of 25 entries with contents, cut %v: want some, within 10 KiB, and cut", with, cut)
+	}
+	resp, _, _, cut, _ = srv.answer(context.Background(), &statusv3.ClientStatusRequest{ExcludeResourceContents: true}, "")
+	if cut || resp.GetConfig()[0].GetGenericXdsConfigs()[0].GetXdsConfig() != nil {
+		t.Errorf("exclude_resource_contents: contents sent (cut %v)", cut)
+	}
 }
 
 // Answers are bounded: FetchClientStatus pages through a fleet larger than

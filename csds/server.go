@@ -5,12 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
 
-	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"go.uber.org/zap"
@@ -18,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/xds-relay/xds-relay/authz"
 	"github.com/xds-relay/xds-relay/downstream"
@@ -40,6 +37,9 @@ const (
 	// TotalHeader is the number of clients that matched, on every
 	// FetchClientStatus answer.
 	TotalHeader = "xds-relay-matched-clients"
+	// ContentsCutHeader is "true" on a FetchClientStatus answer whose
+	// entries carry no xds_config past MaxContentBytes.
+	ContentsCutHeader = "xds-relay-contents-cut"
 )
 
 // DefaultMaxClients bounds the ClientConfigs of one answer.
@@ -59,7 +59,11 @@ type Options struct {
 	Authorize authz.Authorizer
 	// MaxClients bounds the ClientConfigs of one answer. Default 1000.
 	MaxClients int
-	Logger     *zap.Logger
+	// MaxContentBytes bounds the resource contents (xds_config) of one
+	// answer; entries past it carry none, and FetchClientStatus says so in
+	// the ContentsCutHeader response header. Default 3 MiB.
+	MaxContentBytes int
+	Logger          *zap.Logger
 }
 
 // Server serves envoy.service.status.v3.ClientStatusDiscoveryService.
@@ -76,6 +80,9 @@ type Server struct {
 func New(snap Snapshot, opts Options) *Server {
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = DefaultMaxClients
+	}
+	if opts.MaxContentBytes <= 0 {
+		opts.MaxContentBytes = DefaultMaxContentBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -99,11 +106,14 @@ func (s *Server) FetchClientStatus(ctx context.Context, req *statusv3.ClientStat
 			after = string(b)
 		}
 	}
-	resp, total, next, err := s.answer(ctx, req, after)
+	resp, total, next, cut, err := s.answer(ctx, req, after)
 	if err != nil {
 		return nil, err
 	}
 	hdr := metadata.Pairs(TotalHeader, strconv.Itoa(total))
+	if cut {
+		hdr.Set(ContentsCutHeader, "true")
+	}
 	if next != "" {
 		hdr.Set(NextPageHeader, base64.RawURLEncoding.EncodeToString([]byte(next)))
 	}
@@ -122,7 +132,7 @@ func (s *Server) StreamClientStatus(stream statusv3.ClientStatusDiscoveryService
 		if err != nil {
 			return err
 		}
-		resp, _, _, err := s.answer(stream.Context(), req, "")
+		resp, _, _, _, err := s.answer(stream.Context(), req, "")
 		if err != nil {
 			return err
 		}
@@ -142,19 +152,20 @@ type client struct {
 
 // answer builds the response for req: the matching clients sorted by node
 // id and peer, those after the key after, at most MaxClients. It returns
-// how many matched and the key to continue after ("" on the last page).
-func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, after string) (*statusv3.ClientStatusResponse, int, string, error) {
+// how many matched, the key to continue after ("" on the last page) and
+// whether contents were cut for the budget.
+func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, after string) (*statusv3.ClientStatusResponse, int, string, bool, error) {
 	p := &authz.Principal{NodeID: req.GetNode().GetId(), Cluster: req.GetNode().GetCluster()}
 	p.SPIFFEID, p.URISANs, p.MTLS = tlsconfig.PeerIdentity(ctx)
 	if az := s.opts.Authorize; az != nil {
 		if err := az(p, ClientConfigType, keying.Wildcard); err != nil {
 			s.log.Info("CSDS refused", zap.String("node", p.NodeID), zap.Error(err))
-			return nil, 0, "", status.Errorf(codes.PermissionDenied, "xds-relay: not allowed to read client status: %v", err)
+			return nil, 0, "", false, status.Errorf(codes.PermissionDenied, "xds-relay: not allowed to read client status: %v", err)
 		}
 	}
 	ms, err := compileNodeMatchers(req.GetNodeMatchers())
 	if err != nil {
-		return nil, 0, "", status.Errorf(codes.InvalidArgument, "xds-relay: %v", err)
+		return nil, 0, "", false, status.Errorf(codes.InvalidArgument, "xds-relay: %v", err)
 	}
 	byKey := make(map[string]*client)
 	for _, ref := range s.snap.Refs() {
@@ -193,6 +204,7 @@ func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, 
 	for _, st := range s.snap.ClientStates(ids) {
 		states[st.ID] = st
 	}
+	rd := &reader{s: s, p: p, contents: !req.GetExcludeResourceContents(), budget: s.opts.MaxContentBytes}
 	resp := &statusv3.ClientStatusResponse{}
 	for _, c := range clients {
 		// client_scope is the node id: grpcdebug's --scope selects a client by it.
@@ -202,7 +214,7 @@ func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, 
 			if !ok {
 				continue // the stream ended meanwhile
 			}
-			cc.GenericXdsConfigs = append(cc.GenericXdsConfigs, s.configs(p, st)...)
+			cc.GenericXdsConfigs = append(cc.GenericXdsConfigs, rd.configs(st)...)
 		}
 		slices.SortFunc(cc.GenericXdsConfigs, func(a, b *statusv3.ClientConfig_GenericXdsConfig) int {
 			if c := strings.Compare(a.GetTypeUrl(), b.GetTypeUrl()); c != 0 {
@@ -212,78 +224,5 @@ func (s *Server) answer(ctx context.Context, req *statusv3.ClientStatusRequest, 
 		})
 		resp.Config = append(resp.Config, cc)
 	}
-	return resp, len(byKey), next, nil
-}
-
-// configs reports one stream's subscriptions, one entry per (type, name),
-// those the caller could subscribe to itself.
-func (s *Server) configs(p *authz.Principal, st downstream.ClientState) []*statusv3.ClientConfig_GenericXdsConfig {
-	var out []*statusv3.ClientConfig_GenericXdsConfig
-	allowed := func(typeURL, name string) bool {
-		return s.opts.Authorize == nil || s.opts.Authorize(p, typeURL, name) == nil
-	}
-	for typeURL, ts := range st.Types {
-		if ts.Held == nil {
-			// SotW: versions are per response; a wildcard is one entry "*".
-			names := ts.Names
-			if ts.Wildcard {
-				names = append([]string{keying.Wildcard}, names...)
-			}
-			for _, n := range names {
-				if allowed(typeURL, n) {
-					out = append(out, entry(typeURL, n, ts, ts.SentVersion != ""))
-				}
-			}
-			continue
-		}
-		// Delta: per resource, what the client holds (as sent to it).
-		seen := make(map[string]bool, len(ts.Held)+len(ts.Names))
-		for _, n := range append(slices.Sorted(maps.Keys(ts.Held)), ts.Names...) {
-			if seen[n] || !allowed(typeURL, n) {
-				continue
-			}
-			seen[n] = true
-			v, held := ts.Held[n]
-			e := entry(typeURL, n, ts, held)
-			if held && e.ConfigStatus != statusv3.ConfigStatus_ERROR {
-				e.VersionInfo = v
-			}
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// entry is the status of one subscribed name of a stream's type: sent says
-// whether anything of it was sent. The type's last response decides: ACKed
-// (SYNCED), NACKed (ERROR, with the reason), or not answered yet (STALE).
-//
-// last_updated is when the type's state last changed on the stream (a
-// response sent, an ACK, a NACK), and present but zero (the Unix epoch)
-// before anything happened: grpcdebug reads the field without a nil check
-// (its "xds status" crashed on an entry without it) and shows a zero time as
-// blank.
-func entry(typeURL, name string, ts downstream.ClientTypeState, sent bool) *statusv3.ClientConfig_GenericXdsConfig {
-	e := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: typeURL, Name: name, VersionInfo: ts.AckedVersion,
-		LastUpdated: &timestamppb.Timestamp{}}
-	if !ts.Updated.IsZero() {
-		e.LastUpdated = timestamppb.New(ts.Updated)
-	}
-	switch {
-	case !sent:
-		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_NOT_SENT, adminv3.ClientResourceStatus_REQUESTED
-		e.VersionInfo = ""
-	case ts.AckedVersion == ts.SentVersion:
-		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_SYNCED, adminv3.ClientResourceStatus_ACKED
-	case ts.LastNACK != "":
-		e.ConfigStatus, e.ClientStatus = statusv3.ConfigStatus_ERROR, adminv3.ClientResourceStatus_NACKED
-		e.ErrorState = &adminv3.UpdateFailureState{Details: ts.LastNACK, VersionInfo: ts.SentVersion}
-	default:
-		e.ConfigStatus = statusv3.ConfigStatus_STALE
-		e.ClientStatus = adminv3.ClientResourceStatus_REQUESTED
-		if ts.AckedVersion != "" {
-			e.ClientStatus = adminv3.ClientResourceStatus_ACKED // an earlier version
-		}
-	}
-	return e
+	return resp, len(byKey), next, rd.cut, nil
 }

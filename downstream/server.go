@@ -215,8 +215,11 @@ func (s *Server) Streams(nodeID string) []StreamInfo {
 	s.mu.Unlock()
 	out := make([]StreamInfo, 0, len(all))
 	for _, st := range all {
-		if info := st.info(); nodeID == "" || info.NodeID == nodeID {
-			out = append(out, info)
+		st.mu.Lock()
+		mine := nodeID == "" || st.nodeID == nodeID
+		st.mu.Unlock()
+		if mine {
+			out = append(out, st.info(nodeID != ""))
 		}
 	}
 	return out
@@ -252,7 +255,7 @@ func (s *Server) StreamsPage(f StreamFilter, after uint64, limit int) (page []St
 		}
 		total++
 		if st.id > after && len(page) < limit {
-			page = append(page, st.info())
+			page = append(page, st.info(false))
 		}
 	}
 	return page, total

@@ -62,6 +62,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			ts.ackedVersion = req.GetVersionInfo()
 		} else {
 			st.recordACK(ts, req.GetVersionInfo())
+			ts.ackedView, ts.ackedKeys = ts.lastView, ts.holdsKeys
 		}
 	}
 	if n := len(req.GetResourceNames()) + len(req.GetResourceLocators()); st.overLimit(ts, typeURL, n, n) {

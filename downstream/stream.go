@@ -48,6 +48,10 @@ type TypeInfo struct {
 	SentNonce    string   `json:"sent_nonce,omitempty"`
 	AckedVersion string   `json:"acked_version,omitempty"`
 	LastNACK     string   `json:"last_nack,omitempty"`
+	// Holds is what the client holds of the type, by name (display form),
+	// as ClientTypeState.Holds; set only when the streams of one node are
+	// asked for (Streams with a node id).
+	Holds map[string]HeldResource `json:"-"`
 }
 
 // stream is one downstream xDS stream. The gRPC handler goroutine reads and
@@ -236,7 +240,9 @@ func (st *stream) close() {
 	}
 }
 
-func (st *stream) info() StreamInfo {
+// info returns the stream's state; with holds, what the client holds of
+// each type too.
+func (st *stream) info(holds bool) StreamInfo {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	svc := "ads"
@@ -253,6 +259,9 @@ func (st *stream) info() StreamInfo {
 			ti.Names = append(ti.Names, keying.DisplayKey(k))
 		}
 		slices.Sort(ti.Names)
+		if holds {
+			ti.Holds = displayed(ts.clientHolds(t))
+		}
 		info.Types[t] = ti
 	}
 	return info

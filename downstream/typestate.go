@@ -62,6 +62,11 @@ type acks struct {
 	updated  time.Time
 	sentOnce bool
 	sentAt   time.Time // upstream receipt of the change last sent; zero when not a change
+	// ackedView (SotW) is the View of the latest response the client ACKed
+	// and ackedKeys (LDS/CDS) the keys that response carried: what the
+	// client holds, read by CSDS (set per ACK, never on the fan-out path).
+	ackedView *View
+	ackedKeys map[string]struct{}
 }
 
 // sotwState is what only a State-of-the-World stream keeps.

@@ -58,7 +58,8 @@ func TestDialectsTogether(t *testing.T) {
 		t.Fatalf("first RPC: %v", err)
 	}
 
-	// CSDS: the grpc-go client's LDS, RDS, CDS and EDS, each SYNCED.
+	// CSDS: the grpc-go client's LDS, RDS, CDS and EDS, each SYNCED, with
+	// its contents.
 	cc, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +76,7 @@ func TestDialectsTogether(t *testing.T) {
 		}
 		for _, g := range resp.GetConfig()[0].GetGenericXdsConfigs() {
 			if g.GetConfigStatus() != statusv3.ConfigStatus_SYNCED || g.GetClientStatus() != adminv3.ClientResourceStatus_ACKED ||
-				g.GetVersionInfo() == "" {
+				g.GetVersionInfo() == "" || g.GetXdsConfig().GetTypeUrl() != g.GetTypeUrl() {
 				return false
 			}
 		}

@@ -75,7 +75,7 @@ func (r *Relay) newDialects() error {
 		return fmt.Errorf("relay: %w", err)
 	}
 	r.dx.gw.Register(r.grpc)
-	r.newLRS(az)
+	newLRS(r, az)
 	reflection.Register(r.grpc)
 	if c := r.cfg.REST; c != nil {
 		r.dx.rest = rest.New(r, rest.Options{
@@ -95,12 +95,14 @@ func (r *Relay) newDialects() error {
 // newLRS creates the load reporting server over the default servers and
 // the authorities with servers of their own, with one destination per node
 // group under keying.group_by.
-func (r *Relay) newLRS(az authz.Authorizer) {
-	o := lrs.Options{Upstreams: r.lrsUpstreams("", r.cfg.Upstream.XDSServers), Current: r.lrsServer,
+func newLRS(r *Relay, az authz.Authorizer) {
+	o := lrs.Options{Upstreams: lrsUpstreams(r, "", r.cfg.Upstream.XDSServers), Current: func(auth, group string) string {
+		return lrsServer(r, auth, group)
+	},
 		Authorities: map[string]lrs.Authority{}, Node: r.node, Authorize: az, Metrics: r.m, Logger: r.log.Named("lrs")}
 	for auth, a := range r.cfg.Upstream.Authorities {
 		if len(a.XDSServers) > 0 {
-			o.Authorities[auth] = lrs.Authority{Upstreams: r.lrsUpstreams(auth, a.XDSServers)}
+			o.Authorities[auth] = lrs.Authority{Upstreams: lrsUpstreams(r, auth, a.XDSServers)}
 		}
 	}
 	if len(r.groupBy) > 0 {
@@ -117,7 +119,7 @@ func (r *Relay) newLRS(az authz.Authorizer) {
 }
 
 // lrsUpstreams are the servers of auth with their credentials.
-func (r *Relay) lrsUpstreams(auth string, servers []config.Server) []lrs.Upstream {
+func lrsUpstreams(r *Relay, auth string, servers []config.Server) []lrs.Upstream {
 	out := make([]lrs.Upstream, len(servers))
 	for i, s := range servers {
 		c := r.creds.upstream[auth][i]
@@ -128,7 +130,7 @@ func (r *Relay) lrsUpstreams(auth string, servers []config.Server) []lrs.Upstrea
 
 // lrsServer is the server of auth that the xDS stream of group's scope (the
 // shared scope for "") is on or tries; "" when it has none.
-func (r *Relay) lrsServer(auth, group string) string {
+func lrsServer(r *Relay, auth, group string) string {
 	s := r.lock()
 	sc := s.shared
 	if group != "" {
@@ -154,7 +156,7 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		return errors.New("relay: rest: not configured")
 	}
 	hs := &http.Server{
-		Handler:           r.refuseWhileDraining(r.dx.rest.Handler()),
+		Handler:           r.dx.rest.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          zap.NewStdLog(r.log.Named("rest")),
 	}
@@ -169,7 +171,10 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		lis = tls.NewListener(lis, cfg)
 	}
 	r.dx.mu.Lock()
-	if r.isClosed() { // drained before it began: the listener closes all the same
+	s := r.lock()
+	closed := s.closed
+	s.unlock()
+	if closed || r.draining.Load() { // drained before it began: the listener closes all the same
 		r.dx.mu.Unlock()
 		_ = lis.Close()
 		return nil
@@ -180,12 +185,6 @@ func (r *Relay) ServeREST(lis net.Listener) error {
 		return fmt.Errorf("relay: rest: %w", err)
 	}
 	return nil
-}
-
-func (r *Relay) isClosed() bool {
-	s := r.lock()
-	defer s.unlock()
-	return s.closed || r.draining.Load()
 }
 
 // closeDialects ends the edge servers: held REST polls are answered 503 and
@@ -203,13 +202,6 @@ func (r *Relay) closeDialects(ctx context.Context) {
 			_ = hs.Close()
 		}
 	}
-}
-
-// closeGateway stops the gateway's upstream streams and forwarder, and
-// LRS's. Called after the gRPC server stopped.
-func (r *Relay) closeGateway() {
-	r.dx.gw.Close()
-	r.dx.lrs.Close()
 }
 
 // dialectClients lists the edge clients for /debug/clients: REST polls being
@@ -231,3 +223,11 @@ func (r *Relay) dialectClients(nodeID string) []downstream.StreamInfo {
 // report of each data plane (only nodeID's when it is non-empty; at most
 // 1000).
 func (r *Relay) DebugGateway(nodeID string) gateway.DebugInfo { return r.dx.gw.Debug(nodeID, 1000) }
+
+// setRefusing turns the refusal of new REST polls on or off (the reversible
+// drain; new xDS streams are refused by the downstream server).
+func (dx *dialects) setRefusing(on bool) {
+	if dx.rest != nil {
+		dx.rest.SetRefusing(on)
+	}
+}

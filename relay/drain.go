@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"sync/atomic"
 
@@ -52,6 +51,7 @@ func (r *Relay) StartDrain() bool {
 	}
 	m.on.Store(true)
 	r.ds.SetRefusing(true)
+	r.dx.setRefusing(true)
 	r.updateHealth()
 	window := r.cfg.Shutdown.DrainWindow
 	r.log.Info("draining until the drain is ended", zap.Duration("drain_window", window),
@@ -81,6 +81,7 @@ func (r *Relay) EndDrain() bool {
 	<-m.done
 	m.cancel, m.done = nil, nil
 	r.ds.SetRefusing(false)
+	r.dx.setRefusing(false)
 	m.on.Store(false)
 	r.updateHealth()
 	r.log.Info("drain ended: serving again")
@@ -99,18 +100,4 @@ func (r *Relay) updateHealth() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	r.health.SetServingStatus("", st)
-}
-
-// refuseWhileDraining answers 503 to every request while the relay drains
-// (StartDrain), so that REST pollers go to another replica as xDS clients
-// do; polls already held end at their next answer or timeout.
-func (r *Relay) refuseWhileDraining(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if r.maint.on.Load() {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "xds-relay: draining, poll another replica", http.StatusServiceUnavailable)
-			return
-		}
-		h.ServeHTTP(w, req)
-	})
 }

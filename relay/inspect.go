@@ -28,6 +28,9 @@ type CacheEntryInfo struct {
 	// Selected lists, for a TP2 variant, the subscriptions it is sent to:
 	// the name (no parameters) or "name{k=v&…}".
 	Selected []string `json:"selected,omitempty"`
+	// Any is the serialized google.protobuf.Any the variant is served in
+	// (shared, read-only): the config dump's body.
+	Any []byte `json:"-"`
 }
 
 // CacheFilter narrows /debug/cache. Empty fields match everything.
@@ -66,7 +69,7 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 					continue
 				}
 				out = append(out, CacheEntryInfo{Scope: sc.key, Type: t, Name: name, Authority: res.Authority,
-					Version: res.Version, Bytes: len(res.Any), Subscribers: tc.subscribers(name, res)})
+					Version: res.Version, Bytes: len(res.Any), Subscribers: tc.subscribers(name, res), Any: res.Any})
 			}
 			for name, known := range tc.names {
 				if !known.variantMode || !strings.HasPrefix(name, f.NamePrefix) {
@@ -77,7 +80,7 @@ func (r *Relay) DebugCache(f CacheFilter) []CacheEntryInfo {
 						continue
 					}
 					e := CacheEntryInfo{Scope: sc.key, Type: t, Name: name, Constraints: res.Constraints,
-						Authority: res.Authority, Version: res.Version, Bytes: len(res.Any)}
+						Authority: res.Authority, Version: res.Version, Bytes: len(res.Any), Any: res.Any}
 					for _, k := range keys {
 						e.Subscribers += tc.subscribers(k, tc.view.Resources[k])
 						e.Selected = append(e.Selected, keying.DisplayKey(k))

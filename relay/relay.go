@@ -162,6 +162,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		Logger:              log.Named("downstream"),
 		Metrics:             r.m,
 	})
+	r.m.CollectSync(r.ds.SyncCounts)
 	ka := keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}
 	if lim.MaxConnectionAge > 0 {
 		// grpc adds ±10% jitter, so clients of a fleet do not reconnect at once.

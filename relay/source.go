@@ -15,7 +15,7 @@ import (
 // Bind implements downstream.Source: it puts the stream in its node group's
 // scope (the shared one without keying.group_by).
 func (r *Relay) Bind(w downstream.Watcher, node *corev3.Node) error {
-	if r.isSelf(node) {
+	if sameInstance(r.node, node) {
 		r.log.Warn("refused a stream from this relay itself: an upstream server of the relay reaches the relay",
 			zap.String("node", node.GetId()))
 		return status.Error(codes.FailedPrecondition,
@@ -154,9 +154,9 @@ func (s *state) tell(w downstream.Watcher, d delivery) {
 	s.fan.add(d)
 }
 
-// isSelf reports whether node is the node this relay presents upstream: its
-// own upstream stream has reached it.
-func (r *Relay) isSelf(node *corev3.Node) bool {
-	self := r.node.GetMetadata().GetFields()[instanceKey].GetStringValue()
-	return self != "" && node.GetMetadata().GetFields()[instanceKey].GetStringValue() == self
+// sameInstance reports whether node comes from the relay process whose
+// upstream node is self: its own upstream stream has reached it.
+func sameInstance(self, node *corev3.Node) bool {
+	id := self.GetMetadata().GetFields()[instanceKey].GetStringValue()
+	return id != "" && node.GetMetadata().GetFields()[instanceKey].GetStringValue() == id
 }

@@ -270,12 +270,15 @@ func (a *applier) pruneVariants(name string) {
 
 // answers reports whether the full-state response answers key k of name: a
 // key with parameters (or a plain name) it is known to answer, or the plain
-// name of a member of the wildcard set it answers.
+// name of a member of the wildcard set it answers. A plain name the View
+// does not hold is no such member: the wildcard's answer says nothing of a
+// key its request did not carry.
 func (a *applier) answers(name, k string) bool {
 	if _, ok := a.u.Keys[k]; ok {
 		return true
 	}
-	return k == name && a.u.Complete && a.authority == "" && a.edit.old.Resources[k].InWildcard()
+	r := a.edit.old.Resources[k]
+	return k == name && a.u.Complete && a.authority == "" && r != nil && r.InWildcard()
 }
 
 // markGone marks each key of name, plain or with parameters, that is

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -86,6 +87,7 @@ type Server struct {
 	done chan struct{} // closed by Close: held polls end
 
 	closeOnce sync.Once
+	refusing  atomic.Bool // SetRefusing: new polls are answered 503
 
 	mu     sync.Mutex
 	polls  map[uint64]*poll                   // guarded by mu: the polls being held
@@ -243,6 +245,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	p.hold(w, r)
 }
 
+// SetRefusing turns the refusal of new polls on or off: while on, each is
+// answered 503 with Retry-After, so that pollers go to another replica as
+// xDS clients do (the relay's reversible drain); polls already held end at
+// their next answer or timeout.
+func (s *Server) SetRefusing(on bool) { s.refusing.Store(on) }
+
 // refuse answers a refused request and counts it.
 func (s *Server) refuse(w http.ResponseWriter, err error) {
 	var he *httpError
@@ -287,6 +295,9 @@ func (s *Server) start(r *http.Request, req *discoverypb.DiscoveryRequest) (*pol
 	case <-s.done:
 		return nil, &httpError{code: http.StatusServiceUnavailable, reason: "shutting_down", msg: "xds-relay: shutting down"}
 	default:
+	}
+	if s.refusing.Load() {
+		return nil, &httpError{code: http.StatusServiceUnavailable, reason: "draining", msg: "xds-relay: draining, poll another replica"}
 	}
 	node := req.GetNode()
 	if node == nil {

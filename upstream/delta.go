@@ -126,17 +126,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		}
 		st.dirty = false
 
-		var sub, unsub []string
-		for n := range st.names {
-			if _, ok := st.sent[n]; !ok {
-				sub = append(sub, n)
-			}
-		}
-		for n := range st.sent {
-			if _, ok := st.names[n]; !ok {
-				unsub = append(unsub, n)
-			}
-		}
+		sub, unsub := st.unsent()
 		refetch, again, confirm, told := st.confirmForgotten(sub, unsub)
 		unsub = append(unsub, told...)
 		if len(refetch) > 0 {
@@ -185,6 +175,22 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 	}
 	c.pending = append(c.pending[:0], keep...)
 	return out, firsts, len(keep) > 0
+}
+
+// unsent returns the names to subscribe and to unsubscribe: the difference
+// between the desired subscription and what the server has been told.
+func (st *typeState) unsent() (sub, unsub []string) {
+	for n := range st.names {
+		if _, ok := st.sent[n]; !ok {
+			sub = append(sub, n)
+		}
+	}
+	for n := range st.sent {
+		if _, ok := st.names[n]; !ok {
+			unsub = append(unsub, n)
+		}
+	}
+	return sub, unsub
 }
 
 // maxForgotten bounds the forgotten names kept per type: beyond it, some

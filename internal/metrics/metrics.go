@@ -400,7 +400,7 @@ var wellKnownTypes = []string{keying.ListenerType, keying.RouteType, keying.Scop
 // RejectReasons are the reason label values of xds_relay_rejected_requests_total.
 var RejectReasons = []string{"missing_type_url", "wrong_type_url", "invalid_type_url", "malformed_name",
 	"permission_denied", "node", "too_many_names", "too_many_subscriptions", "initial_resource_versions",
-	"malformed_json", "unsupported_locators", "message_too_large", "too_many_polls", "shutting_down", "refused",
+	"malformed_json", "unsupported_locators", "message_too_large", "too_many_polls", "shutting_down", "draining", "refused",
 	"internal", "unencodable"}
 
 // initLabels creates the known label sets of the counters that count rare
