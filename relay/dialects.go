@@ -10,15 +10,20 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/xds-relay/xds-relay/authz"
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/csds"
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/gateway"
 	"github.com/xds-relay/xds-relay/internal/tlsconfig"
+	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/lrs"
 	"github.com/xds-relay/xds-relay/rest"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // The other ways in (CONTRACT.md, "More ways in"): edge packages on the same
@@ -28,6 +33,9 @@ import (
 //     snapshot (Refs, ClientStates), served on the downstream listener.
 //   - gateway: gateway.control.v1 on the downstream listener, relayed to the
 //     default upstream servers with a cache of its own (see package gateway).
+//   - lrs: load reporting on the downstream listener; the aggregate goes to
+//     the server the xDS stream of the cluster's authority is on, in the
+//     client's node group's scope (lrsServer).
 //   - gRPC server reflection (v1 and v1alpha) on the downstream listener, so
 //     that grpcurl and grpcui can call CSDS and the gateway services without
 //     the .proto files at hand. It describes the services; it reads no state.
@@ -37,6 +45,7 @@ type dialects struct {
 	rest *rest.Server // nil without the rest section
 	csds *csds.Server
 	gw   *gateway.Server
+	lrs  *lrs.Server
 
 	mu       sync.Mutex
 	restHTTP *http.Server // guarded by mu: set by ServeREST
@@ -66,6 +75,7 @@ func (r *Relay) newDialects() error {
 		return fmt.Errorf("relay: %w", err)
 	}
 	r.dx.gw.Register(r.grpc)
+	newLRS(r, az)
 	reflection.Register(r.grpc)
 	if c := r.cfg.REST; c != nil {
 		r.dx.rest = rest.New(r, rest.Options{
@@ -80,6 +90,62 @@ func (r *Relay) newDialects() error {
 		})
 	}
 	return nil
+}
+
+// newLRS creates the load reporting server over the default servers and
+// the authorities with servers of their own, with one destination per node
+// group under keying.group_by.
+func newLRS(r *Relay, az authz.Authorizer) {
+	o := lrs.Options{Upstreams: lrsUpstreams(r, "", r.cfg.Upstream.XDSServers), Current: func(auth, group string) string {
+		return lrsServer(r, auth, group)
+	},
+		Authorities: map[string]lrs.Authority{}, Node: r.node, Authorize: az, Metrics: r.m, Logger: r.log.Named("lrs")}
+	for auth, a := range r.cfg.Upstream.Authorities {
+		if len(a.XDSServers) > 0 {
+			o.Authorities[auth] = lrs.Authority{Upstreams: lrsUpstreams(r, auth, a.XDSServers)}
+		}
+	}
+	if len(r.groupBy) > 0 {
+		o.Group = func(node *corev3.Node) (string, *corev3.Node) {
+			key := keying.GroupKey(r.groupBy, node)
+			if key == "" {
+				return "", nil
+			}
+			return key, keying.GroupNode(r.node, r.groupBy, node, key)
+		}
+	}
+	r.dx.lrs = lrs.New(o)
+	r.dx.lrs.Register(r.grpc)
+}
+
+// lrsUpstreams are the servers of auth with their credentials.
+func lrsUpstreams(r *Relay, auth string, servers []config.Server) []lrs.Upstream {
+	out := make([]lrs.Upstream, len(servers))
+	for i, s := range servers {
+		c := r.creds.upstream[auth][i]
+		out[i] = lrs.Upstream{URI: s.ServerURI, Creds: c.transport, CallCreds: c.calls}
+	}
+	return out
+}
+
+// lrsServer is the server of auth that the xDS stream of group's scope (the
+// shared scope for "") is on or tries; "" when it has none.
+func lrsServer(r *Relay, auth, group string) string {
+	s := r.lock()
+	sc := s.shared
+	if group != "" {
+		sc = s.scopes["group:"+group]
+	}
+	var c *upstream.Client
+	if sc != nil {
+		c = sc.upstreams[auth]
+	}
+	s.unlock()
+	if c == nil {
+		return ""
+	}
+	_, server := c.State()
+	return server
 }
 
 // ServeREST serves REST-JSON polling on lis (the rest section's listener)

@@ -135,7 +135,8 @@ func (r *Relay) Close() {
 	r.maint.wait()
 	r.ds.Close()
 	r.fan.close()
-	r.dx.gw.Close() // its upstream streams and forwarder, after the gRPC server stopped
+	r.dx.gw.Close()  // its upstream streams and forwarder, after the gRPC server stopped
+	r.dx.lrs.Close() // its upstream streams, after the gRPC server stopped
 	s := r.lock()
 	if s.closed {
 		s.unlock()

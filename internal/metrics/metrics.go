@@ -129,6 +129,20 @@ type Metrics struct {
 	// forwarded, failed (after the retries), dropped (too many pending).
 	GatewayReports *prometheus.CounterVec
 
+	// Load reporting (LRS).
+
+	// LRSClientStreams is xds_relay_lrs_client_streams: open client
+	// StreamLoadStats streams.
+	LRSClientStreams prometheus.Gauge
+	// LRSReports is xds_relay_lrs_reports_total{result}: client reports
+	// received, aggregated reports sent upstream, and aggregated reports
+	// not forwarded (unforwarded: no upstream takes them).
+	LRSReports *prometheus.CounterVec
+	// LRSStatsDropped is xds_relay_lrs_stats_dropped_total{reason}: client
+	// stats entries (clusters, localities, endpoints, metrics) not
+	// aggregated: limit, invalid, denied.
+	LRSStatsDropped *prometheus.CounterVec
+
 	// Process.
 
 	// BuildInfo is xds_relay_build_info{version,goversion}, always 1.
@@ -358,6 +372,15 @@ func New() *Metrics {
 			"Status reports: received, forwarded upstream, failed after the retries, dropped while too many were pending.",
 			"result"),
 
+		LRSClientStreams: f.gauge("lrs_client_streams",
+			"Open client load reporting (LRS StreamLoadStats) streams."),
+		LRSReports: f.counterVec("lrs_reports_total",
+			"Load reports: received from clients, sent upstream (aggregated), unforwarded (aggregated, and dropped because no upstream takes them: unimplemented or none).",
+			"result"),
+		LRSStatsDropped: f.counterVec("lrs_stats_dropped_total",
+			"Entries of client load reports (clusters, localities, endpoints, metrics) not aggregated: limit (beyond the bound of keys), invalid (a non-finite value), denied (a cluster the client may not subscribe to).",
+			"reason"),
+
 		BuildInfo: f.gaugeVec("build_info",
 			"Always 1; the labels say which build of the relay runs.",
 			"version", "goversion"),
@@ -404,7 +427,24 @@ func (m *Metrics) initLabels() {
 	for _, r := range []string{"received", "forwarded", "failed", "dropped"} {
 		m.GatewayReports.WithLabelValues(r)
 	}
+	for _, r := range []string{LRSReceived, LRSSent, LRSUnforwarded} {
+		m.LRSReports.WithLabelValues(r)
+	}
+	for _, r := range LRSDropReasons {
+		m.LRSStatsDropped.WithLabelValues(r)
+	}
 }
+
+// The result label values of xds_relay_lrs_reports_total.
+const (
+	LRSReceived    = "received"    // a client's report
+	LRSSent        = "sent"        // an aggregated report sent upstream
+	LRSUnforwarded = "unforwarded" // an aggregated report no upstream took
+)
+
+// LRSDropReasons are the reason label values of
+// xds_relay_lrs_stats_dropped_total (package lrs's Drop* constants).
+var LRSDropReasons = []string{"limit", "invalid", "denied"}
 
 // InitUpstream creates an upstream's counters at zero, for each of its
 // servers and resync reasons: the first reconnect or resync is then an

@@ -96,6 +96,9 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_removals_held_total":              dto.MetricType_COUNTER,
 		"xds_relay_gateway_reports_total":            dto.MetricType_COUNTER,
 		"xds_relay_gateway_upstream_responses_total": dto.MetricType_COUNTER,
+		"xds_relay_lrs_reports_total":                dto.MetricType_COUNTER,
+		"xds_relay_lrs_stats_dropped_total":          dto.MetricType_COUNTER,
+		"xds_relay_lrs_client_streams":               dto.MetricType_GAUGE,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("families mismatch (-want +got):\n%s", diff)
@@ -208,6 +211,8 @@ func TestRareEventsStartAtZero(t *testing.T) {
 		"xds_relay_rejected_requests_total{reason=permission_denied}",
 		"xds_relay_gateway_upstream_responses_total{protocol=gateway-delta,result=nack}",
 		"xds_relay_gateway_reports_total{result=failed}",
+		"xds_relay_lrs_reports_total{result=unforwarded}",
+		"xds_relay_lrs_stats_dropped_total{reason=limit}",
 		"xds_relay_upstream_reconnects_total{authority=auth,server=cp:18000}",
 		"xds_relay_upstream_resyncs_total{authority=auth,reason=wildcard}",
 	} {

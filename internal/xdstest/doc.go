@@ -6,8 +6,9 @@
 // backend that answers any method and says who it is (Backend), the minimal
 // proxyless-gRPC resource set (GRPCResources), a gRPC xDS bootstrap builder
 // (Bootstrap), raw ADS SotW and Delta clients for protocol tests (ADSClient,
-// DeltaClient) and gateway.control.v1 data planes (DialGatewaySotW,
-// DialGatewayDelta).
+// DeltaClient), gateway.control.v1 data planes (DialGatewaySotW,
+// DialGatewayDelta) and a control plane's load reporting service that records
+// what it receives (LRSUpstream).
 //
 // Only tests import this package (and internal/oracle, which only its test
 // imports), so it may import testing: no shipped binary links it. Every

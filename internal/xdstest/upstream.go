@@ -16,6 +16,7 @@ import (
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	extensionservice "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	runtimeservice "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
@@ -55,6 +56,13 @@ type upstreamOptions struct {
 	linear    bool                                           // Linear
 	sotwOnly  bool                                           // SotWOnly
 	ads       discoverygrpc.AggregatedDiscoveryServiceServer // WithADS
+	lrs       *LRSUpstream                                   // WithLRS
+}
+
+// WithLRS makes the Upstream serve load reporting too, with l (its Addr is
+// then the Upstream's).
+func WithLRS(l *LRSUpstream) UpstreamOption {
+	return func(o *upstreamOptions) { o.lrs = l }
 }
 
 // WithHeartbeat makes the Upstream send TTL heartbeats every interval for
@@ -128,6 +136,7 @@ type Upstream struct {
 	linear   map[resource.Type]*cache.LinearCache           // Linear; nil otherwise
 	sotwOnly bool                                           // SotWOnly
 	ads      discoverygrpc.AggregatedDiscoveryServiceServer // WithADS; nil: go-control-plane's
+	lrs      *LRSUpstream                                   // WithLRS; nil: no load reporting
 
 	// snapMu serialises snapshot updates (SetSnapshot*). Lock order: snapMu
 	// before mu.
@@ -176,7 +185,7 @@ func StartUpstream(tb testing.TB, opts ...UpstreamOption) *Upstream {
 	}
 	u.ordered = o.ordered
 	u.creds = o.creds
-	u.sotwOnly, u.ads = o.sotwOnly, o.ads
+	u.sotwOnly, u.ads, u.lrs = o.sotwOnly, o.ads, o.lrs
 	if o.heartbeat > 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		tb.Cleanup(cancel) // after Stop: the heartbeat goroutine ends
@@ -193,6 +202,9 @@ func StartUpstream(tb testing.TB, opts ...UpstreamOption) *Upstream {
 		tb.Fatalf("xdstest: upstream listen: %v", err)
 	}
 	u.addr = lis.Addr().String()
+	if u.lrs != nil {
+		u.lrs.init(u.addr)
+	}
 	u.serve(lis)
 	tb.Cleanup(u.Stop)
 	tb.Cleanup(u.forget)
@@ -266,6 +278,9 @@ func (u *Upstream) serve(lis net.Listener) {
 // register registers go-control-plane's xds for every xDS service, only its
 // SotW ADS method (SotWOnly), or the test's own ADS (WithADS).
 func (u *Upstream) register(srv *grpc.Server, xds xdsserver.Server) {
+	if u.lrs != nil {
+		lrsv3.RegisterLoadReportingServiceServer(srv, u.lrs)
+	}
 	switch {
 	case u.ads != nil:
 		discoverygrpc.RegisterAggregatedDiscoveryServiceServer(srv, u.ads)
