@@ -89,7 +89,7 @@ func (r *Resource) wrapper(f form) []byte {
 		b = protowire.AppendBytes(b, r.resourceName())
 	} else {
 		b = protowire.AppendTag(b, resourceName, protowire.BytesType)
-		b = protowire.AppendString(b, r.Name)
+		b = protowire.AppendString(b, r.sentName())
 	}
 	if f&formTTL != 0 && r.TTL > 0 {
 		b = protowire.AppendTag(b, resourceTTL, protowire.BytesType)
