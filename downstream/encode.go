@@ -125,7 +125,7 @@ func durationBytes(d time.Duration) []byte {
 
 // resourceName encodes the variant's ResourceName{name, constraints}.
 func (r *Resource) resourceName() []byte {
-	return encodeResourceName(r.Name, r.ConstraintsWire)
+	return encodeResourceName(r.sentName(), r.ConstraintsWire)
 }
 
 func encodeResourceName(name string, constraints []byte) []byte {
