@@ -234,13 +234,20 @@ var regressions = []struct {
 		"a glob member its authority's stream had delivered kept that content for good once the glob's subscription ended, though the default servers listed its changes: a SotW wildcard Envoy never got them (relay's TestListedMemberFollowsTheListingOnceTheGlobEnds always)"},
 	{36, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 42},
 		"a TP2 locator of an Envoy-spelled name (…/svc%3A16) was subscribed upstream canonically (…/svc:16), which the server does not hold: the client was never answered (fails always before the fix; relay's TestTP2EnvoySpelledLocator always)"},
+	{2019, []int{40},
+		"a Delta wildcard Envoy was sent …/svc:4, the relay's canonical name, for the default servers' listed …/svc%3A4: the upstream client kept no record of how the server spelled a name no client spelled (fails always before the fix; relay's TestEnvoySpelledListedName always)"},
+	{2028, []int{22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43},
+		"the same as seed 2019 in a TP2 world; and a SotW TP2 client of …/svc%3A19 was sent resource_name …/svc:19, the relay's canonical name, around the upstream's bytes named …/svc%3A19 (fails always before the fixes; relay's TestTP2EnvoySpelledLocator always)"},
+	{4010, wholeSchedule(22),
+		"the same as seed 2019 with a warm-restart file and a forgetful server"},
 }
 
 // foundDims: the dimensions of the regressions found in a widened world
 // (as -oracle.dims spells them); the others are plain schedules.
 var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: "gcp",
 	4: "glob,foreign", 11: "glob,foreign", 12: "glob,foreign", 20: "glob,foreign", 1018: "glob,foreign", 1022: "glob,foreign",
-	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace"}
+	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace",
+	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
