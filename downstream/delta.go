@@ -152,6 +152,7 @@ func (st *stream) initialVersions(ts *typeState, req *discoverypb.DeltaDiscovery
 		}
 		for _, k := range keys {
 			ts.holds[k] = v
+			ts.holdAs(k, n)
 			if ts.initial == nil {
 				ts.initial = make(map[string]struct{})
 			}
@@ -244,13 +245,14 @@ func (v *View) delta(send, beats []*Resource, removed []removal, errs []*Resourc
 	return v.memoized(sb.String(), func() *body { return encodeDelta(v.TypeURL, send, beats, removed, errs, w) })
 }
 
-// writeMemoName writes r's key into a memo key, and its name when that is
-// not the key's: a client's own spelling is encoded apart (spelling.go).
+// writeMemoName writes r's key into a memo key, and the name it is sent
+// under when that is not the key: each spelling is encoded apart
+// (spelling.go).
 func writeMemoName(sb *strings.Builder, r *Resource) {
 	sb.WriteString(r.key())
-	if !r.plain() {
+	if n := r.sentName(); n != r.key() {
 		sb.WriteByte(1)
-		sb.WriteString(r.Name)
+		sb.WriteString(n)
 	}
 	sb.WriteByte(0)
 }

@@ -89,7 +89,7 @@ func (r *Resource) wrapper(f form) []byte {
 		b = protowire.AppendBytes(b, r.resourceName())
 	} else {
 		b = protowire.AppendTag(b, resourceName, protowire.BytesType)
-		b = protowire.AppendString(b, r.Name)
+		b = protowire.AppendString(b, r.sentName())
 	}
 	if f&formTTL != 0 && r.TTL > 0 {
 		b = protowire.AppendTag(b, resourceTTL, protowire.BytesType)
@@ -125,7 +125,7 @@ func durationBytes(d time.Duration) []byte {
 
 // resourceName encodes the variant's ResourceName{name, constraints}.
 func (r *Resource) resourceName() []byte {
-	return encodeResourceName(r.Name, r.ConstraintsWire)
+	return encodeResourceName(r.sentName(), r.ConstraintsWire)
 }
 
 func encodeResourceName(name string, constraints []byte) []byte {

@@ -121,6 +121,9 @@ type deltaState struct {
 	initial map[string]struct{}
 	// holdsTP2 is the variant the client holds for each wrapped key.
 	holdsTP2 map[string]*Resource
+	// heldAs holds, for keys the client holds under a name it did not
+	// spell (the upstream's spelling, spelling.go), that name.
+	heldAs map[string]string
 }
 
 // withholdState is what the relay withholds from the client: removals

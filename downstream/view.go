@@ -19,6 +19,10 @@ import (
 type Resource struct {
 	// Name is the resource's name.
 	Name string
+	// Spelling is the name as the upstream wrote it when that is not Name
+	// (an xdstp name not in canonical form): responses name the resource
+	// so, but to a Delta client that named it itself (spelling.go).
+	Spelling string
 	// Version is derived from the resource's bytes: equal bytes, equal version,
 	// on every stream, after restarts and on every replica.
 	Version string
@@ -90,7 +94,7 @@ func (r *Resource) Selected(key string) *Resource {
 		return r
 	}
 	root := r.Root()
-	return &Resource{Name: root.Name, Version: root.Version, Any: root.Any, Authority: root.Authority, Listed: root.Listed, Glob: root.Glob,
+	return &Resource{Name: root.Name, Spelling: root.Spelling, Version: root.Version, Any: root.Any, Authority: root.Authority, Listed: root.Listed, Glob: root.Glob,
 		UpstreamVersion: root.UpstreamVersion, Constraints: root.Constraints, ConstraintsWire: root.ConstraintsWire,
 		TTL: root.TTL, Key: key, base: root}
 }
@@ -98,7 +102,7 @@ func (r *Resource) Selected(key string) *Resource {
 // WithTTL returns a copy of the plain resource r with another TTL and the
 // version that goes with it.
 func (r *Resource) WithTTL(version string, ttl time.Duration) *Resource {
-	return &Resource{Name: r.Name, Version: version, Any: r.Any, Authority: r.Authority, Listed: r.Listed, Glob: r.Glob,
+	return &Resource{Name: r.Name, Spelling: r.Spelling, Version: version, Any: r.Any, Authority: r.Authority, Listed: r.Listed, Glob: r.Glob,
 		UpstreamVersion: r.UpstreamVersion, TTL: ttl}
 }
 

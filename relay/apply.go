@@ -78,7 +78,7 @@ func decodeUpdate(authority string, u upstream.Update) (*incoming, error) {
 			return nil, err
 		}
 		nr := &downstream.Resource{
-			Name: res.Name, Version: resourceVersion(b, cs, res.TTL), Any: b, Authority: authority,
+			Name: res.Name, Spelling: res.Spelling, Version: resourceVersion(b, cs, res.TTL), Any: b, Authority: authority,
 			UpstreamVersion: res.Version, Glob: keying.GlobOf(res.Name), Constraints: cs, ConstraintsWire: cw,
 			TTL: res.TTL,
 		}
@@ -213,7 +213,7 @@ func (a *applier) resource(e *downstream.Resource) {
 	}
 	a.s.armTTL(tc, e.Name, e.TTL)
 	a.answerGlob(e)
-	if cur, ok := a.edit.res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed {
+	if cur, ok := a.edit.res[e.Name]; ok && cur.Version == e.Version && cur.Authority == e.Authority && cur.Listed == e.Listed && cur.Spelling == e.Spelling {
 		if cur.UpstreamVersion != e.UpstreamVersion {
 			a.edit.put(e.Name, e) // same bytes, new upstream version: nothing to tell clients
 			a.touched = true

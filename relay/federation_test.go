@@ -208,6 +208,36 @@ func TestEnvoySpelledXdstpName(t *testing.T) {
 	})
 }
 
+// The default servers may list another authority's xdstp name in their
+// wildcard answer, spelled as Envoy spells it: a Delta wildcard client,
+// which never spelled the name, is given it, its updates and its removal
+// under the upstream's name, the one it will compare and unsubscribe —
+// not under the relay's canonical key (issue 23, item 12).
+func TestEnvoySpelledListedName(t *testing.T) {
+	const envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, _ bool) {
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters("c0", envoy))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+		}))
+
+		wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "envoy"})
+		wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+		resp := wild.MustRecv()
+		wantDelta(t, resp, []string{"c0", envoy}, nil)
+		wild.Ack(resp)
+
+		up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(envoy, "eds-2")}})
+		resp = wild.MustRecv()
+		wantDelta(t, resp, []string{envoy}, nil)
+		wild.Ack(resp)
+
+		up.SetResources(clusters("c0"))
+		wantDelta(t, wild.MustRecv(), nil, []string{envoy})
+	})
+}
+
 // An xdstp name that the default servers also list in their Delta wildcard
 // answer, named by a client that left, then the wildcard lapsing and coming
 // back: servers that keep what they sent (xDS allows it) send it again on

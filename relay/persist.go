@@ -28,7 +28,8 @@ import (
 // File format: the magic line, then one protobuf-wire record per type
 // (field 1: type URL, 2: wildcard set complete, 3: resources, each with 1:
 // name, 2: authority, 3: upstream version, 4: the serialized Any, 5: the
-// serialized TP2 constraints of a variant), then the SHA-256 of everything
+// serialized TP2 constraints of a variant, 6: listed by the default servers,
+// 7: the upstream's spelling of the name), then the SHA-256 of everything
 // before it. Versions are not stored: they are derived again from the bytes,
 // so nothing in the file is trusted beyond its bytes. A name with TP2
 // variants is stored as its variants; subscriptions with parameters select
@@ -87,6 +88,10 @@ func encodeCache(types []persisted) []byte {
 			if r.Listed {
 				rb = protowire.AppendTag(rb, 6, protowire.VarintType)
 				rb = protowire.AppendVarint(rb, 1)
+			}
+			if r.Spelling != "" {
+				rb = protowire.AppendTag(rb, 7, protowire.BytesType)
+				rb = protowire.AppendString(rb, r.Spelling)
 			}
 			t = protowire.AppendTag(t, 3, protowire.BytesType)
 			t = protowire.AppendBytes(t, rb)
@@ -151,6 +156,8 @@ func decodeCache(data []byte) ([]persisted, error) {
 						r.ConstraintsWire = bytes.Clone(val)
 					case 6:
 						r.Listed = n == 1
+					case 7:
+						r.Spelling = string(val)
 					}
 					return nil
 				}); err != nil {

@@ -399,3 +399,32 @@ func TestWarmRestartDeltaToldIsSure(t *testing.T) {
 	named.Subscribe(resource.ClusterType, []string{"c1"}, nil)
 	refuseRemovals(t, named, time.Now().Add(4*quiet))
 }
+
+// A warm restart keeps the upstream's spelling of a name: with no upstream
+// reachable, a Delta wildcard client is given the default servers' listed,
+// Envoy-spelled xdstp name as they spelled it, not the relay's canonical key
+// (issue 23, item 12).
+func TestWarmRestartKeepsTheUpstreamsSpelling(t *testing.T) {
+	const envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	})
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c0", envoy))
+	first := xdstest.StartRelay(t, up.Addr(), opt)
+	c := xdstest.DialDelta(t, first.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	wantDelta(t, c.MustRecv(), []string{"c0", envoy}, nil)
+	c.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+	up.Stop()
+
+	second := xdstest.StartRelay(t, up.Addr(), opt)
+	c = xdstest.DialDelta(t, second.Addr(), &core.Node{Id: "n"})
+	c.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	wantDelta(t, c.MustRecv(), []string{"c0", envoy}, nil)
+}

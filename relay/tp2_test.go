@@ -667,8 +667,9 @@ func subscribeProdC1(t *testing.T, r *xdstest.Relay) (*xdstest.ADSClient, *xdste
 // An xdstp name Envoy spells percent-encoded (".../svc%3A8080"), subscribed
 // with TP2 parameters: the upstream, which matches names exactly, is asked
 // for the name as the client wrote it, with its parameters, and the Delta
-// client is answered, and told of the variant's deletion, in its spelling.
-// (Plain names: TestEnvoySpelledXdstpName.)
+// client is answered, and told of the variant's deletion, in its spelling;
+// a SotW client's resource_name is the upstream's spelling, like the bytes
+// it wraps. (Plain names: TestEnvoySpelledXdstpName.)
 func TestTP2EnvoySpelledLocator(t *testing.T) {
 	const envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
 	forProtocols(t, func(t *testing.T, protocol string) {
@@ -690,6 +691,16 @@ func TestTP2EnvoySpelledLocator(t *testing.T) {
 		}
 		if subs := up.Subscriptions(resource.ClusterType); !slices.Equal(subs, []string{envoy + "{env=prod}"}) {
 			t.Fatalf("upstream subscriptions %v", subs)
+		}
+
+		// A SotW response is one encoding for all its clients.
+		s := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+		s.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator(envoy, "env", "prod"))
+		sresp := s.RecvType(resource.ClusterType)
+		s.Ack(sresp)
+		w := &discoverygrpc.Resource{}
+		if rs := sresp.GetResources(); len(rs) != 1 || proto.Unmarshal(rs[0].GetValue(), w) != nil || w.GetResourceName().GetName() != envoy {
+			t.Fatalf("sotw client: %v", sresp)
 		}
 
 		up.Delete(resource.ClusterType, envoy, eq("env", "prod"))

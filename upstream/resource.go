@@ -30,6 +30,10 @@ type Resource struct {
 	// Name is the resource's name: the wrapper's name when the server wrapped
 	// it in envoy.service.discovery.v3.Resource, else field 1 of the resource.
 	Name string
+	// Spelling is the name as the server wrote it when the Client reports
+	// Name canonically and that differs (an xdstp name Envoy-spelled,
+	// spelling.go); "" otherwise.
+	Spelling string
 	// Any is the resource itself, unwrapped from a Resource wrapper if there
 	// was one. Any.Value holds the server's bytes, never re-marshalled. nil
 	// only for a TTL heartbeat (Heartbeat is true).

@@ -14,7 +14,9 @@ import (
 // Subscribe (the relay passes the spelling of the client that asked for it
 // first), while it speaks canonical names with the relay everywhere else:
 // Unsubscribe, Forget and InitialVersions take canonical names, and every
-// name it reports (Update, Config.Declared) is canonical.
+// name it reports (Update, Config.Declared) is canonical. A resource keeps
+// the server's spelling beside its name (Resource.Spelling): the name to
+// give clients that did not spell it themselves.
 
 // spellLocked records how n, a name or a subscription key about to be
 // subscribed, is spelled when that is not its canonical form (a key's
@@ -85,6 +87,21 @@ func canonicalized[T any](xs []T, name func(*T) *string) (out []T, changed bool)
 
 func self(s *string) *string { return s }
 
+// canonicalResources is canonicalized for resources: each renamed one keeps
+// the server's spelling of its name.
+func canonicalResources(rs []Resource) (out []Resource, changed bool) {
+	out = rs
+	for i, r := range rs {
+		if c := canonical(r.Name); c != r.Name {
+			if !changed {
+				out, changed = slices.Clone(rs), true
+			}
+			out[i].Name, out[i].Spelling = c, r.Name
+		}
+	}
+	return out, changed
+}
+
 // canonicalHandler is the Handler the Client reports to: every name of an
 // Update canonical. A removal of a name the same Update carries is dropped:
 // the server removed a spelling of it, not the resource.
@@ -92,7 +109,7 @@ type canonicalHandler struct{ Handler }
 
 func (h canonicalHandler) OnUpdate(u Update) error {
 	var sentChanged, removedChanged bool
-	u.Resources, sentChanged = canonicalized(u.Resources, func(r *Resource) *string { return &r.Name })
+	u.Resources, sentChanged = canonicalResources(u.Resources)
 	u.Removed, removedChanged = canonicalized(u.Removed, self)
 	if (sentChanged || removedChanged) && len(u.Resources) > 0 && len(u.Removed) > 0 {
 		sent := make(map[string]bool, len(u.Resources))

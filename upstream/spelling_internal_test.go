@@ -29,7 +29,7 @@ func TestCanonicalHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := rec.got[0]
-	want := Update{Resources: []Resource{{Name: x}, {Name: "c0"}}, Removed: []string{y},
+	want := Update{Resources: []Resource{{Name: x, Spelling: xEnvoy}, {Name: "c0"}}, Removed: []string{y},
 		Keys: map[string]struct{}{y: {}}, Errors: []ResourceError{{Name: y}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("update (-want +got):\n%s", d)

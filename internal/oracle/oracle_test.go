@@ -240,6 +240,12 @@ var regressions = []struct {
 		"a gRPC SotW client subscribed to a glob alone, moved in holding its two members, which the upstream then deleted, was never answered: with no member present the relay took the glob for \"nothing known yet\", though the upstream had answered its set (fails every run before the fix; relay's TestGlobClientFromElsewhereEmptyGlob/sotw-glob-only-elsewhere always)"},
 	{7139, wholeSchedule(42),
 		"a SotW wildcard answer, in a TP2 world whose cluster's unconstrained variant had been replaced, crashed the relay: the answer's check of whether a plain name is in the wildcard set read a View entry the name did not have (nil)"},
+	{2019, []int{40},
+		"a Delta wildcard Envoy was sent …/svc:4, the relay's canonical name, for the default servers' listed …/svc%3A4: the upstream client kept no record of how the server spelled a name no client spelled (fails always before the fix; relay's TestEnvoySpelledListedName always)"},
+	{2028, []int{22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43},
+		"the same as seed 2019 in a TP2 world; and a SotW TP2 client of …/svc%3A19 was sent resource_name …/svc:19, the relay's canonical name, around the upstream's bytes named …/svc%3A19 (fails always before the fixes; relay's TestTP2EnvoySpelledLocator always)"},
+	{4010, wholeSchedule(22),
+		"the same as seed 2019 with a warm-restart file and a forgetful server"},
 }
 
 // foundDims: the dimensions of the regressions found in a widened world
@@ -247,11 +253,12 @@ var regressions = []struct {
 var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: "gcp",
 	4: "glob,foreign", 11: "glob,foreign", 12: "glob,foreign", 20: "glob,foreign", 1018: "glob,foreign", 1022: "glob,foreign",
 	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace", 3029: "glob,foreign",
-	5017: "glob,auth-servers,invalid,foreign", 7139: "replace"}
+	5017: "glob,auth-servers,invalid,foreign", 7139: "replace",
+	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
-var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true}
+var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
