@@ -171,3 +171,38 @@ func TestDeltaWildcardBroughtUnlistedName(t *testing.T) {
 		c.Ack(r)
 	}
 }
+
+// A Delta client is told that a glob collection's member it holds is gone
+// once the glob's set is answered without it, though the View never listed
+// the member as changed: the stream moved to its node's own scope, whose
+// View never held it. Only members the client brought from elsewhere were
+// looked at, and it kept the deleted one for good.
+func TestDeltaGlobMemberMissingFromAnotherView(t *testing.T) {
+	const p = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/"
+	g, m1, m2 := p+"*", p+"m1", p+"m2"
+	src := newFakeSource()
+	r1, r2 := resource(m1, "m1"), resource(m2, "m2")
+	r1.Authority, r1.Glob, r2.Authority, r2.Glob = "auth", g, "auth", g
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{m1: r1, m2: r2})
+	c := xdstest.DialDelta(t, start(t, src), testNode)
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{g}})
+	r := c.MustRecv()
+	wantNames(t, "resources", names(r), []string{m1, m2})
+	c.Ack(r)
+
+	src.replace(&downstream.View{TypeURL: keying.ClusterType, Seq: 10, Resources: map[string]*downstream.Resource{m1: r1},
+		Changed: map[string]struct{}{g: {}}, AnsweredGlobs: map[string]struct{}{g: {}}})
+	r = c.MustRecv()
+	wantNames(t, "removals", r.GetRemovedResources(), []string{m2})
+}
+
+// replace makes v its type's current View as it is (its Changed too) and
+// tells every watcher of the type.
+func (f *fakeSource) replace(v *downstream.View) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.views[v.TypeURL] = v
+	for _, w := range f.ws[v.TypeURL] {
+		w.Notify(v, nil)
+	}
+}

@@ -143,7 +143,7 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 				b.sendIfNew(r)
 			}
 		}
-		b.dropBroughtMembers(n)
+		b.dropGoneMembers(n)
 		return
 	}
 	r, present := v.Resources[n]
@@ -202,15 +202,17 @@ func (b *deltaBuilder) unlisted(n string) bool {
 	return false
 }
 
-// dropBroughtMembers tells the client which members of glob it brought from
-// elsewhere (initial_resource_versions) are gone: those missing from the
-// glob's set once the upstream answered it (View.Gone).
-func (b *deltaBuilder) dropBroughtMembers(glob string) {
+// dropGoneMembers tells the client which members of glob it holds are gone:
+// those missing from the glob's set once the upstream answered it
+// (View.Gone). Not only those it brought from elsewhere
+// (initial_resource_versions): a View that never had one (a stream moved to
+// its node's own scope) does not list it as changed.
+func (b *deltaBuilder) dropGoneMembers(glob string) {
 	st, ts, v := b.st, b.ts, b.v
 	if !v.GlobAnswered(glob) {
 		return
 	}
-	for k := range ts.initial {
+	for k := range ts.holds {
 		if _, present := v.Resources[k]; !present && keying.GlobOf(k) == glob &&
 			st.checkRemoval(ts, v, k) && !st.withholdReferenced(ts, v, k) {
 			b.drop(k)

@@ -57,7 +57,7 @@ func (h *upstreamHandler) initialVersions(typeURL string) map[string]string {
 	}
 	out := make(map[string]string)
 	for name, res := range tc.view.Resources {
-		if res.Authority == authority && res.UpstreamVersion != "" && name == res.Name && res.Constraints == "" {
+		if tc.speaksFor(res, authority) && res.UpstreamVersion != "" && name == res.Name && res.Constraints == "" {
 			out[name] = res.UpstreamVersion
 		}
 	}
@@ -90,7 +90,7 @@ func (h *upstreamHandler) declared(typeURL string, names []string) {
 		}
 	}
 	for n, res := range tc.view.Resources {
-		if told[n] || n != res.Name || res.Constraints != "" || res.Authority != authority || tc.get(n).unsure() {
+		if told[n] || n != res.Name || res.Constraints != "" || !tc.speaksFor(res, authority) || tc.get(n).unsure() {
 			continue
 		}
 		tc.markUnsure(n)
@@ -117,6 +117,17 @@ func (s *state) unconfirm(sc *scope, authority string) {
 		v.Unconfirmed = maps.Clone(tc.unconfirmed)
 		s.publish(tc, v)
 	}
+}
+
+// speaksFor reports whether authority's servers speak for the cached res:
+// it came from them, or it is their name held from the default servers'
+// listing whose wildcard subscription has ended (see lapsedListing), which
+// only they can now say is gone.
+func (tc *typeCache) speaksFor(res *downstream.Resource, authority string) bool {
+	if res.Authority == authority {
+		return true
+	}
+	return res.Authority == "" && authority != "" && ofAuthority(res.Name, authority) && !tc.up[keying.Wildcard]
 }
 
 // holds reports whether tc caches or subscribes anything of authority.

@@ -323,6 +323,15 @@ func TestGlobMemberDeletedWhileUnsubscribed(t *testing.T) {
 // from the default servers, stayed for good, and the glob's subscriber was
 // served the deleted member.
 func TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority(t *testing.T) {
+	for _, protocol := range []string{"sotw", "delta"} {
+		t.Run(protocol, func(t *testing.T) { testListedMemberDeletedByItsAuthority(t, protocol) })
+	}
+}
+
+// testListedMemberDeletedByItsAuthority: with a Delta authority, the stream
+// that subscribes the glob must be told of the listed copy (its first
+// request declares it), or its server never says the member is gone.
+func testListedMemberDeletedByItsAuthority(t *testing.T, protocol string) {
 	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
 	def := xdstest.StartUpstream(t)
 	def.SetResources(clusters("c0", m2))
@@ -330,7 +339,7 @@ func TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority(t *testing.T) 
 	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.Linger = 0
 		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: protocol}}}}
 	}))
 	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
 	wild.Subscribe(resource.ClusterType, "*")

@@ -125,13 +125,11 @@ var DrawOpen bool
 var DrawLarge bool
 
 // openDims are the dimensions with known, unfixed failures (issue 23):
-// foreign — seeds 6204 and 6221 of -oracle.dims glob,foreign, and 3010
-// and 3021 now and then under load (a client of the glob keeps a cached
-// member — listed by the default servers, or from the warm-restart file —
-// that the upstream deleted; in 6204 and 6221 the authority's Delta
-// stream, which subscribed the glob mid-stream, never knew the relay held
-// it; seeds 4, 11, 12, 20, 1011, 1018, 1022, 2037, 3029 and 5017 are
-// fixed), and with
+// foreign — seeds 3010 and 3021 of -oracle.dims glob,foreign now and then
+// under load (a client of the glob keeps a cached member — listed by the
+// default servers, or from the warm-restart file — that the upstream
+// deleted; seeds 4, 11, 12, 20, 1011, 1018, 1022, 2037, 3029, 5017, 6204
+// and 6221 are fixed), and with
 // escaped seeds 2019, 2028 and 4010 of -oracle.open (a Delta wildcard client is sent
 // …/svc:4, the relay's canonical name, for the listed …/svc%3A4: nothing
 // records how a server spelled a name no client spelled).

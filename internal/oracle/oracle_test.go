@@ -238,6 +238,10 @@ var regressions = []struct {
 		"a Delta client of a glob that moved in bringing members the upstream had deleted kept them for good: the glob's set was empty, the Delta server's answer carried nothing (the oracle's server did not name the empty glob in removed_resources, as xDS TP1 has it; the relay took no such removal as the set's answer), so the glob never counted as answered (fails about one run in two before the fix; relay's TestGlobClientFromElsewhereEmptyGlob always)"},
 	{5017, wholeSchedule(46),
 		"a gRPC SotW client subscribed to a glob alone, moved in holding its two members, which the upstream then deleted, was never answered: with no member present the relay took the glob for \"nothing known yet\", though the upstream had answered its set (fails every run before the fix; relay's TestGlobClientFromElsewhereEmptyGlob/sotw-glob-only-elsewhere always)"},
+	{6204, []int{0, 1, 6, 7, 8, 9, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39},
+		"a glob member the default servers had listed (their wildcard since unsubscribed) and its Delta authority then deleted was served to a new client of the glob for good: the authority's first request never declared it (fails now and then; relay's TestGlobMemberListedByTheDefaultServersDeletedByItsAuthority/delta always)"},
+	{6221, wholeSchedule(42),
+		"a glob member from the warm-restart file, deleted upstream, was kept for good by a Delta client whose stream moved to its node's own scope: the own View never had it, and only members the client brought were checked against the glob's answered set (fails now and then; downstream's TestDeltaGlobMemberMissingFromAnotherView always)"},
 	{7139, wholeSchedule(42),
 		"a SotW wildcard answer, in a TP2 world whose cluster's unconstrained variant had been replaced, crashed the relay: the answer's check of whether a plain name is in the wildcard set read a View entry the name did not have (nil)"},
 	{2019, []int{40},
@@ -253,12 +257,13 @@ var regressions = []struct {
 var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: "gcp",
 	4: "glob,foreign", 11: "glob,foreign", 12: "glob,foreign", 20: "glob,foreign", 1018: "glob,foreign", 1022: "glob,foreign",
 	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace", 3029: "glob,foreign",
-	5017: "glob,auth-servers,invalid,foreign", 7139: "replace",
+	5017: "glob,auth-servers,invalid,foreign", 7139: "replace", 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
-var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true}
+var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
+	6221: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
