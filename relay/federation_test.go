@@ -390,3 +390,44 @@ func TestMovedToOwnScopeListedMemberNotSeeded(t *testing.T) {
 	resp := envoy.RecvType(resource.ClusterType)
 	wantNames(t, resp, "c0", personal, x)
 }
+
+// A client moved to its node's own scope by a do_not_cache resource it
+// named in Envoy's spelling is subscribed there as it spelled it, as its
+// group scope was: the own scope asked the upstream for the canonical name,
+// which a control plane matching names exactly does not hold, and the
+// client never got the resource (issue 23, item 12).
+func TestEnvoySpelledNameMovedToOwnScope(t *testing.T) {
+	const (
+		envoy = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+		plain = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/svc:8080"
+	)
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		resp := &discoverygrpc.DiscoveryResponse{}
+		if !slices.Contains(names, envoy) {
+			return resp, nil // it holds the name only as Envoy spells it
+		}
+		inner, err := anypb.New(xdstest.EDSCluster(envoy, "eds-"+node.GetId()))
+		if err != nil {
+			return nil, err
+		}
+		a, err := anypb.New(&discoverygrpc.Resource{Name: envoy, Resource: inner,
+			CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}})
+		resp.Resources = append(resp.Resources, a)
+		return resp, err
+	}}
+	r := xdstest.StartRelay(t, startFakeCDS(t, f), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {}}
+	}))
+
+	a := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "a"})
+	a.Subscribe(resource.ClusterType, envoy)
+	recvClusters(t, a, map[string]string{envoy: "eds-a"})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, names := range f.asked {
+		if slices.Contains(names, plain) {
+			t.Fatalf("the upstream was asked for %s, which no client spelled: %v", plain, f.asked)
+		}
+	}
+}

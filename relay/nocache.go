@@ -170,8 +170,14 @@ func (s *state) moveToOwn(w downstream.Watcher, typeURL string) {
 		names = append(names, keying.Wildcard)
 	}
 	for _, n := range names {
+		// Asked upstream as the group asked for it: the client's spelling
+		// (control planes match names exactly), which no Change carries here.
+		if c := from.clientFor(n); c != nil {
+			to.spelling = c.Spelling(from.typeURL, n)
+		}
 		s.unwatchKey(from, n, w.ID())
 		s.watchKey(to, n, w.ID())
+		to.spelling = ""
 	}
 }
 

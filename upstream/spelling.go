@@ -142,3 +142,14 @@ func canonicalKeys(keys map[string]struct{}) map[string]struct{} {
 	}
 	return out
 }
+
+// Spelling returns the name (or TP2 key) the server was asked for the
+// canonical name n by: the spelling it was last subscribed with, else n.
+func (c *Client) Spelling(typeURL, n string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.types[typeURL]; ok {
+		return st.spelling(n)
+	}
+	return n
+}
