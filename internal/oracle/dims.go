@@ -125,14 +125,13 @@ var DrawOpen bool
 var DrawLarge bool
 
 // openDims are the dimensions with known, unfixed failures (issue 23):
-// foreign — seeds 3010 and 3021 of -oracle.dims glob,foreign now and then
-// under load (a client of the glob keeps a cached member — listed by the
-// default servers, or from the warm-restart file — that the upstream
-// deleted; seeds 4, 11, 12, 20, 1011, 1018, 1022, 2037, 3029, 5017, 6204
-// and 6221 are fixed), and with
-// escaped seeds 2019, 2028 and 4010 of -oracle.open (a Delta wildcard client is sent
-// …/svc:4, the relay's canonical name, for the listed …/svc%3A4: nothing
-// records how a server spelled a name no client spelled).
+// foreign — with -oracle.dims escaped,foreign,glob, seeds 5016, 5020, 5026
+// and 5039 fail (Envoy-spelled names the default servers list: a glob
+// client keeps a deleted member, or a SotW wildcard client is told a listed
+// name is gone while a route still refers to it); seeds 3010 and 3021 of
+// glob,foreign failed now and then under load and were not seen failing
+// since. Seeds 4, 11, 12, 20, 1011, 1018, 1022, 2019, 2028, 2037, 3029,
+// 4010, 5017, 6204 and 6221 are fixed (the regression table).
 var openDims = Dims{Foreign: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the
