@@ -25,28 +25,30 @@ func TestGRPCHealth(t *testing.T) {
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	status := func() healthpb.HealthCheckResponse_ServingStatus {
-		t.Helper()
+	// The drain closes the connections open when it starts, this one
+	// included (spread over shutdown.drain_window): a Check in flight then
+	// fails UNAVAILABLE and the prober asks again on a new connection, as
+	// grpc-health-probe and the kubelet do. So each state is waited for.
+	status := func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: ""})
 		if err != nil {
-			t.Fatalf("Health/Check: %v", err)
+			return err
 		}
 		return resp.GetStatus()
 	}
-	xdstest.Eventually(t, func() bool { return status() == healthpb.HealthCheckResponse_SERVING }, "SERVING", nil)
+	is := func(want healthpb.HealthCheckResponse_ServingStatus) func() bool {
+		return func() bool { return status() == want }
+	}
+	xdstest.Eventually(t, is(healthpb.HealthCheckResponse_SERVING), "SERVING", status)
 
 	if code, _ := call(t, http.MethodPost, "http://"+r.Admin+"/drain"); code != http.StatusAccepted {
 		t.Fatalf("POST /drain = %d", code)
 	}
-	if got := status(); got != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("Health/Check while drained = %v, want NOT_SERVING", got)
-	}
+	xdstest.Eventually(t, is(healthpb.HealthCheckResponse_NOT_SERVING), "NOT_SERVING while drained", status)
 	if code, _ := call(t, http.MethodDelete, "http://"+r.Admin+"/drain"); code != http.StatusOK {
 		t.Fatalf("DELETE /drain = %d", code)
 	}
-	if got := status(); got != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("Health/Check after DELETE /drain = %v, want SERVING", got)
-	}
+	xdstest.Eventually(t, is(healthpb.HealthCheckResponse_SERVING), "SERVING after DELETE /drain", status)
 }
