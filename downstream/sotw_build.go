@@ -310,6 +310,7 @@ func (sw *sotwBuilder) partial() *body {
 	st, ts, it, v := sw.st, sw.ts, sw.it, sw.v
 	for n := range it.names {
 		sw.pick(n)
+		delete(ts.brought, n) // it holds the View's version now: nothing to withhold
 	}
 	changed := len(sw.sel) + len(sw.errs)
 	for n := range it.force {
