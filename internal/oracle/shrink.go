@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
+
+	"github.com/xds-relay/xds-relay/internal/shrink"
 )
 
 // Shrink returns a shorter schedule that still fails, and how (each
@@ -26,22 +27,11 @@ func Shrink(s *Schedule, err error, dir string, tries int, budget time.Duration)
 		}
 		return false
 	}
-	best := s
-	for chunk := len(best.Steps) / 2; chunk >= 1 && time.Now().Before(deadline); {
-		shrunk := false
-		for i := 0; i < len(best.Steps) && time.Now().Before(deadline); i += chunk {
-			c := &Schedule{Seed: best.Seed, Opts: best.Opts, Steps: slices.Delete(slices.Clone(best.Steps), i, min(i+chunk, len(best.Steps)))}
-			if fails(c) {
-				best, shrunk = c, true
-				i -= chunk
-			}
-		}
-		if !shrunk {
-			chunk /= 2
-		}
+	steps := shrink.Steps(s.Steps, func(steps []Step) bool {
+		return fails(&Schedule{Seed: s.Seed, Opts: s.Opts, Steps: steps})
+	}, deadline)
+	if len(steps) == len(s.Steps) {
+		return s, err
 	}
-	if best == s {
-		last = err
-	}
-	return best, last
+	return &Schedule{Seed: s.Seed, Opts: s.Opts, Steps: steps}, last
 }
