@@ -2,7 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +49,43 @@ func TestParseFlagsLRS(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--lrs-interval", "10ms"}, io.Discard); err == nil {
 		t.Error("--lrs-interval 10ms accepted")
+	}
+}
+
+// The lrs run end to end with a handful of clients: both phases are
+// measured, every client's LRS stream reaches the relay and the relay sends
+// the sum upstream. Figures at this size mean nothing.
+func TestLRSSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	jsonOut := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"--bin", bin, "--clients", "5", "--clusters", "3", "--runs", "lrs", "--lrs-interval", "200ms",
+		"--lrs-window", "1s", "--sync-timeout", "30s", "--log-dir", t.TempDir(), "--json", jsonOut}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "### Load reporting (issue 24): 5 clients reporting every 200 ms") {
+		t.Errorf("report lacks the lrs section:\n%s", stdout.String())
+	}
+	checkTables(t, stdout.String())
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s suiteResult
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.LRS == nil || len(s.LRS.Phases) != 2 {
+		t.Fatalf("lrs run %+v", s.LRS)
+	}
+	if base, rep := s.LRS.Phases[0], s.LRS.Phases[1]; base.ReportsIn != 0 || rep.LRSStreams != 5 || rep.ReportsIn == 0 ||
+		rep.ReportsOut == 0 || rep.Unforwarded != 0 {
+		t.Errorf("phases %+v", s.LRS.Phases)
 	}
 }
