@@ -15,6 +15,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/gateway"
+	"github.com/xds-relay/xds-relay/lrs"
 	"github.com/xds-relay/xds-relay/relay"
 )
 
@@ -40,6 +41,9 @@ type Source interface {
 	DebugUpstreams() []relay.UpstreamInfo
 	DebugRollouts() []relay.RolloutInfo
 	DebugGateway(nodeID string) gateway.DebugInfo
+	// DebugLRS is what load reporting does now (the status page's LRS
+	// section).
+	DebugLRS() lrs.Status
 }
 
 var _ Source = (*relay.Relay)(nil)

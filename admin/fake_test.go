@@ -11,6 +11,7 @@ import (
 	"github.com/xds-relay/xds-relay/admin"
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/gateway"
+	"github.com/xds-relay/xds-relay/lrs"
 	"github.com/xds-relay/xds-relay/relay"
 )
 
@@ -26,6 +27,7 @@ type fakeRelay struct {
 	clients []relay.ClientInfo
 	ups     []relay.UpstreamInfo
 	cache   []relay.CacheEntryInfo
+	lrs     lrs.Status
 
 	draining atomic.Bool
 }
@@ -63,6 +65,7 @@ func (f *fakeRelay) DebugClients(string) []relay.ClientInfo              { retur
 func (f *fakeRelay) DebugUpstreams() []relay.UpstreamInfo                { return f.ups }
 func (f *fakeRelay) DebugRollouts() []relay.RolloutInfo                  { return nil }
 func (f *fakeRelay) DebugGateway(string) gateway.DebugInfo               { return gateway.DebugInfo{} }
+func (f *fakeRelay) DebugLRS() lrs.Status                                { return f.lrs }
 
 func (f *fakeRelay) DebugClientsPage(relay.ClientQuery) relay.ClientPage {
 	page := relay.ClientPage{Total: len(f.clients), Streams: []relay.PagedClient{}}

@@ -25,7 +25,7 @@ import (
 // /debug/config (RedactConfig, secrets redacted) and the runtime log level
 // at /debug/loglevel.
 // Everything here only reads the relay, through DebugCache, DebugClients,
-// DebugUpstreams and the Prometheus registry; it takes no lock of its own.
+// DebugUpstreams, DebugLRS and the Prometheus registry; it takes no lock of its own.
 
 // MaxOverviewNACKs bounds Overview.NACKs.
 const MaxOverviewNACKs = 50
@@ -46,6 +46,8 @@ type Overview struct {
 	// summed), e.g. "xds_relay_responses_total".
 	Counters    map[string]float64  `json:"counters"`
 	Propagation PropagationOverview `json:"propagation"`
+	// LRS is load reporting: client streams and the upstream LRS streams.
+	LRS LRSOverview `json:"lrs"`
 }
 
 // FleetOverview counts the downstream streams.
@@ -166,7 +168,7 @@ var overviewCounters = []string{
 }
 
 // OverviewOf collects the status page's figures from src's DebugClients,
-// DebugUpstreams, DebugCache and registry. Safe for concurrent use.
+// DebugUpstreams, DebugCache, DebugLRS and registry. Safe for concurrent use.
 func OverviewOf(src Source) Overview {
 	got, err := src.Registry().Gather()
 	if err != nil {
@@ -192,6 +194,7 @@ func OverviewOf(src Source) Overview {
 	o.NACKs, o.NACKsTotal = nacks(clients)
 	o.Upstreams = upstreamOverview(src.Config(), src.DebugUpstreams(), fams)
 	o.Cache = cacheSummary(src.DebugCache(relay.CacheFilter{}))
+	o.LRS = lrsOverview(src.DebugLRS(), fams)
 	// Lists are [] in JSON, never null.
 	o.Fleet.ByType = nonNil(o.Fleet.ByType)
 	o.Upstreams, o.Cache, o.NACKs = nonNil(o.Upstreams), nonNil(o.Cache), nonNil(o.NACKs)
@@ -453,6 +456,7 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 	"counter": func(c map[string]float64, name string) string {
 		return formatFloat(c[name])
 	},
+	"lastReport": lastReport,
 }).Parse(statusHTML))
 
 // serveStatus answers the admin "/": the HTML status page for browsers (an

@@ -325,3 +325,18 @@ func (a *Aggregator) Take(now time.Time, keep func(cluster string) bool) []*endp
 	sortStats(out)
 	return out
 }
+
+// Clusters returns the distinct cluster names of the interval in flight.
+func (a *Aggregator) Clusters() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := make(map[string]bool, len(a.clusters))
+	out := make([]string, 0, len(a.clusters))
+	for ck := range a.clusters {
+		if !seen[ck.cluster] {
+			seen[ck.cluster] = true
+			out = append(out, ck.cluster)
+		}
+	}
+	return out
+}

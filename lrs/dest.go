@@ -2,6 +2,7 @@ package lrs
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -120,14 +121,25 @@ func (s *Server) allDests() []*dest {
 	return out
 }
 
-// closeDests stops the forwarders; none starts after.
+// closeDests flushes and stops the forwarders, together; none starts
+// after.
 func (s *Server) closeDests() {
 	s.mu.Lock()
+	was := s.closed
 	s.closed = true
 	s.mu.Unlock()
-	for _, d := range s.allDests() {
-		d.fw.close()
+	if was {
+		return
 	}
+	var wg sync.WaitGroup
+	for _, d := range s.allDests() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.fw.close()
+		}()
+	}
+	wg.Wait()
 }
 
 // setSettings takes an upstream's wishes for d and wakes every client

@@ -40,8 +40,11 @@
 //
 // While no upstream stream is up the aggregate accumulates and goes with
 // the first report on return; a report whose stream breaks after it was
-// sent may be lost (at most one interval), and what is left at Close is
-// counted unforwarded. An upstream that answers UNIMPLEMENTED is logged
+// sent may be lost (at most one interval). Close flushes the interval in
+// flight on each upstream stream that is up, half-closes it and waits for
+// the upstream to end it, at most Options.FlushTimeout; what is left then
+// (no stream up, or the flush failed) is counted unforwarded. Status tells
+// the operator's views what each upstream stream is doing. An upstream that answers UNIMPLEMENTED is logged
 // once and asked again after Options.RetryUnimplemented; meanwhile the
 // aggregate is dropped each interval and counted
 // (xds_relay_lrs_reports_total{result="unforwarded"}).

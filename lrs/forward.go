@@ -31,15 +31,21 @@ var errMoved = errors.New("lrs: the xDS stream moved to another server")
 // forwarder keeps one StreamLoadStats to the upstream server the relay's
 // xDS stream is on, and sends it the aggregate once per interval the
 // upstream asked for. While no stream is up, the aggregate accumulates
-// (bounded) and goes with the first report on return.
+// (bounded) and goes with the first report on return. At close, the
+// interval in flight is flushed on the stream that is up.
 type forwarder struct {
 	// set at creation, read-only
-	s      *Server
-	d      *dest
-	log    *zap.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	s        *Server
+	d        *dest
+	log      *zap.Logger
+	ctx      context.Context
+	cancel   context.CancelFunc
+	flushing chan struct{} // closed by close: flush, then return
+	done     chan struct{}
+
+	mu sync.Mutex
+	// guarded by mu
+	state fwState
 
 	// owned by the run goroutine
 	unimplementedLogged bool
@@ -48,19 +54,39 @@ type forwarder struct {
 func newForwarder(s *Server, d *dest) *forwarder {
 	f := &forwarder{s: s, d: d, log: s.log.Named("upstream").With(zap.String("authority", d.key.authority),
 		zap.String("group", d.key.group)),
-		done: make(chan struct{})}
+		flushing: make(chan struct{}), done: make(chan struct{}), state: fwState{State: StateConnecting}}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	go f.run()
 	return f
 }
 
-// close stops the run goroutine and waits for it. The aggregate not sent
-// yet is lost, and counted unforwarded.
+// close flushes the interval in flight on the upstream stream that is up
+// (waiting at most Options.FlushTimeout for the upstream to take it), then
+// stops the run goroutine and waits for it. What is left — no stream was
+// up, or the flush failed — is lost, and counted unforwarded.
 func (f *forwarder) close() {
+	close(f.flushing)
+	select {
+	case <-f.done:
+	case <-time.After(f.s.opts.FlushTimeout):
+		f.log.Warn("LRS flush did not end in time: the interval in flight may be lost",
+			zap.Duration("flush_timeout", f.s.opts.FlushTimeout))
+	}
 	f.cancel()
 	<-f.done
+	f.setState(func(st *fwState) { st.State = StateClosed })
 	if stats := f.d.agg.Take(time.Now(), nil); len(stats) > 0 {
 		f.s.m.LRSReports.WithLabelValues(metrics.LRSUnforwarded).Inc()
+	}
+}
+
+// isFlushing reports whether close asked for the final flush.
+func (f *forwarder) isFlushing() bool {
+	select {
+	case <-f.flushing:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -70,15 +96,16 @@ func (f *forwarder) close() {
 func (f *forwarder) run() {
 	defer close(f.done)
 	backoff := minBackoff
-	for f.ctx.Err() == nil {
+	for f.ctx.Err() == nil && !f.isFlushing() {
 		if len(f.d.upstreams) == 0 {
+			f.setState(func(st *fwState) { st.State = StateNoUpstream })
 			f.dropFor(f.ctx, -1)
 			return
 		}
 		idx := f.pick()
 		established, err := f.stream(idx)
 		switch {
-		case f.ctx.Err() != nil:
+		case f.ctx.Err() != nil || f.isFlushing():
 			return
 		case status.Code(err) == codes.Unimplemented:
 			if !f.unimplementedLogged {
@@ -86,6 +113,7 @@ func (f *forwarder) run() {
 				f.log.Warn("upstream does not implement LRS: load reports are not forwarded",
 					zap.String("server", f.d.upstreams[idx].URI), zap.Error(err))
 			}
+			f.setState(func(st *fwState) { st.State, st.LastError = StateUnimplemented, err.Error() })
 			f.dropFor(f.ctx, f.s.opts.RetryUnimplemented)
 			continue
 		case errors.Is(err, errMoved):
@@ -95,10 +123,18 @@ func (f *forwarder) run() {
 			backoff = minBackoff
 		}
 		f.log.Info("upstream LRS stream ended", zap.String("server", f.d.upstreams[idx].URI), zap.Error(err))
+		f.setState(func(st *fwState) {
+			st.State = StateBackoff
+			if err != nil {
+				st.LastError = err.Error()
+			}
+		})
 		wait := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, maxBackoff)
 		select {
 		case <-f.ctx.Done():
+			return
+		case <-f.flushing:
 			return
 		case <-time.After(wait):
 		}
@@ -134,6 +170,8 @@ func (f *forwarder) dropFor(ctx context.Context, d time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-f.flushing:
+			return
 		case now := <-t.C:
 			if stats := f.d.agg.Take(now, nil); len(stats) > 0 {
 				f.s.m.LRSReports.WithLabelValues(metrics.LRSUnforwarded).Inc()
@@ -164,6 +202,7 @@ func (f *forwarder) dialOptions(idx int) []grpc.DialOption {
 // whether the upstream answered.
 func (f *forwarder) stream(idx int) (established bool, err error) {
 	uri := f.d.upstreams[idx].URI
+	f.setState(func(st *fwState) { st.State, st.Server = StateConnecting, uri })
 	conn, err := grpc.NewClient(uri, f.dialOptions(idx)...)
 	if err != nil {
 		return false, err
@@ -235,22 +274,62 @@ func (f *forwarder) sendLoop(st lrsv3.LoadReportingService_StreamLoadStatsClient
 			if !established {
 				established = true
 				f.log.Info("upstream LRS stream established", zap.String("server", uri))
+				f.setState(func(st *fwState) { st.State, st.LastError = StateEstablished, "" })
 			}
 			timer.Reset(f.s.interval(f.d))
+		case <-f.flushing:
+			select { // an answer may have come with the close
+			case <-answers:
+				established = true
+			default:
+			}
+			if !established { // the upstream has not said what it wants
+				return false, nil
+			}
+			return true, f.flush(st, ended)
 		case now := <-timer.C:
 			if f.pickURI() != uri {
 				return established, errMoved
 			}
 			cur := f.s.destSettings(f.d)
-			if stats := f.d.agg.Take(now, cur.keep()); len(stats) > 0 {
-				if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.d.node, ClusterStats: stats}); err != nil {
-					return established, <-ended
-				}
-				f.s.m.LRSReports.WithLabelValues(metrics.LRSSent).Inc()
+			if err := f.send(st, now, cur); err != nil {
+				return established, <-ended
 			}
 			timer.Reset(cur.interval)
 		}
 	}
+}
+
+// send sends the aggregate of the interval ending at now, of the clusters
+// cur asks for, when it has load.
+func (f *forwarder) send(st lrsv3.LoadReportingService_StreamLoadStatsClient, now time.Time, cur settings) error {
+	stats := f.d.agg.Take(now, cur.keep())
+	if len(stats) == 0 {
+		return nil
+	}
+	if err := st.Send(&lrsv3.LoadStatsRequest{Node: f.d.node, ClusterStats: stats}); err != nil {
+		return err
+	}
+	f.s.m.LRSReports.WithLabelValues(metrics.LRSSent).Inc()
+	f.setState(func(s *fwState) {
+		s.LastReport, s.LastInterval = now, stats[0].GetLoadReportInterval().AsDuration()
+		s.Reports++
+	})
+	return nil
+}
+
+// flush sends the interval in flight, half-closes the stream and waits for
+// the upstream to end it: then it has read the report. close bounds the
+// wait (it cancels the stream).
+func (f *forwarder) flush(st lrsv3.LoadReportingService_StreamLoadStatsClient, ended <-chan error) error {
+	if err := f.send(st, time.Now(), f.s.destSettings(f.d)); err != nil {
+		return <-ended
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	f.log.Debug("flushed the interval in flight; waiting for the upstream to end the stream")
+	return <-ended
 }
 
 func (f *forwarder) pickURI() string { return f.d.upstreams[f.pick()].URI }

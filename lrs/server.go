@@ -71,6 +71,9 @@ type Options struct {
 	// grpc-go keeps the interval and clusters of the first answer for the
 	// stream's life. Default 2 s.
 	FirstAnswerWait time.Duration
+	// FlushTimeout bounds Close: how long the final flush of the interval
+	// in flight waits for the upstreams to take it. Default 1 s.
+	FlushTimeout time.Duration
 	// RetryUnimplemented is how long the relay waits before asking again an
 	// upstream that does not implement LRS. Default 5 minutes.
 	RetryUnimplemented time.Duration
@@ -125,6 +128,9 @@ func New(opts Options) *Server {
 	if opts.FirstAnswerWait <= 0 {
 		opts.FirstAnswerWait = 2 * time.Second
 	}
+	if opts.FlushTimeout <= 0 {
+		opts.FlushTimeout = time.Second
+	}
 	if opts.RetryUnimplemented <= 0 {
 		opts.RetryUnimplemented = 5 * time.Minute
 	}
@@ -138,7 +144,10 @@ func New(opts Options) *Server {
 // Register adds the service to g.
 func (s *Server) Register(g *grpc.Server) { lrsv3.RegisterLoadReportingServiceServer(g, s) }
 
-// Close stops the forwarders. Call it after the gRPC server stopped.
+// Close flushes the interval in flight to each upstream stream that is up
+// (together, within Options.FlushTimeout), then stops the forwarders. Call
+// it after the gRPC server stopped, so that the clients' last reports are
+// in the flush.
 func (s *Server) Close() { s.closeDests() }
 
 // clientStream is one client's StreamLoadStats.

@@ -231,3 +231,7 @@ func (dx *dialects) setRefusing(on bool) {
 		dx.rest.SetRefusing(on)
 	}
 }
+
+// DebugLRS is what load reporting does now: the client streams, the
+// clusters of the interval in flight and each upstream LRS stream.
+func (r *Relay) DebugLRS() lrs.Status { return r.dx.lrs.Status() }

@@ -110,7 +110,8 @@ func (r *Relay) StopServing() <-chan struct{} {
 // at once, clients get GOAWAY, the open xDS streams are ended with
 // UNAVAILABLE spread over shutdown.drain_window, and the relay stops as soon
 // as none is left — or when ctx ends, ending the rest at once. Then the
-// upstreams close and the warm-restart file is written.
+// upstreams close (the load aggregated since the last upstream LRS report
+// flushed first, at most 1 s) and the warm-restart file is written.
 func (r *Relay) Shutdown(ctx context.Context) {
 	r.closeDialects(ctx) // held REST polls are answered; the REST listener closes
 	select {
@@ -136,7 +137,7 @@ func (r *Relay) Close() {
 	r.ds.Close()
 	r.fan.close()
 	r.dx.gw.Close()  // its upstream streams and forwarder, after the gRPC server stopped
-	r.dx.lrs.Close() // its upstream streams, after the gRPC server stopped
+	r.dx.lrs.Close() // flushes the interval in flight (bounded), after the gRPC server stopped
 	s := r.lock()
 	if s.closed {
 		s.unlock()

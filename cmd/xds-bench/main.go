@@ -62,6 +62,9 @@ type options struct {
 	jsonOut        string
 	logDir         string
 	syncTimeout    time.Duration
+	lrsClients     int
+	lrsInterval    time.Duration
+	lrsWindow      time.Duration
 	version        bool
 }
 
@@ -106,7 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
 		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
 		"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays "+
-		"→ clients); shapes is limit,sotw,grpc,stuck,latency,tiered")
+		"→ clients); shapes is limit,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, "+
+		"without and then with load reports every --lrs-interval)")
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
@@ -118,6 +122,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profileProto, "profile-protocol", "sotw", "protocol of the profile run: sotw or delta")
 	fs.StringVar(&o.jsonOut, "json", "", "also write every measurement as JSON to this file")
 	fs.StringVar(&o.logDir, "log-dir", "", "directory for the processes' logs and profiles (default: a new temporary directory)")
+	fs.IntVar(&o.lrsClients, "lrs-clients", 0, "clients of the lrs run, each reporting load (0: --clients)")
+	fs.DurationVar(&o.lrsInterval, "lrs-interval", time.Second, "load reporting interval xds-democp asks for in the lrs run")
+	fs.DurationVar(&o.lrsWindow, "lrs-window", 30*time.Second, "measured window of each phase of the lrs run")
 	fs.DurationVar(&o.syncTimeout, "sync-timeout", 5*time.Minute, "time the clients have to sync")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered":
+		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered", "lrs":
 			o.runs[r] = true
 		case "shapes":
 			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered"} {
@@ -135,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		case "":
 		default:
 			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
-				"stuck, latency, tiered or shapes)", r)
+				"stuck, latency, tiered, lrs or shapes)", r)
 		}
 	}
 	switch {
@@ -161,11 +168,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("bench: --limit-rounds %d: want at least 1", o.limitRounds)
 	case o.profileProto != "sotw" && o.profileProto != "delta":
 		return o, fmt.Errorf("bench: --profile-protocol %q: want sotw or delta", o.profileProto)
+	case o.lrsClients < 0:
+		return o, fmt.Errorf("bench: --lrs-clients %d: want non-negative", o.lrsClients)
+	case o.lrsInterval < 100*time.Millisecond:
+		return o, fmt.Errorf("bench: --lrs-interval %v: want at least 100ms", o.lrsInterval)
+	case o.lrsWindow <= 0:
+		return o, fmt.Errorf("bench: --lrs-window %v: want positive", o.lrsWindow)
 	case o.syncTimeout <= 0:
 		return o, fmt.Errorf("bench: --sync-timeout %v: want positive", o.syncTimeout)
 	}
 	if o.deltaClients == 0 {
 		o.deltaClients = o.clients
+	}
+	if o.lrsClients == 0 {
+		o.lrsClients = o.clients
 	}
 	return o, nil
 }
@@ -326,6 +342,11 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 	if o.runs["tiered"] && ctx.Err() == nil {
 		if s.Tiered, err = runTiered(ctx, e, o.clients); err != nil {
 			fail("tiered", err)
+		}
+	}
+	if o.runs["lrs"] && ctx.Err() == nil {
+		if s.LRS, err = runLRS(ctx, e, o.lrsClients, o.lrsInterval, o.lrsWindow); err != nil {
+			fail("lrs", err)
 		}
 	}
 	if s.Profile != nil && s.Profile.CPUProfile != "" {

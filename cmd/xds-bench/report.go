@@ -57,6 +57,8 @@ type suiteResult struct {
 	Latency      *runResult    `json:"latency,omitempty"`
 	Stuck        *stuckResult  `json:"stuck,omitempty"`
 	Tiered       *tieredResult `json:"tiered,omitempty"`
+	// LRS is the load reporting run (issue 24).
+	LRS *lrsResult `json:"lrs,omitempty"`
 	// ProfileTop is `go tool pprof -top` of the relay's CPU profile during the change.
 	ProfileTop string `json:"profile_top,omitempty"`
 
@@ -358,6 +360,7 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 		b.WriteString(".\n")
 	}
 	s.writeShapes(&b)
+	s.writeLRS(&b)
 	if len(s.Errors) > 0 {
 		b.WriteString("\nFailed runs:\n\n")
 		for name, e := range s.Errors {

@@ -153,9 +153,9 @@ func (s *servers) stop() {
 func (r *relayProc) stop() { _ = r.c.stop(syscall.SIGTERM, 20*time.Second) }
 
 // startServers starts democp (with proxyless-gRPC listeners for grpc-mode
-// clients), and the relay in front of it when relay is set, and waits until
-// they serve.
-func startServers(ctx context.Context, e env, name string, relay bool, mode string) (*servers, error) {
+// clients, and democpArgs), and the relay in front of it when relay is set,
+// and waits until they serve.
+func startServers(ctx context.Context, e env, name string, relay bool, mode string, democpArgs ...string) (*servers, error) {
 	s := &servers{}
 	var err error
 	for _, a := range []*string{&s.democpAddr, &s.controlAddr} {
@@ -169,10 +169,10 @@ func startServers(ctx context.Context, e env, name string, relay bool, mode stri
 	}
 	// One route configuration: it routes to every cluster, so that a
 	// grpc-mode client watches all of them and their endpoints by name.
-	s.democp, err = startChild(name+"-democp", e.logDir, filepath.Join(e.bin, "xds-democp"), []string{
+	s.democp, err = startChild(name+"-democp", e.logDir, filepath.Join(e.bin, "xds-democp"), append([]string{
 		"--listen", s.democpAddr, "--control", s.controlAddr, "--clusters", itoa(e.clusters), "--routes", "1",
 		"--style", style, "--log-level", "warn",
-	}, childIO{})
+	}, democpArgs...), childIO{})
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&churn, "churn", "0", "change rate like 5/s, 30/m (0: no changes)")
 	fs.StringVar(&churnTypes, "churn-types", "eds", "resource types changed in turn, e.g. cds,eds (lds, rds, cds, eds)")
 	fs.IntVar(&o.server.ChurnCount, "churn-count", 1, "resources changed per change")
+	fs.DurationVar(&o.server.LoadReportInterval, "lrs-interval", 0, "serve load reporting (LRS) too, asking every stream for all clusters at this\ninterval, e.g. 1s; the reports received are counted and logged at exit (0: no LRS)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per change), info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -183,6 +184,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := srv.Serve(ctx, lis); err != nil {
 		fmt.Fprintln(stderr, "xds-democp:", err)
 		return 1
+	}
+	if o.server.LoadReportInterval > 0 {
+		ls := srv.LoadStats()
+		log.Info("load reports received", zap.Int64("streams", ls.Streams), zap.Int64("reports", ls.Reports),
+			zap.Int64("cluster_stats", ls.ClusterStats), zap.Int64("requests", ls.Requests))
 	}
 	log.Info("xds-democp stopped", zap.Uint64("changes", srv.Changes()))
 	return 0

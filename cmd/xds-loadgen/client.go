@@ -32,6 +32,7 @@ type client struct {
 	nack, slow bool
 	stuck      bool              // stops reading once synced (see Config.StuckRatio)
 	params     map[string]string // TP2 dynamic parameters: names go out as locators
+	held       heldClusters      // written by the client goroutine, read by its LRS goroutine
 
 	// Owned by the client goroutine (read by Engine.Run after it returns).
 	st            *clientState
@@ -233,6 +234,9 @@ func (c *client) handleSotw(resp *discoveryv3.DiscoveryResponse, now time.Time) 
 		}
 	}
 	c.notFound(k, resp.GetResourceErrors())
+	if k == fleet.Clusters {
+		c.publishClusters()
+	}
 	if len(present) > 0 {
 		t.received = true
 	}
@@ -456,6 +460,9 @@ func (c *client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, now time.
 		}
 	}
 	c.notFound(k, resp.GetResourceErrors())
+	if k == fleet.Clusters {
+		c.publishClusters()
+	}
 	ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
 	if c.nack || bad {
 		ack.ErrorDetail = nackStatus()

@@ -75,6 +75,11 @@ type Config struct {
 	// GatewayTypes are the type URLs gateway clients subscribe to; empty
 	// means every type but SecretMaterial.
 	GatewayTypes []string
+	// LoadReport makes each client also open a StreamLoadStats
+	// (envoy.service.load_stats.v3) on its connection and report small
+	// synthetic load for the clusters it holds, at the interval the server
+	// gives (xDS dialect only).
+	LoadReport bool
 	// Logger receives per-stream events at Debug; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -149,6 +154,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("loadgen: slow-delay %v: want non-negative", c.SlowDelay)
 	case !(c.StuckRatio >= 0 && c.StuckRatio <= 1):
 		return c, fmt.Errorf("loadgen: stuck %v: want a fraction in [0, 1]", c.StuckRatio)
+	case c.LoadReport && c.Dialect != DialectXDS:
+		return c, errors.New("loadgen: load reports are xDS LRS (the gateway dialect has none)")
 	case c.StuckRatio > 0 && c.Dialect != DialectXDS:
 		return c, errors.New("loadgen: stuck clients speak xDS (the gateway dialect has none)")
 	}
@@ -348,6 +355,9 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 		clients = append(clients, c)
 		e.ctr.launched.Add(1)
 		wg.Go(func() { c.run(clientCtx) })
+		if cfg.LoadReport {
+			wg.Go(func() { c.runLRS(clientCtx) })
+		}
 	}
 	e.log.Info("starting clients", zap.String("target", cfg.Target), zap.Int("clients", cfg.Clients),
 		zap.Int("connections", nconns), zap.String("dialect", string(cfg.Dialect)), zap.String("mode", string(cfg.Mode)),
@@ -437,6 +447,8 @@ syncing:
 		RunMS:         ms(end.Sub(start)),
 		Losses:        e.ctr.losses.Load(),
 		LossExamples:  examples,
+		LoadReports:   e.ctr.lrsReports.Load(),
+		LRSErrors:     e.ctr.lrsErrors.Load(),
 		Rates: Rates{
 			ResponsesPerSecond: float64(e.ctr.responses.Load()) / run,
 			UpdatesPerSecond:   float64(e.ctr.updates.Load()) / run,

@@ -97,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&tlsFiles.KeyFile, "tls-key", "", "client key `FILE` for mTLS (with --tls-cert)")
 	fs.StringVar(&tlsFiles.ServerName, "tls-server-name", "", "`NAME` the server's certificate must carry (default: the target's host)")
 	fs.BoolVar(&useTLS, "tls", false, "connect with TLS (the system roots unless --tls-ca; implied by the other --tls-* flags)")
+	fs.BoolVar(&o.cfg.LoadReport, "lrs", false, "each client also opens an LRS StreamLoadStats on its connection and reports small\nsynthetic load for the clusters it holds, at the interval the server gives")
 	fs.BoolVar(&o.cfg.AllowRemovals, "allow-removals", false, "do not fail the run on losses (a control plane that deletes resources)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")

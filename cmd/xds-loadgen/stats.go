@@ -153,4 +153,7 @@ type counters struct {
 	nacks         atomic.Int64 // NACKs sent
 	bytes         atomic.Int64 // wire bytes received (gRPC payloads)
 	losses        atomic.Int64 // resources a client held that the server said are gone (see Loss)
+	lrsStreams    atomic.Int64 // clients with an answered LRS stream (Config.LoadReport)
+	lrsReports    atomic.Int64 // load reports sent
+	lrsErrors     atomic.Int64 // LRS streams that failed or could not be opened
 }

@@ -56,6 +56,7 @@ type RunConfig struct {
 	Node           NodeTemplate        `json:"node"`
 	Params         []map[string]string `json:"params,omitempty"`
 	AllowRemovals  bool                `json:"allow_removals"`
+	LoadReport     bool                `json:"load_report,omitempty"`
 }
 
 func runConfig(c Config) RunConfig {
@@ -63,7 +64,7 @@ func runConfig(c Config) RunConfig {
 		Mode: c.Mode, Protocol: c.Protocol, DurationMS: ms(c.Duration), Updates: c.Updates,
 		SyncTimeoutMS: ms(c.SyncTimeout), NACKRatio: c.NACKRatio, SlowRatio: c.SlowRatio, SlowDelayMS: ms(c.SlowDelay),
 		StuckRatio: c.StuckRatio,
-		NodePrefix: c.NodePrefix, Node: c.Node, Params: c.Params, AllowRemovals: c.AllowRemovals}
+		NodePrefix: c.NodePrefix, Node: c.Node, Params: c.Params, AllowRemovals: c.AllowRemovals, LoadReport: c.LoadReport}
 	if c.Mode == ModeGRPC {
 		rc.LDSName = c.LDSName
 	}
@@ -111,6 +112,10 @@ type Summary struct {
 	// (see Loss); LossExamples lists the first ones.
 	Losses       int64  `json:"losses"`
 	LossExamples []Loss `json:"loss_examples,omitempty"`
+	// LoadReports counts the load reports the clients sent (--lrs);
+	// LRSErrors the LRS streams that failed or could not be opened.
+	LoadReports int64 `json:"load_reports,omitempty"`
+	LRSErrors   int64 `json:"lrs_errors,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -187,6 +192,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("run time", fmtDuration(fromMS(s.RunMS)))
 	row("rates", fmt.Sprintf("%.0f responses/s, %.0f updates/s, %s/s", s.Rates.ResponsesPerSecond,
 		s.Rates.UpdatesPerSecond, fmtBytes(int64(s.Rates.BytesPerSecond))))
+	if s.Config.LoadReport {
+		row("load reports sent", fmt.Sprintf("%d (%d LRS stream errors)", s.LoadReports, s.LRSErrors))
+	}
 	row("losses", s.Losses)
 	for _, l := range s.LossExamples {
 		row("  lost", fmt.Sprintf("%s: %s %s (%s)", l.Client, l.Type, l.Name, l.How))

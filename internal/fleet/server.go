@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -41,6 +43,10 @@ type ServerConfig struct {
 	// go-control-plane's: clients must subscribe by name (no wildcard), and
 	// each gets the variant its dynamic parameters select.
 	Variants Variants
+	// LoadReportInterval, when positive, serves load reporting
+	// (envoy.service.load_stats.v3) too: every stream is asked for all
+	// clusters at this interval, and what arrives is counted (LoadStats).
+	LoadReportInterval time.Duration
 	// Logger receives a startup line at Info and one line per change at Debug;
 	// nil means zap.NewNop().
 	Logger *zap.Logger
@@ -68,6 +74,7 @@ type Server struct {
 	caches map[string]*cachev3.LinearCache // by type URL; nil with Variants
 	cache  *demoCache
 	tp2    *tp2.Server // with Variants
+	lrs    *lrsSink    // with LoadReportInterval
 
 	// Guarded by mu.
 	mu     sync.Mutex
@@ -108,6 +115,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, caches: map[string]*cachev3.LinearCache{}}
+	if cfg.LoadReportInterval > 0 {
+		s.lrs = newLRSSink(cfg)
+	}
 	now := time.Now()
 	if len(cfg.Variants.Values) > 0 {
 		s.tp2 = tp2.New()
@@ -192,6 +202,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.MaxConcurrentStreams(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
+	if s.lrs != nil {
+		lrsv3.RegisterLoadReportingServiceServer(gs, s.lrs)
+	}
 	if s.tp2 != nil {
 		s.tp2.Register(gs) // ADS only
 	} else {

@@ -1,6 +1,8 @@
 package xdstest
 
 import (
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -26,6 +28,9 @@ type LRSUpstream struct {
 	Hold chan struct{}
 	// Unimplemented leaves the service unregistered (UNIMPLEMENTED).
 	Unimplemented bool
+	// Linger keeps a stream open after the client half-closed it, until
+	// the client cancels it.
+	Linger bool
 	// Listen is the address StartLRS listens on; default 127.0.0.1:0.
 	Listen string
 	// Got has a value after each request (one slot).
@@ -75,6 +80,10 @@ func (u *LRSUpstream) StreamLoadStats(ss lrsv3.LoadReportingService_StreamLoadSt
 	var node string
 	for first := true; ; first = false {
 		req, err := ss.Recv()
+		if errors.Is(err, io.EOF) && u.Linger {
+			<-ss.Context().Done()
+			return status.Error(codes.Canceled, "xdstest: stream ended")
+		}
 		if err != nil {
 			return err
 		}
