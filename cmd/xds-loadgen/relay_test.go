@@ -50,7 +50,7 @@ func runThrough(t *testing.T, cfg Config) *Summary {
 // A few hundred simulated clients through the relay, SotW and Delta: every
 // client syncs, sees updates, and the control plane serves one relay.
 func TestThroughRelay(t *testing.T) {
-	const clients = 300
+	const clients = 150
 	cp := startDemoCP(t, fleet.StyleEnvoy)
 	r := xdstest.StartRelay(t, cp)
 	for _, proto := range []Protocol{ProtocolSotW, ProtocolDelta} {
