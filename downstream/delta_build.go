@@ -110,12 +110,12 @@ func (b *deltaBuilder) sendIfNew(r *Resource) {
 
 // rollsBack reports, and withholds, r when the client brought another
 // version of k from elsewhere (initial_resource_versions) and no live
-// upstream stream confirms the View's copy: it may be older than the
-// client's. No rollback — k is looked at again with every later change, and
+// upstream stream confirms the View's copy (View.Doubtful): it may be older
+// than the client's. No rollback — k is looked at again with every later change, and
 // sent once the upstream confirms it.
 func (b *deltaBuilder) rollsBack(k string, r *Resource) bool {
 	ts := b.ts
-	if _, brought := ts.initial[k]; !brought || ts.holds[k] == r.Version || !b.v.Stale(k) {
+	if _, brought := ts.initial[k]; !brought || ts.holds[k] == r.Version || !b.v.Doubtful(k) {
 		return false
 	}
 	if ts.withheld == nil {

@@ -329,7 +329,7 @@ func (sw *sotwBuilder) partial() *body {
 		}
 	}
 	for n := range ts.brought { // withheld by rollsBack: sent once confirmed
-		if _, forced := it.force[n]; !forced && !v.Stale(n) {
+		if _, forced := it.force[n]; !forced && !v.Doubtful(n) {
 			sw.pick(n)
 			delete(ts.brought, n)
 		}
@@ -352,13 +352,13 @@ func (sw *sotwBuilder) partial() *body {
 
 // rollsBack reports, and withholds, n when the client brought it from
 // elsewhere (ts.brought: it holds some version of n) while no live upstream
-// stream confirms the View's copy: it may be older than the client's. No
-// rollback — the View that confirms it again notifies every stream, and
-// partial sends it then.
+// stream confirms the View's copy (View.Doubtful): it may be older than the
+// client's. No rollback — the View that confirms it again notifies its
+// watchers, and partial sends it then.
 func (sw *sotwBuilder) rollsBack(n string) bool {
 	ts, v := sw.ts, sw.v
 	_, held := ts.brought[n]
-	if _, cached := v.Resources[n]; !held || !cached || !v.Stale(n) {
+	if _, cached := v.Resources[n]; !held || !cached || !v.Doubtful(n) {
 		delete(ts.brought, n)
 		return false
 	}

@@ -159,6 +159,13 @@ type View struct {
 	// between Views). Clients that hold config from elsewhere are not told
 	// that a resource of such an authority is gone (Stale).
 	Unconfirmed map[string]bool
+	// Unsure holds the cached names and keys whose value no live upstream
+	// subscription has confirmed since theirs ended (or since they were
+	// loaded from the warm-restart file): the upstream may have a newer one
+	// (never modified once published; may be shared between Views).
+	// Clients that hold another version from elsewhere are not sent it
+	// (Doubtful).
+	Unsure map[string]struct{}
 	// Received is when the change arrived from upstream.
 	Received time.Time
 	// Heartbeats holds names whose TTL the upstream refreshed without a
@@ -183,7 +190,7 @@ type View struct {
 // publishes it. v is not modified.
 func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 	return &View{TypeURL: v.TypeURL, Seq: seq, Resources: v.Resources, Changed: changed, Absent: v.Absent,
-		Unfound: v.Unfound, Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Received: v.Received}
+		Unfound: v.Unfound, Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Unsure: v.Unsure, Received: v.Received}
 }
 
 // GlobAnswered reports whether the View knows the whole set of the glob
@@ -209,6 +216,15 @@ func (v *View) Stale(key string) bool {
 	}
 	auth, _ := keying.Authority(key)
 	return v.Unconfirmed[auth]
+}
+
+// Doubtful reports whether the View's copy of key may be older than the
+// upstream's: its authority's word is unconfirmed (Stale), or the key's
+// cached value is unsure (Unsure). A client that brought another version of
+// it from elsewhere is not sent it: that would be a rollback.
+func (v *View) Doubtful(key string) bool {
+	_, unsure := v.Unsure[key]
+	return unsure || v.Stale(key)
 }
 
 // Gone reports whether the View knows that key does not exist upstream: the

@@ -473,6 +473,9 @@ func (a *applier) reselectName(name string) {
 	}
 	delete(a.byKey, name)
 	for k := range tc.get(name).params {
+		if sel, ok := res[k]; ok && a.sent[name][sel.Constraints] && tc.up[k] {
+			tc.confirmed(k) // the variant the key's subscription selects
+		}
 		if sel, ok := res[k]; ok && a.edit.errs[k] != nil && a.sent[name][sel.Constraints] {
 			a.edit.clearError(k) // the variant it selects arrived: its error is over
 			tc.clearUnreachable(k)
@@ -539,7 +542,7 @@ func (a *applier) publish() {
 		beats = nil
 	}
 	if len(a.edit.changed) == 0 && complete == old.Complete && !unfound && !confirmed {
-		if a.touched || len(a.edit.res) != len(old.Resources) || beats != nil {
+		if a.touched || len(a.edit.res) != len(old.Resources) || beats != nil || tc.unsureMoved {
 			a.edit.changed = nil
 			v := a.edit.view(s.nextSeq())
 			v.Heartbeats = beats
@@ -549,6 +552,7 @@ func (a *applier) publish() {
 			}
 		}
 		s.moveNoCache(tc, a.moveNames)
+		s.tellSured(tc, tc.view)
 		return
 	}
 	v := a.edit.view(s.nextSeq())
@@ -556,6 +560,7 @@ func (a *applier) publish() {
 	s.publish(tc, v)
 	s.moveNoCache(tc, a.moveNames)
 	a.deliver(v)
+	s.tellSured(tc, v)
 	if confirmed {
 		s.notifyEvery(tc, v) // confirmed again: streams that held back for its data look again
 	}

@@ -54,6 +54,15 @@ type typeCache struct {
 	// response confirmed since their stream (re)started or the relay loaded
 	// its warm-restart file (published as View.Unconfirmed).
 	unconfirmed map[string]bool
+	// unsure holds the names in wordUnsure, published as View.Unsure and
+	// shared with the Views once published (unsureShared: copy it before
+	// a change); unsureMoved: it changed since tc.view was published.
+	unsure       map[string]struct{}
+	unsureShared bool
+	unsureMoved  bool
+	// sured are the unsure names the upstream confirmed since the last
+	// View: their watchers look again (tellSured).
+	sured []string
 }
 
 // nextSeq returns a new View sequence number: relay-wide, so Views of
@@ -126,8 +135,10 @@ func (s *state) watcher(id uint64) downstream.Watcher {
 	return nil
 }
 
-// publish makes v the type's current View.
+// publish makes v the type's current View, with the names unsure now
+// (View.Unsure).
 func (s *state) publish(tc *typeCache, v *downstream.View) {
+	v.Unsure, tc.unsureShared, tc.unsureMoved = tc.unsure, true, false
 	tc.view = v
 	if s.persist != nil && tc.sc == s.shared {
 		s.persist.touch()

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,7 @@ func (h *upstreamHandler) declared(typeURL string, names []string) {
 			s.armUnknown(tc, n)
 		}
 	}
+	s.showUnsure(tc)
 }
 
 // unconfirm marks the data of authority in the Views of sc that hold some
@@ -148,11 +150,54 @@ func (tc *typeCache) holds(authority string) bool {
 // markUnsure: the cached name's value is not confirmed (wordUnsure).
 func (tc *typeCache) markUnsure(name string) {
 	tc.entry(name).word = wordUnsure
+	tc.setUnsure(name, true)
+}
+
+// setUnsure adds name to, or removes it from, the unsure names the next
+// View publishes (View.Unsure).
+func (tc *typeCache) setUnsure(name string, on bool) {
+	if _, ok := tc.unsure[name]; ok == on {
+		return
+	}
+	if tc.unsureShared || tc.unsure == nil {
+		tc.unsure, tc.unsureShared = maps.Clone(tc.unsure), false
+		if tc.unsure == nil {
+			tc.unsure = make(map[string]struct{})
+		}
+	}
+	tc.unsureMoved = true
+	if on {
+		tc.unsure[name] = struct{}{}
+		return
+	}
+	delete(tc.unsure, name)
+}
+
+// showUnsure publishes the unsure names when they changed since the View
+// was (a stream answers a new subscription from tc.view at once), and tells
+// the watchers of those sured meanwhile.
+func (s *state) showUnsure(tc *typeCache) {
+	if tc.unsureMoved {
+		s.publish(tc, editOf(tc.view).view(s.nextSeq()))
+	}
+	s.tellSured(tc, tc.view)
+}
+
+// tellSured delivers v to the watchers of the names the upstream confirmed
+// unchanged since the last View (v's changes reach theirs anyway): a stream
+// that held back its client's copy (View.Doubtful) sends the View's now.
+func (s *state) tellSured(tc *typeCache, v *downstream.View) {
+	sured := slices.DeleteFunc(tc.sured, func(n string) bool { _, changed := v.Changed[n]; return changed })
+	tc.sured = nil
+	if len(sured) > 0 {
+		s.fan.add(delivery{to: s.watchersOf(tc, sured), v: v})
+	}
 }
 
 // markUnreachable: the name's error is the relay's own UNAVAILABLE
 // (wordUnreachable).
 func (tc *typeCache) markUnreachable(name string) {
+	tc.setUnsure(name, false)
 	tc.entry(name).word = wordUnreachable
 }
 
@@ -163,6 +208,9 @@ func (tc *typeCache) markUnreachable(name string) {
 // has already answered. (The relay's own error leaves with the error:
 // clearUnreachable.)
 func (tc *typeCache) confirmed(name string) {
+	if tc.get(name).unsure() {
+		tc.sured = append(tc.sured, name)
+	}
 	tc.clearUnsure(name)
 	tc.stopWait(name)
 }
@@ -171,6 +219,7 @@ func (tc *typeCache) confirmed(name string) {
 // upstream confirmed it.
 func (tc *typeCache) clearUnsure(name string) {
 	if tc.get(name).unsure() {
+		tc.setUnsure(name, false)
 		tc.heard(name)
 	}
 }

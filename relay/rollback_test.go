@@ -1,6 +1,8 @@
 package relay_test
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,7 +12,10 @@ import (
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
@@ -103,4 +108,138 @@ func TestSotWNoRollbackFromUnconfirmedCopy(t *testing.T) {
 		return
 	}
 	t.Fatal("a response without e1")
+}
+
+// No rollback from an unsure copy either (issue 23; the oracle's seeds 81451,
+// 80719 and 81638): the relay's upstream is live, but the name's
+// subscription ended and the upstream changed it meanwhile, so the cached
+// copy is older than the one a client from another replica brings. It is
+// not sent until the upstream answers the new subscription; when the
+// upstream still has what the relay cached (unchanged), the client gets
+// that once the upstream confirms it.
+func TestNoRollbackFromUnsureCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		delta   bool
+		changed bool
+	}{
+		{"delta-changed", true, true},
+		{"delta-unchanged", true, false},
+		{"sotw-eds-changed", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			typeURL, old, newer := resource.ClusterType, types.Resource(xdstest.EDSCluster("c1", "eds-old")), types.Resource(xdstest.EDSCluster("c1", "eds-newer"))
+			if !tc.delta {
+				typeURL, old, newer = resource.EndpointType, xdstest.Endpoints("c1", "127.0.0.1:1"), xdstest.Endpoints("c1", "127.0.0.1:2")
+			}
+			if !tc.changed {
+				newer = old
+			}
+			up := xdstest.StartUpstream(t)
+			up.SetResources(xdstest.Resources{typeURL: []types.Resource{old}})
+			r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+				c.Upstream.XDSServers[0].Protocol = "delta"
+				c.Upstream.Linger = 0
+			}))
+			first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+			first.Subscribe(typeURL, []string{"c1"}, nil)
+			first.Ack(first.MustRecv())
+			first.Close()
+			up.WaitRequest(t, 0, "c1 unsubscribed upstream", func(req xdstest.Request) bool {
+				return slices.Contains(req.Delta.GetResourceNamesUnsubscribe(), "c1")
+			})
+			up.SetResources(xdstest.Resources{typeURL: []types.Resource{newer}}) // the relay is not told
+
+			want := bodyOf(t, newer)
+			var got []byte
+			if tc.delta {
+				d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+				d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: typeURL, ResourceNamesSubscribe: []string{"c1"},
+					InitialResourceVersions: map[string]string{"c1": "v-elsewhere"}})
+				resp := d.MustRecv()
+				d.Ack(resp)
+				if len(resp.GetResources()) != 1 {
+					t.Fatalf("first response: %d resources, want c1", len(resp.GetResources()))
+				}
+				got = resp.GetResources()[0].GetResource().GetValue()
+			} else {
+				moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+				moved.Resume(typeURL, "v-elsewhere", "c1")
+				resp := moved.MustRecv()
+				moved.Ack(resp)
+				if len(resp.GetResources()) != 1 {
+					t.Fatalf("first response: %d resources, want c1", len(resp.GetResources()))
+				}
+				got = resp.GetResources()[0].GetValue()
+			}
+			if bytes.Equal(got, bodyOf(t, old)) && tc.changed {
+				t.Fatal("sent c1 as the relay cached it before its subscription ended, older than the client's: a rollback")
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("sent c1 %x, want the upstream's %x (the relay's unsure copy: %x)", got, want, bodyOf(t, old))
+			}
+		})
+	}
+}
+
+// bodyOf returns m's deterministic encoding, as the relay passes it on.
+func bodyOf(t *testing.T, m types.Resource) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The same for a TP2 variant (the oracle's seed 80719): the subscription of
+// c{env=prod} ended and the upstream changed that variant meanwhile; a SotW
+// client from another replica that brings it is not sent the relay's older
+// selection.
+func TestNoRollbackFromUnsureTP2Variant(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.Set(resource.EndpointType, "c", nil, xdstest.Endpoints("c", "127.0.0.1:1"))
+	up.Set(resource.EndpointType, "c", eq("env", "prod"), xdstest.Endpoints("c", "127.0.0.1:10"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+	}))
+	prod := xdstest.Locator("c", "env", "prod")
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.SubscribeLocators(resource.EndpointType, nil, prod)
+	first.Ack(first.RecvType(resource.EndpointType))
+	first.Close()
+	xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.EndpointType)) == 0 },
+		"c{env=prod} unsubscribed upstream", func() any { return up.Subscriptions(resource.EndpointType) })
+	up.Set(resource.EndpointType, "c", eq("env", "prod"), xdstest.Endpoints("c", "127.0.0.1:11")) // the relay is not told
+
+	moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: "v-elsewhere",
+		ResourceLocators: []*discoverygrpc.ResourceLocator{prod}})
+	resp := moved.RecvType(resource.EndpointType)
+	moved.Ack(resp)
+	if len(resp.GetResources()) != 1 {
+		t.Fatalf("first response: %d resources, want c{env=prod}", len(resp.GetResources()))
+	}
+	if got := endpointPort(t, resp.GetResources()[0]); got != 11 {
+		t.Fatalf("sent c{env=prod} with port %d, want the upstream's 11 (10: the relay's copy from before the subscription ended, a rollback)", got)
+	}
+}
+
+// endpointPort returns the port of the first endpoint of a
+// ClusterLoadAssignment, bare or wrapped in a Resource (TP2).
+func endpointPort(t *testing.T, a *anypb.Any) uint32 {
+	t.Helper()
+	if a.GetTypeUrl() == "type.googleapis.com/envoy.service.discovery.v3.Resource" {
+		w := &discoverygrpc.Resource{}
+		if err := a.UnmarshalTo(w); err != nil {
+			t.Fatal(err)
+		}
+		a = w.GetResource()
+	}
+	e := &endpoint.ClusterLoadAssignment{}
+	if err := a.UnmarshalTo(e); err != nil {
+		t.Fatal(err)
+	}
+	return e.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()
 }

@@ -165,6 +165,9 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	// subscription kept current are no longer confirmed; forgotten too, so that a server that keeps
 	// what it sent confirms it as well (the key is forgotten above).
 	base, _ := keying.SplitSubscriptionKey(name)
+	if _, cached := tc.view.Resources[name]; cached && base != name {
+		tc.markUnsure(name) // the variant it selects, kept current by its subscription until now
+	}
 	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
 		tc.markUnsure(base)
 		if c := tc.clientFor(base); c != nil && base != name {
@@ -198,6 +201,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 			s.notify(tc, v) // wildcard clients held back for it look again
 		}
 	}
+	s.showUnsure(tc)
 }
 
 // unsureWildcardMembers: the wildcard's upstream subscription ended, and what

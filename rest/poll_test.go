@@ -3,6 +3,7 @@ package rest_test
 import (
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -314,4 +315,36 @@ func TestPollRefusedWhileDrained(t *testing.T) {
 	}
 	rr.Relay.Relay.EndDrain()
 	wantClusters(t, rr.post(t, "clusters", request("envoy-1", "")), res)
+}
+
+// No rollback (issue 23; the oracle's seed 81638): a poll with a version
+// holds config from elsewhere perhaps, so it is not answered with a copy the
+// upstream has not confirmed since its subscription ended — the upstream
+// changed it meanwhile — but with the upstream's own once it answers the
+// new subscription.
+func TestPollNoRollbackFromUnsureCopy(t *testing.T) {
+	rr := startREST(t, xdstest.Resources{resource.EndpointType: {xdstest.Endpoints("e1", "127.0.0.1:1")}}, 5*time.Second,
+		xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.XDSServers[0].Protocol = "delta"
+			c.Upstream.Linger = 0
+		}))
+	if r := rr.post(t, "endpoints", request("first", "", "e1")); r.code != http.StatusOK {
+		t.Fatalf("first poll: %d %q", r.code, r.body)
+	}
+	rr.up.WaitRequest(t, 0, "e1 unsubscribed upstream", func(req xdstest.Request) bool {
+		return slices.Contains(req.Delta.GetResourceNamesUnsubscribe(), "e1")
+	})
+	rr.up.SetResources(xdstest.Resources{resource.EndpointType: {xdstest.Endpoints("e1", "127.0.0.1:2")}}) // the relay is not told
+
+	r := rr.post(t, "endpoints", request("moved", "v-elsewhere", "e1"))
+	if r.code != http.StatusOK || len(r.resp.GetResources()) != 1 {
+		t.Fatalf("poll from elsewhere: %d %q", r.code, r.body)
+	}
+	got := &endpoint.ClusterLoadAssignment{}
+	if err := r.resp.GetResources()[0].UnmarshalTo(got); err != nil {
+		t.Fatal(err)
+	}
+	if port := got.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); port != 2 {
+		t.Fatalf("answered e1 with port %d, want the upstream's 2 (1: the relay's copy from before the subscription ended, a rollback)", port)
+	}
 }

@@ -29,7 +29,8 @@ type answer struct {
 	// an LDS/CDS answer without a resource deletes it), so a cache that does
 	// not know yet, or a Stale one to a client that holds config (it polls
 	// with a version), is not answered: the poll is held, and the client
-	// keeps what it has.
+	// keeps what it has. So is a copy that may be older than the one such
+	// a client holds (View.Doubtful): no rollback.
 	known bool
 }
 
@@ -47,19 +48,22 @@ func plain(r *downstream.Resource) bool { return r.Key == "" || r.Key == r.Name 
 // answer selects the poll's resources and errors from v.
 func (p *poll) answer(v *downstream.View) answer {
 	var a answer
+	// holds: the client polls with a version, so it holds config (from this
+	// relay or another): only the upstream's word may tell it something is
+	// gone (View.Known), and it is sent no copy that may be older than its
+	// own (doubt).
+	holds := p.version != ""
 	seen := make(map[string]bool)
+	doubt := false
 	add := func(r *downstream.Resource) {
 		if k := key(r); !seen[k] {
 			seen[k] = true
 			a.resources = append(a.resources, r)
+			doubt = doubt || (holds && v.Doubtful(k))
 		}
 	}
 	// trust: what the View says of k being gone may be told to this client.
 	trust := func(k string) bool { return p.version == "" || !v.Stale(k) }
-	// holds: the client polls with a version, so it holds config (from this
-	// relay or another): only the upstream's word may tell it something is
-	// gone (View.Known).
-	holds := p.version != ""
 	// some: the View says something of the subscription; all: of every
 	// name of it, as a full-state (LDS/CDS) answer must.
 	some, all := false, true
@@ -108,7 +112,7 @@ func (p *poll) answer(v *downstream.View) answer {
 		a.errs = append(a.errs, p.denied...)
 		some = true
 	}
-	a.known = some && (all || !keying.FullState(p.typeURL))
+	a.known = some && (all || !keying.FullState(p.typeURL)) && !doubt
 	slices.SortFunc(a.resources, func(x, y *downstream.Resource) int { return strings.Compare(key(x), key(y)) })
 	slices.SortFunc(a.errs, func(x, y *downstream.ResourceError) int { return strings.Compare(x.Name, y.Name) })
 	a.version = a.versionOf()

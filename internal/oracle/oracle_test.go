@@ -254,6 +254,12 @@ var regressions = []struct {
 		"a SotW client of an Envoy-spelled name (…/svc%3A16), moved from its group scope to its node's own scope by the do_not_cache resource, was subscribed there canonically (…/svc:16), which the server does not hold: it was never answered (fails always before the fix; relay's TestEnvoySpelledNameMovedToOwnScope always)"},
 	{70091, wholeSchedule(46),
 		"a SotW EDS client that moved in was sent the View's version of a changed name it had brought, then sent it again once the upstream confirmed the View: a changed name sent left it among the brought names that wait for confirmation (a resend the client did not ask for)"},
+	{81451, wholeSchedule(42),
+		"a Delta Envoy that moved in from an up-to-date replica was sent this replica's older route: its subscription had ended and the upstream changed it meanwhile, and the no-rollback check asked only whether the authority's upstream was live, not whether the cached copy was unsure (fails about two runs in three before the fix; relay's TestNoRollbackFromUnsureCopy always)"},
+	{80719, wholeSchedule(44),
+		"the same as seed 81451 for a TP2 variant: a SotW gRPC client of c2{env=prod} that came back to a replica was sent the variant as that replica had cached it before the key's subscription ended (fails every run before the fix; relay's TestNoRollbackFromUnsureTP2Variant always)"},
+	{81638, wholeSchedule(44),
+		"the same as seed 81451 for a REST poller: a poll with a version was answered with endpoints the relay had cached before their subscription ended, older than the poller's (fails about one run in three before the fix; rest's TestPollNoRollbackFromUnsureCopy always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -267,12 +273,12 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace", 3029: "glob,foreign",
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
-	30308: "auth-servers,escaped"}
+	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
-	6221: true}
+	6221: true, 81451: true, 80719: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
