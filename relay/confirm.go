@@ -476,13 +476,13 @@ func (tc *typeCache) knows(name string) bool {
 }
 
 // covers reports whether an upstream subscription covers name: its own, or
-// the wildcard's for a cached member of the wildcard set.
+// the wildcard's or its glob's for a cached member of their set.
 func (tc *typeCache) covers(name string) bool {
 	if tc.up[name] {
 		return true
 	}
 	res, ok := tc.view.Resources[name]
-	return ok && tc.up[keying.Wildcard] && res.InWildcard()
+	return ok && (tc.up[keying.Wildcard] && res.InWildcard() || tc.up[res.Glob] && res.Glob != "")
 }
 
 // setError publishes a per-resource error in the type's View. Called with mu

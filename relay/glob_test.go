@@ -264,55 +264,63 @@ func TestGlobSotWClientFromElsewhereStale(t *testing.T) {
 
 // A glob member deleted upstream while nothing subscribed the glob (its
 // unsubscription gone out, the member left cached) is gone for the glob's
-// next subscriber once the upstream answers the glob — a SotW full state
-// without it, on the same stream or on a new one, is the upstream's word,
-// though the upstream client forgot the member with the unsubscription. The
-// SotW client was served the stale member for good.
+// next subscriber once the upstream speaks — a SotW full state without it,
+// on the same stream or on a new one, is the upstream's word, though the
+// upstream client forgot the member with the unsubscription. A Delta server
+// forgets the members with the glob and, the glob subscribed again on the
+// same stream, sends what it has and says nothing of the deleted member:
+// the cached member is unsure, and the relay asks for the server's word on
+// a new stream. The client was served the stale member for good.
 func TestGlobMemberDeletedWhileUnsubscribed(t *testing.T) {
-	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
-	for _, stream := range []string{"same", "new"} {
-		t.Run(stream, func(t *testing.T) {
-			g := xdstest.NewGlobADS(m1, m2)
-			def := xdstest.StartUpstream(t)
-			def.SetResources(clusters("c0"))
-			auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
-			r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-				c.Upstream.Linger = 0
-				c.Upstream.Authorities = map[string]config.Authority{"auth": {
-					XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "sotw"}}}}
-			}))
-			first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
-			first.Subscribe(resource.ClusterType, globG)
-			resp := first.RecvType(resource.ClusterType)
-			wantNames(t, resp, m1, m2)
-			first.Ack(resp)
-			first.Close()
-			xdstest.Eventually(t, func() bool {
-				return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-			}, "the glob unsubscribed", nil)
-			if stream == "new" {
-				auth.Stop()
-				g.Set(m1)
-				auth.Restart()
-			} else {
-				g.Set(m1)
-			}
+	for _, protocol := range []string{"sotw", "delta"} {
+		for _, stream := range []string{"same", "new"} {
+			t.Run(protocol+"-"+stream, func(t *testing.T) { testGlobMemberDeletedWhileUnsubscribed(t, protocol, stream) })
+		}
+	}
+}
 
-			again := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "again"})
-			again.Subscribe(resource.ClusterType, globG)
-			for deadline := time.Now().Add(20 * time.Second); ; {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
-				resp, err := again.Recv(ctx)
-				cancel()
-				if err != nil {
-					t.Fatalf("the glob's new subscriber still holds %s, which the upstream deleted", m2)
-				}
-				again.Ack(resp)
-				if slices.Equal(names(t, resp), []string{m1}) {
-					break
-				}
-			}
-		})
+func testGlobMemberDeletedWhileUnsubscribed(t *testing.T, protocol, stream string) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	g := xdstest.NewGlobADS(m1, m2)
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0"))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: protocol}}}}
+	}))
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, globG)
+	resp := first.RecvType(resource.ClusterType)
+	wantNames(t, resp, m1, m2)
+	first.Ack(resp)
+	first.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+	if stream == "new" {
+		auth.Stop()
+		g.Set(m1)
+		auth.Restart()
+	} else {
+		g.Set(m1)
+	}
+
+	again := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "again"})
+	again.Subscribe(resource.ClusterType, globG)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		resp, err := again.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("the glob's new subscriber still holds %s, which the upstream deleted", m2)
+		}
+		again.Ack(resp)
+		if slices.Equal(names(t, resp), []string{m1}) {
+			break
+		}
 	}
 }
 

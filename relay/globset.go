@@ -1,6 +1,9 @@
 package relay
 
-import "github.com/xds-relay/xds-relay/keying"
+import (
+	"github.com/xds-relay/xds-relay/downstream"
+	"github.com/xds-relay/xds-relay/keying"
+)
 
 // globsLacking returns the cached members of the glob collections that a
 // SotW full state answers whole (upstream.Update.Globs) and that it lacks:
@@ -49,4 +52,43 @@ func (a *applier) deltaGlobs() {
 			}
 		}
 	}
+}
+
+// unsureGlobMembers: the glob collection's upstream subscription ended, and
+// the members only it covered stay cached (unreferenced) but unsure, as the
+// wildcard's do (unsureWildcardMembers): a Delta server forgets them with
+// the glob and, when the glob is subscribed again on the same stream, sends
+// what it has and says nothing of a member deleted meanwhile. They are
+// forgotten upstream too (upstream.Client.Forget). Subscribed again, the glob
+// arms the wait for each (ref): the server sends it, or a new stream, which
+// declares it, has the server say it is gone.
+func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
+	if !keying.IsGlob(glob) {
+		return
+	}
+	c := tc.clientFor(glob)
+	if c == nil {
+		return
+	}
+	auth, _ := keying.Authority(glob)
+	var forget []string
+	for n, res := range tc.view.Resources {
+		if n != res.Name || res.Constraints != "" || !inSet(res, glob) || tc.up[n] || !tc.speaksFor(res, auth) {
+			continue // a TP2 selection, another glob's, subscribed by name, or the default servers' listing
+		}
+		tc.markUnsure(n)
+		forget = append(forget, n)
+	}
+	if len(forget) > 0 {
+		c.Forget(tc.typeURL, forget...)
+	}
+}
+
+// inSet reports whether the cached res is a member of the set of the
+// wildcard or of a glob collection.
+func inSet(res *downstream.Resource, set string) bool {
+	if set == keying.Wildcard {
+		return res.InWildcard()
+	}
+	return res.Glob == set
 }

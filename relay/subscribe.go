@@ -89,15 +89,15 @@ func (s *state) ref(tc *typeCache, name string) {
 	// answer this one.
 	tc.stopWait(name)
 	s.armUnknown(tc, name)
-	if name == keying.Wildcard {
+	if name == keying.Wildcard || keying.IsGlob(name) {
 		for n, known := range tc.names {
-			if res, ok := tc.view.Resources[n]; ok && known.unsure() && res.InWildcard() {
+			if res, ok := tc.view.Resources[n]; ok && known.unsure() && inSet(res, name) {
 				if !tc.up[n] {
 					// (A wait of its own subscription runs on: wildcard
 					// clients coming and going must not put it off.)
 					tc.stopWait(n)
 				}
-				s.armUnknown(tc, n) // the wildcard brings it again if it exists
+				s.armUnknown(tc, n) // the wildcard (the glob) brings it again if it exists
 			}
 		}
 	}
@@ -153,6 +153,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 		s.unsureWildcardMembers(tc)
 	}
 	s.forgetGlobSet(tc, name)
+	s.unsureGlobMembers(tc, name)
 	s.unreferenced(tc, name)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)

@@ -260,6 +260,8 @@ var regressions = []struct {
 		"the same as seed 81451 for a TP2 variant: a SotW gRPC client of c2{env=prod} that came back to a replica was sent the variant as that replica had cached it before the key's subscription ended (fails every run before the fix; relay's TestNoRollbackFromUnsureTP2Variant always)"},
 	{81638, wholeSchedule(44),
 		"the same as seed 81451 for a REST poller: a poll with a version was answered with endpoints the relay had cached before their subscription ended, older than the poller's (fails about one run in three before the fix; rest's TestPollNoRollbackFromUnsureCopy always)"},
+	{90346, []int{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43},
+		"a glob member cached after the glob's subscription ended (a do_not_cache cluster had moved its client to its node's own scope) and deleted upstream meanwhile was served for good to the glob's next Delta client: the Delta server had forgotten it with the glob and, the glob subscribed again on the same stream, said nothing of it (fails every run before the fix, the whole schedule about one run in two; relay's TestGlobMemberDeletedWhileUnsubscribed/delta-same always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -273,7 +275,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace", 3029: "glob,foreign",
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
-	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn}
+	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.

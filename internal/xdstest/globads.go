@@ -20,9 +20,9 @@ import (
 // StartUpstream(tb, WithADS(g)). Set replaces its clusters and pushes the
 // change to every stream: a SotW stream gets the full state of what it
 // subscribes, a Delta stream the new clusters and removed_resources for
-// those it was sent that are gone, and, answering a glob's subscription,
-// the glob itself when it has no member (xDS TP1). While paused (Pause) it
-// answers nothing: a slow control plane.
+// those it was sent that are gone (it forgets what is unsubscribed), and,
+// answering a glob's subscription, the glob itself when it has no member
+// (xDS TP1). While paused (Pause) it answers nothing: a slow control plane.
 type GlobADS struct {
 	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
 
@@ -70,17 +70,25 @@ func (g *GlobADS) matching(names map[string]bool) (sel []string, changed <-chan 
 	}
 	var out []string
 	for _, c := range g.clusters {
-		u, err := keying.ParseURN(c)
-		for n := range names {
-			gl, gerr := keying.ParseURL(n)
-			if n == c || (err == nil && gerr == nil && gl.IsGlob() && gl.Matches(u)) {
-				out = append(out, c)
-				break
-			}
+		if selects(names, c) {
+			out = append(out, c)
 		}
 	}
 	slices.Sort(out)
 	return out, g.changed, true
+}
+
+// selects reports whether the subscriptions names select the cluster c, by
+// name or by glob.
+func selects(names map[string]bool, c string) bool {
+	u, err := keying.ParseURN(c)
+	for n := range names {
+		gl, gerr := keying.ParseURL(n)
+		if n == c || (err == nil && gerr == nil && gl.IsGlob() && gl.Matches(u)) {
+			return true
+		}
+	}
+	return false
 }
 
 // received delivers what recv returns until it fails or ctx ends, so that a
@@ -190,6 +198,9 @@ func (g *GlobADS) DeltaAggregatedResources(s discoverygrpc.AggregatedDiscoverySe
 			for _, n := range req.GetResourceNamesUnsubscribe() {
 				delete(names, n)
 			}
+			// A server forgets what the client unsubscribed, a glob's
+			// members with it (go-control-plane does).
+			maps.DeleteFunc(held, func(c string, _ bool) bool { return !selects(names, c) })
 		case <-changed:
 		}
 	}
