@@ -362,7 +362,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		st.globs = nil // the server thinks the relay holds what it sent
 		st.nonce = resp.GetNonce()
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: verr})
-		st.rejectedLocked()
+		c.rejectedLocked(st)
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -391,8 +391,9 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	st.nonce = resp.GetNonce()
 	if err == nil {
 		st.version = resp.GetSystemVersionInfo()
+		st.globsAnsweredLocked(u.Globs, resources)
 	} else {
-		st.rejectedLocked()
+		c.rejectedLocked(st)
 	}
 	st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: err})
 	c.markDirtyLocked(typeURL, st)
@@ -403,6 +404,19 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	} else {
 		log.Debug("accepted delta response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
 	}
+}
+
+// globsAnsweredLocked records the glob collections an accepted response
+// answered: those of the stream's first request (globs), and those a member
+// in resources proves. Called with c.mu held.
+func (st *typeState) globsAnsweredLocked(globs []string, resources []Resource) {
+	for _, g := range globs {
+		if st.globsAnswered == nil {
+			st.globsAnswered = make(map[string]struct{})
+		}
+		st.globsAnswered[g] = struct{}{}
+	}
+	st.globsAnswered = proveGlobs(st, st.globsAnswered, resources)
 }
 
 // firstGlobs returns the glob collections a Delta stream's first request

@@ -49,10 +49,31 @@ import (
 const DefaultSettle = 250 * time.Millisecond
 
 // rejectedLocked records that a response of st's type was NACKed: no wait
-// settles the type or its wildcard until a valid response answers it.
-// Called with mu held.
-func (st *typeState) rejectedLocked() {
+// settles the type or its wildcard until a valid response answers it. A
+// server sends again only on a change, so when the NACKed response leaves a
+// set unanswered on this stream — the type's first answer, an unproven
+// wildcard, a glob collection — a new stream asks for it once the
+// does-not-exist wait has passed (resync.go). Called with mu held.
+func (c *Client) rejectedLocked(st *typeState) {
 	st.rejected, st.settleAt = true, time.Time{}
+	if !st.answered || st.wildcard() && !st.wildSure || c.unprovenGlobLocked(st) {
+		c.resyncLaterLocked(ResyncRejected)
+	}
+}
+
+// unprovenGlobLocked reports whether st subscribes a glob collection that no
+// response answered on this stream. Called with mu held.
+func (c *Client) unprovenGlobLocked(st *typeState) bool {
+	answered := st.globs // SotW: answered whole by every response
+	if c.mode == ModeDelta {
+		answered = st.globsAnswered
+	}
+	for n := range st.names {
+		if _, ok := answered[n]; keying.IsGlob(n) && !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // answered records a response of st's type carrying names and reports

@@ -77,7 +77,7 @@ type Metrics struct {
 	UpstreamReconnects *prometheus.CounterVec
 	// UpstreamResyncs is xds_relay_upstream_resyncs_total{authority,reason}:
 	// new streams the relay started, on a live connection, to ask the
-	// upstream for its word (reason: does_not_exist, wildcard).
+	// upstream for its word (reason: does_not_exist, wildcard, rejected).
 	UpstreamResyncs *prometheus.CounterVec
 
 	// Cache.
@@ -332,7 +332,7 @@ func New() *Metrics {
 			"Times the ADS stream to an upstream server was re-established after a failure.",
 			"authority", "server"),
 		UpstreamResyncs: f.counterVec("upstream_resyncs_total",
-			"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard).",
+			"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard, rejected).",
 			"authority", "reason"),
 
 		CacheLookups: f.counterVec("cache_lookups_total",

@@ -254,6 +254,8 @@ var regressions = []struct {
 		"a SotW client of an Envoy-spelled name (…/svc%3A16), moved from its group scope to its node's own scope by the do_not_cache resource, was subscribed there canonically (…/svc:16), which the server does not hold: it was never answered (fails always before the fix; relay's TestEnvoySpelledNameMovedToOwnScope always)"},
 	{70091, wholeSchedule(46),
 		"a SotW EDS client that moved in was sent the View's version of a changed name it had brought, then sent it again once the upstream confirmed the View: a changed name sent left it among the brought names that wait for confirmation (a resend the client did not ask for)"},
+	{80823, wholeSchedule(43),
+		"a Delta relay NACKed its new stream's first Listener answer and the upstream, which sends again only on a change, said nothing more: the Listener cache stayed unconfirmed for good — a SotW gRPC client from another replica was never answered on LDS, nor on CDS (c24), which waited for the listener it could not read, and a SotW wildcard Envoy kept a listener deleted upstream (fails about one run in two before the fix; upstream's TestNACKedAnswerAskedAgainOnANewStream always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -267,7 +269,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace", 3029: "glob,foreign",
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
-	30308: "auth-servers,escaped"}
+	30308: "auth-servers,escaped", 80823: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
