@@ -290,6 +290,9 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		OnResync: func(reason string) {
 			r.m.UpstreamResyncs.WithLabelValues(auth, reason).Inc()
 		},
+		OnPanic: func(typeURL string) {
+			r.m.UpstreamApplyPanics.WithLabelValues(auth, metrics.TypeLabel(typeURL)).Inc()
+		},
 	}, syncHook{h})
 }
 

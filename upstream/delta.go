@@ -347,9 +347,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		// nothing of them now, so "*" subscribed again would keep them in
 		// the wildcard set for good.
 		if rm, rv := resp.GetRemovedResources(), removedVariants(resp.GetRemovedResourceNames()); len(rm) > 0 || len(rv) > 0 {
-			c.hmu.Lock()
-			err := c.h.OnUpdate(Update{Event: UnsubscribedRemoval, Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
-			c.hmu.Unlock()
+			err := c.handle(Update{Event: UnsubscribedRemoval, Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
 			if err != nil {
 				log.Warn("handler rejected the removals of a delta response for a type not subscribed", zap.Error(err))
 			}
@@ -383,9 +381,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	st.globs = nil // later responses carry changes only
 	c.mu.Unlock()
 
-	c.hmu.Lock()
-	err := c.h.OnUpdate(u)
-	c.hmu.Unlock()
+	err := c.handle(u)
 
 	c.mu.Lock()
 	st.nonce = resp.GetNonce()

@@ -194,6 +194,6 @@ func (c *Client) settleDue(server string, delta bool) {
 	c.mu.Unlock()
 	for _, t := range due {
 		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", unfound[t]))
-		_ = c.h.OnUpdate(Update{Event: Settle, Server: server, TypeURL: t, Unfound: unfound[t], Delta: delta})
+		_ = c.handleLocked(Update{Event: Settle, Server: server, TypeURL: t, Unfound: unfound[t], Delta: delta})
 	}
 }

@@ -154,9 +154,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	u, full := c.sotwUpdateLocked(server, st, typeURL, resp, resources)
 	c.mu.Unlock()
 
-	c.hmu.Lock()
-	err := c.h.OnUpdate(u)
-	c.hmu.Unlock()
+	err := c.handle(u)
 
 	c.mu.Lock()
 	st.nonce = resp.GetNonce()
