@@ -293,6 +293,9 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		OnPanic: func(typeURL string) {
 			r.m.UpstreamApplyPanics.WithLabelValues(auth, metrics.TypeLabel(typeURL)).Inc()
 		},
+		OnNACK: func(typeURL string) {
+			r.m.UpstreamResponses.WithLabelValues(auth, metrics.TypeLabel(typeURL), metrics.ResultNACK).Inc()
+		},
 	}, syncHook{h})
 }
 

@@ -360,7 +360,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		st.globs = nil // the server thinks the relay holds what it sent
 		st.nonce = resp.GetNonce()
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: verr})
-		c.rejectedLocked(st)
+		c.rejectedLocked(typeURL, st)
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -389,7 +389,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		st.version = resp.GetSystemVersionInfo()
 		st.globsAnsweredLocked(u.Globs, resources)
 	} else {
-		c.rejectedLocked(st)
+		c.rejectedLocked(typeURL, st)
 	}
 	st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: err})
 	c.markDirtyLocked(typeURL, st)

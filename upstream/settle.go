@@ -53,9 +53,13 @@ const DefaultSettle = 250 * time.Millisecond
 // server sends again only on a change, so when the NACKed response leaves a
 // set unanswered on this stream — the type's first answer, an unproven
 // wildcard, a glob collection — a new stream asks for it once the
-// does-not-exist wait has passed (resync.go). Called with mu held.
-func (c *Client) rejectedLocked(st *typeState) {
+// does-not-exist wait has passed (resync.go). Config.OnNACK counts it.
+// Called with mu held.
+func (c *Client) rejectedLocked(typeURL string, st *typeState) {
 	st.rejected, st.settleAt = true, time.Time{}
+	if c.cfg.OnNACK != nil {
+		c.cfg.OnNACK(typeURL)
+	}
 	if !st.answered || st.wildcard() && !st.wildSure || c.unprovenGlobLocked(st) {
 		c.resyncLaterLocked(ResyncRejected)
 	}

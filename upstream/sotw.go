@@ -144,7 +144,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	}
 	if verr != nil {
 		st.nonce, st.nack = resp.GetNonce(), verr
-		c.rejectedLocked(st)
+		c.rejectedLocked(typeURL, st)
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -160,7 +160,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	st.nonce = resp.GetNonce()
 	if err != nil {
 		st.nack = err
-		c.rejectedLocked(st)
+		c.rejectedLocked(typeURL, st)
 	} else {
 		st.version, st.nack = resp.GetVersionInfo(), nil
 		if full {
