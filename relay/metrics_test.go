@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
 )
 
@@ -57,5 +58,35 @@ func TestUpstreamLogNamesAuthorityOnce(t *testing.T) {
 		if n > 1 {
 			t.Errorf("%q carries the authority %d times: %v", e.Message, n, e.Context)
 		}
+	}
+}
+
+// An upstream response the relay NACKs is counted in
+// xds_relay_upstream_responses_total{result="nack"} (the alert
+// XdsRelayUpstreamResponsesRejected reads it), and an accepted one as "ack".
+func TestUpstreamNACKCounted(t *testing.T) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+	}))
+	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "n1"})
+	c.Subscribe(resource.ClusterType, "c1")
+	s := f.stream(t)
+	s.nextNames(resource.ClusterType, "c1")
+	s.send(resource.ClusterType, "1", xdstest.GRPCListener("l1", "r1")) // another type's resource: invalid
+	if req := s.next(resource.ClusterType); req.GetErrorDetail() == nil {
+		t.Fatalf("the invalid response was not NACKed: %v", req)
+	}
+	result := func(res string) float64 {
+		return metricValue(t, r.Relay, "xds_relay_upstream_responses_total",
+			map[string]string{"authority": "", "type_url": resource.ClusterType, "result": res})
+	}
+	if got := result("nack"); got != 1 {
+		t.Errorf(`xds_relay_upstream_responses_total{result="nack"} = %v, want 1`, got)
+	}
+	s.send(resource.ClusterType, "2", xdstest.EDSCluster("c1", "eds-c1"))
+	wantNames(t, c.RecvType(resource.ClusterType), "c1")
+	if got := result("ack"); got != 1 {
+		t.Errorf(`xds_relay_upstream_responses_total{result="ack"} = %v, want 1`, got)
 	}
 }

@@ -265,7 +265,7 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 			cfgs[i].Creds, cfgs[i].CallCreds = creds[i].transport, creds[i].calls
 		}
 	}
-	r.m.InitUpstream(auth, uris, []string{upstream.ResyncDoesNotExist, upstream.ResyncWildcard})
+	r.m.InitUpstream(auth, uris, []string{upstream.ResyncDoesNotExist, upstream.ResyncWildcard, upstream.ResyncRejected})
 	log := r.log.Named("upstream") // the client adds the authority
 	if sc.key != "" {
 		log = log.With(zap.String("scope", sc.key))
@@ -289,6 +289,12 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 		ResyncAfter: r.cfg.Upstream.DoesNotExistAfter,
 		OnResync: func(reason string) {
 			r.m.UpstreamResyncs.WithLabelValues(auth, reason).Inc()
+		},
+		OnPanic: func(typeURL string) {
+			r.m.UpstreamApplyPanics.WithLabelValues(auth, metrics.TypeLabel(typeURL)).Inc()
+		},
+		OnNACK: func(typeURL string) {
+			r.m.UpstreamResponses.WithLabelValues(auth, metrics.TypeLabel(typeURL), metrics.ResultNACK).Inc()
 		},
 	}, syncHook{h})
 }

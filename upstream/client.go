@@ -56,7 +56,9 @@ type Client struct {
 	resyncDue    bool
 	resyncReason string // the first reason since the last new stream
 	resynced     time.Time
-	streams      uint64 // streams started
+	// resyncNotBefore: the due new stream waits until then (resyncLaterLocked).
+	resyncNotBefore time.Time
+	streams         uint64 // streams started
 
 	// Owned by the run goroutine.
 	sotwOnly  []bool // per server: answered Delta with Unimplemented (ModeAuto)
@@ -99,8 +101,12 @@ type typeState struct {
 	// first request on this stream, until its first response (which answers
 	// them).
 	globs map[string]struct{}
-	named bool                // SotW: a request with explicit names was sent on this stream
-	sent  map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
+	// globsAnswered (Delta): the glob collections a response answered on
+	// this stream — the first, for those of the first request, or one that
+	// brought a member only the glob covers.
+	globsAnswered map[string]struct{}
+	named         bool                // SotW: a request with explicit names was sent on this stream
+	sent          map[string]struct{} // Delta: the subscription the server has been told; nil before the first request
 	// forget (Delta): names the server may think the relay holds, to be
 	// confirmed when they are subscribed again (Forget); forgetNew: those
 	// forgotten since the last request was built.
@@ -262,6 +268,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.sure, n)
 			delete(st.keys, n)
 			delete(st.globs, n)
+			delete(st.globsAnswered, n)
 			delete(st.asked, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
@@ -485,12 +492,12 @@ func (c *Client) hasInterestLocked() bool {
 // so the server sends the full current state.
 func (c *Client) resetForStreamLocked() {
 	c.pending = c.pending[:0]
-	c.resyncDue = false // this stream asks everything again
+	c.resyncDue, c.resyncNotBefore = false, time.Time{} // this stream asks everything again
 	c.streams++
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
-		st.sure, st.keys, st.globs, st.dropped, st.declared = nil, nil, nil, nil, nil
+		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
 	}
 	order := make([]string, 0, len(c.types))

@@ -145,9 +145,16 @@ type Config struct {
 	// 0: DefaultResyncAfter.
 	ResyncAfter time.Duration
 	// OnResync, when set, is told when the client starts a new stream to
-	// ask the server again, and why (ResyncDoesNotExist, ResyncWildcard),
-	// for metrics.
+	// ask the server again, and why (ResyncDoesNotExist, ResyncWildcard,
+	// ResyncRejected), for metrics.
 	OnResync func(reason string)
+	// OnPanic, when set, is told when the Handler panicked applying an
+	// update of typeURL (the update is rejected: handle.go), for metrics.
+	OnPanic func(typeURL string)
+	// OnNACK, when set, is told of every response of typeURL the client
+	// NACKs (invalid, or rejected by the Handler), for metrics. Called with
+	// the client's lock held: it must not call the Client.
+	OnNACK func(typeURL string)
 	// Settle is how long the server may say nothing after the relay's last
 	// request before an unproven wildcard, or a type's first request on a
 	// stream, counts as answered (settle.go). 0: DefaultSettle.

@@ -347,9 +347,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		// nothing of them now, so "*" subscribed again would keep them in
 		// the wildcard set for good.
 		if rm, rv := resp.GetRemovedResources(), removedVariants(resp.GetRemovedResourceNames()); len(rm) > 0 || len(rv) > 0 {
-			c.hmu.Lock()
-			err := c.h.OnUpdate(Update{Event: UnsubscribedRemoval, Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
-			c.hmu.Unlock()
+			err := c.handle(Update{Event: UnsubscribedRemoval, Server: server, TypeURL: typeURL, Removed: rm, RemovedVariants: rv, Delta: true})
 			if err != nil {
 				log.Warn("handler rejected the removals of a delta response for a type not subscribed", zap.Error(err))
 			}
@@ -362,7 +360,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		st.globs = nil // the server thinks the relay holds what it sent
 		st.nonce = resp.GetNonce()
 		st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: verr})
-		st.rejectedLocked()
+		c.rejectedLocked(typeURL, st)
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -383,16 +381,15 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	st.globs = nil // later responses carry changes only
 	c.mu.Unlock()
 
-	c.hmu.Lock()
-	err := c.h.OnUpdate(u)
-	c.hmu.Unlock()
+	err := c.handle(u)
 
 	c.mu.Lock()
 	st.nonce = resp.GetNonce()
 	if err == nil {
 		st.version = resp.GetSystemVersionInfo()
+		st.globsAnsweredLocked(u.Globs, resources)
 	} else {
-		st.rejectedLocked()
+		c.rejectedLocked(typeURL, st)
 	}
 	st.acks = append(st.acks, deltaAck{nonce: resp.GetNonce(), err: err})
 	c.markDirtyLocked(typeURL, st)
@@ -403,6 +400,19 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	} else {
 		log.Debug("accepted delta response", zap.Int("resources", len(resources)), zap.Int("removed", len(u.Removed)))
 	}
+}
+
+// globsAnsweredLocked records the glob collections an accepted response
+// answered: those of the stream's first request (globs), and those a member
+// in resources proves. Called with c.mu held.
+func (st *typeState) globsAnsweredLocked(globs []string, resources []Resource) {
+	for _, g := range globs {
+		if st.globsAnswered == nil {
+			st.globsAnswered = make(map[string]struct{})
+		}
+		st.globsAnswered[g] = struct{}{}
+	}
+	st.globsAnswered = proveGlobs(st, st.globsAnswered, resources)
 }
 
 // firstGlobs returns the glob collections a Delta stream's first request

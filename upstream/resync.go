@@ -81,6 +81,10 @@ const (
 	// ResyncWildcard: the wildcard was subscribed mid-stream and no
 	// response proved its set within the settle time (settle.go).
 	ResyncWildcard = "wildcard"
+	// ResyncRejected: the relay NACKed a response that left a set
+	// unanswered on the stream (settle.go: rejectedLocked), and the server
+	// said nothing more for the does-not-exist wait.
+	ResyncRejected = "rejected"
 )
 
 // resyncLocked has a new stream start as soon as the rate limit allows.
@@ -90,6 +94,23 @@ func (c *Client) resyncLocked(reason string) {
 	}
 	c.resyncDue, c.resyncReason = true, reason
 	c.notify()
+}
+
+// resyncLaterLocked has a new stream start once the does-not-exist wait
+// (Config.ResyncAfter) has passed from now: the server may yet send again.
+func (c *Client) resyncLaterLocked(reason string) {
+	if !c.resyncDue {
+		c.resyncNotBefore = time.Now().Add(c.resyncEvery())
+	}
+	c.resyncLocked(reason)
+}
+
+// resyncEvery is the least time between two new streams.
+func (c *Client) resyncEvery() time.Duration {
+	if c.cfg.ResyncAfter <= 0 {
+		return DefaultResyncAfter
+	}
+	return c.cfg.ResyncAfter
 }
 
 // newStreamTellsLocked reports whether a new stream's first request would
@@ -156,17 +177,17 @@ func (c *Client) resyncWait() (time.Duration, bool) {
 	if !c.resyncDue {
 		return 0, false
 	}
-	every := c.cfg.ResyncAfter
-	if every <= 0 {
-		every = DefaultResyncAfter
+	at := c.resynced.Add(c.resyncEvery())
+	if c.resyncNotBefore.After(at) {
+		at = c.resyncNotBefore
 	}
-	return time.Until(c.resynced.Add(every)), true
+	return time.Until(at), true
 }
 
 // startResync records that a new stream starts to ask the server again.
 func (c *Client) startResync(server string) {
 	c.mu.Lock()
-	c.resyncDue, c.resynced = false, time.Now()
+	c.resyncDue, c.resyncNotBefore, c.resynced = false, time.Time{}, time.Now()
 	reason := c.resyncReason
 	c.mu.Unlock()
 	c.log.Info("asking the upstream again on a new stream: it said nothing of what the relay waits for",

@@ -49,10 +49,35 @@ import (
 const DefaultSettle = 250 * time.Millisecond
 
 // rejectedLocked records that a response of st's type was NACKed: no wait
-// settles the type or its wildcard until a valid response answers it.
+// settles the type or its wildcard until a valid response answers it. A
+// server sends again only on a change, so when the NACKed response leaves a
+// set unanswered on this stream — the type's first answer, an unproven
+// wildcard, a glob collection — a new stream asks for it once the
+// does-not-exist wait has passed (resync.go). Config.OnNACK counts it.
 // Called with mu held.
-func (st *typeState) rejectedLocked() {
+func (c *Client) rejectedLocked(typeURL string, st *typeState) {
 	st.rejected, st.settleAt = true, time.Time{}
+	if c.cfg.OnNACK != nil {
+		c.cfg.OnNACK(typeURL)
+	}
+	if !st.answered || st.wildcard() && !st.wildSure || c.unprovenGlobLocked(st) {
+		c.resyncLaterLocked(ResyncRejected)
+	}
+}
+
+// unprovenGlobLocked reports whether st subscribes a glob collection that no
+// response answered on this stream. Called with mu held.
+func (c *Client) unprovenGlobLocked(st *typeState) bool {
+	answered := st.globs // SotW: answered whole by every response
+	if c.mode == ModeDelta {
+		answered = st.globsAnswered
+	}
+	for n := range st.names {
+		if _, ok := answered[n]; keying.IsGlob(n) && !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // answered records a response of st's type carrying names and reports
@@ -173,6 +198,6 @@ func (c *Client) settleDue(server string, delta bool) {
 	c.mu.Unlock()
 	for _, t := range due {
 		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", unfound[t]))
-		_ = c.h.OnUpdate(Update{Event: Settle, Server: server, TypeURL: t, Unfound: unfound[t], Delta: delta})
+		_ = c.handleLocked(Update{Event: Settle, Server: server, TypeURL: t, Unfound: unfound[t], Delta: delta})
 	}
 }

@@ -259,3 +259,89 @@ func TestNACKedAnswerSettlesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A server sends again only on a change after a NACK, so a NACKed response
+// that left a set unanswered on the stream — the type's first answer, a
+// glob collection's members — is asked for again on a new stream once the
+// does-not-exist wait has passed: a relay is a cache for others and must
+// not hold a set unanswered for good (the cache of the type stayed
+// unconfirmed, and clients from another replica were never answered;
+// oracle seed 80823). The next valid response answers it.
+func TestNACKedAnswerAskedAgainOnANewStream(t *testing.T) {
+	const glob = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*"
+	const member = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/m1"
+	for _, tc := range []struct {
+		name     string
+		mode     upstream.Mode
+		sub      string
+		midGlob  bool // the glob is subscribed after the type's first answer
+		complete bool // the valid answer completes the wildcard
+	}{
+		{"sotw wildcard", upstream.ModeSotW, keying.Wildcard, false, true},
+		{"delta wildcard", upstream.ModeDelta, keying.Wildcard, false, true},
+		{"sotw glob", upstream.ModeSotW, glob, false, false},
+		{"delta glob", upstream.ModeDelta, glob, false, false},
+		{"delta glob mid-stream", upstream.ModeDelta, glob, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &scriptedADS{sotw: make(chan *discoveryv3.DiscoveryResponse, 4), delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+			srv := xdstest.StartUpstream(t, xdstest.WithADS(f))
+			rec := &recorder{}
+			reasons := make(chan string, 4)
+			c := newClientCfg(t, upstream.Config{Mode: tc.mode, Settle: 50 * time.Millisecond, ResyncAfter: 200 * time.Millisecond,
+				OnResync: func(r string) { reasons <- r }}, rec, srv.Addr())
+			cur, ucur := 0, 0
+			name := "c1"
+			if tc.sub == glob {
+				name = member
+			}
+			respond := func(nonce string, r *anypb.Any) {
+				if tc.mode == upstream.ModeSotW {
+					f.sotw <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: nonce, Nonce: nonce, Resources: []*anypb.Any{r}}
+				} else {
+					f.delta <- &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: nonce,
+						Resources: []*discoveryv3.Resource{{Name: name, Version: nonce, Resource: r}}}
+				}
+			}
+			next := func() (nonce string, nack, first bool) {
+				if tc.mode == upstream.ModeSotW {
+					req := srv.NextSotW(t, &cur, keying.ClusterType)
+					return req.GetResponseNonce(), req.GetErrorDetail() != nil, req.GetResponseNonce() == ""
+				}
+				req := srv.NextDelta(t, &cur, keying.ClusterType)
+				return req.GetResponseNonce(), req.GetErrorDetail() != nil, len(req.GetResourceNamesSubscribe()) > 0 && req.GetResponseNonce() == ""
+			}
+			if tc.midGlob {
+				c.Subscribe(keying.ClusterType, "c0")
+				next()
+				f.delta <- &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: "0",
+					Resources: []*discoveryv3.Resource{{Name: "c0", Version: "0", Resource: mustAny(t, cluster("c0"))}}}
+				rec.nextUpdate(t, &ucur, keying.ClusterType)
+				next() // ACK
+			}
+			c.Subscribe(keying.ClusterType, tc.sub)
+			next()
+			respond("1", rawAny(keying.ClusterType, stringField(1, ""))) // a cluster without a name
+			if _, nack, _ := next(); !nack {
+				t.Fatal("the invalid response was not NACKed")
+			}
+			if _, _, first := next(); !first {
+				t.Fatal("after the NACK, the next request is not a new stream's first")
+			}
+			if r := <-reasons; r != upstream.ResyncRejected {
+				t.Fatalf("new stream for %q, want %q", r, upstream.ResyncRejected)
+			}
+			respond("2", mustAny(t, cluster(name)))
+			for {
+				u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+				if u.Event != upstream.Response {
+					continue // the new stream's settle, before the answer
+				}
+				if len(u.Resources) != 1 || u.Resources[0].Name != name || u.Complete != tc.complete {
+					t.Fatalf("the valid answer on the new stream: %+v", u)
+				}
+				break
+			}
+		})
+	}
+}

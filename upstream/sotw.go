@@ -144,7 +144,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	}
 	if verr != nil {
 		st.nonce, st.nack = resp.GetNonce(), verr
-		st.rejectedLocked()
+		c.rejectedLocked(typeURL, st)
 		c.markDirtyLocked(typeURL, st)
 		c.mu.Unlock()
 		c.notify()
@@ -154,15 +154,13 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 	u, full := c.sotwUpdateLocked(server, st, typeURL, resp, resources)
 	c.mu.Unlock()
 
-	c.hmu.Lock()
-	err := c.h.OnUpdate(u)
-	c.hmu.Unlock()
+	err := c.handle(u)
 
 	c.mu.Lock()
 	st.nonce = resp.GetNonce()
 	if err != nil {
 		st.nack = err
-		st.rejectedLocked()
+		c.rejectedLocked(typeURL, st)
 	} else {
 		st.version, st.nack = resp.GetVersionInfo(), nil
 		if full {
@@ -251,20 +249,28 @@ func (st *typeState) knowLocked(resources []Resource) {
 // member the stream does not name, has not dropped and no wildcard covers.
 // Called with c.mu held.
 func proveGlobsLocked(st *typeState, resources []Resource) {
+	st.globs = proveGlobs(st, st.globs, resources)
+}
+
+// proveGlobs adds to globs, and returns, the subscribed glob collections
+// that a member in resources proves the server applies. Called with c.mu
+// held.
+func proveGlobs(st *typeState, globs map[string]struct{}, resources []Resource) map[string]struct{} {
 	if st.wildcard() {
-		return // the wildcard may list another authority's names too
+		return globs // the wildcard may list another authority's names too
 	}
 	for _, r := range resources {
 		g := keying.GlobOf(r.Name)
 		_, subscribed := st.names[g]
 		_, dropped := st.dropped[r.Name]
 		if subscribed && !dropped && !st.namedLocked(r.Name) {
-			if st.globs == nil {
-				st.globs = make(map[string]struct{})
+			if globs == nil {
+				globs = make(map[string]struct{})
 			}
-			st.globs[g] = struct{}{}
+			globs[g] = struct{}{}
 		}
 	}
+	return globs
 }
 
 // nackStatus is the error_detail of a NACK.

@@ -342,3 +342,54 @@ func TestSotWTP2Locators(t *testing.T) {
 		t.Fatalf("not ACKed: %v", ack)
 	}
 }
+
+// A panic in the Handler applying a response (a bug of the relay) must not
+// end the process: the response is NACKed like an invalid one, OnPanic
+// counts it, and the stream keeps working — the next response is applied
+// and ACKed on the same stream.
+func TestHandlerPanicIsNACKed(t *testing.T) {
+	for _, mode := range []upstream.Mode{upstream.ModeSotW, upstream.ModeDelta} {
+		t.Run(map[upstream.Mode]string{upstream.ModeSotW: "sotw", upstream.ModeDelta: "delta"}[mode], func(t *testing.T) {
+			f := &scriptedADS{sotw: make(chan *discoveryv3.DiscoveryResponse, 4), delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+			srv := xdstest.StartUpstream(t, xdstest.WithADS(f))
+			rec := &recorder{}
+			rec.setReject(func(u upstream.Update) error {
+				if u.Event == upstream.Response && len(u.Resources) == 1 && u.Resources[0].Name == "c1" {
+					panic("a bug applying c1")
+				}
+				return nil
+			})
+			panics := make(chan string, 4)
+			c := newClientCfg(t, upstream.Config{Mode: mode, OnPanic: func(typeURL string) { panics <- typeURL }}, rec, srv.Addr())
+			c.Subscribe(keying.ClusterType, "c1", "c2")
+			cur := 0
+			respond := func(nonce, name string) {
+				if mode == upstream.ModeSotW {
+					f.sotw <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: nonce, Nonce: nonce,
+						Resources: []*anypb.Any{mustAny(t, cluster(name))}}
+				} else {
+					f.delta <- &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ClusterType, Nonce: nonce,
+						Resources: []*discoveryv3.Resource{{Name: name, Version: nonce, Resource: mustAny(t, cluster(name))}}}
+				}
+			}
+			next := func() xdstest.Request {
+				return srv.NextRequest(t, &cur, "a CDS request", func(r xdstest.Request) bool {
+					return r.SotW.GetTypeUrl() == keying.ClusterType || r.Delta.GetTypeUrl() == keying.ClusterType
+				})
+			}
+			first := next()
+			respond("1", "c1")
+			if r := next(); r.SotW.GetErrorDetail() == nil && r.Delta.GetErrorDetail() == nil {
+				t.Fatalf("the response whose update panicked was not NACKed: %v %v", r.SotW, r.Delta)
+			}
+			if typ := <-panics; typ != keying.ClusterType {
+				t.Fatalf("OnPanic told %q, want %q", typ, keying.ClusterType)
+			}
+			respond("2", "c2")
+			r := next()
+			if r.SotW.GetErrorDetail() != nil || r.Delta.GetErrorDetail() != nil || r.StreamID != first.StreamID {
+				t.Fatalf("the next response: %v %v on stream %d, want an ACK on stream %d", r.SotW, r.Delta, r.StreamID, first.StreamID)
+			}
+		})
+	}
+}

@@ -77,8 +77,12 @@ type Metrics struct {
 	UpstreamReconnects *prometheus.CounterVec
 	// UpstreamResyncs is xds_relay_upstream_resyncs_total{authority,reason}:
 	// new streams the relay started, on a live connection, to ask the
-	// upstream for its word (reason: does_not_exist, wildcard).
+	// upstream for its word (reason: does_not_exist, wildcard, rejected).
 	UpstreamResyncs *prometheus.CounterVec
+	// UpstreamApplyPanics is xds_relay_upstream_apply_panics_total{authority,type_url}:
+	// upstream updates whose application panicked (a relay bug); each
+	// response is NACKed and the stream keeps working.
+	UpstreamApplyPanics *prometheus.CounterVec
 
 	// Cache.
 
@@ -332,8 +336,11 @@ func New() *Metrics {
 			"Times the ADS stream to an upstream server was re-established after a failure.",
 			"authority", "server"),
 		UpstreamResyncs: f.counterVec("upstream_resyncs_total",
-			"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard).",
+			"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard, rejected).",
 			"authority", "reason"),
+		UpstreamApplyPanics: f.counterVec("upstream_apply_panics_total",
+			"Upstream updates whose application panicked (a relay bug, logged with its stack): each response was NACKed and the stream kept working.",
+			"authority", "type_url"),
 
 		CacheLookups: f.counterVec("cache_lookups_total",
 			"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",
