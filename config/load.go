@@ -151,8 +151,9 @@ func LoadAll(path string) (*Config, *Locations, error) {
 // values of the wrong kind it returns their errors together with the Config
 // decoded from the rest of the file (those keys left at their defaults), so
 // that Validate can check the rest: join both with Locations.Report. The
-// Config is nil only when nothing can be decoded (a YAML syntax error, more
-// than one document, a bad bootstrap file); the Locations are never nil.
+// Config is nil when the file cannot be decoded at all (a YAML syntax
+// error, a duplicate key, more than one document) and when its only problem
+// is its bootstrap file; the Locations are never nil.
 func ParseAll(data []byte) (*Config, *Locations, error) {
 	cfg := Default()
 	locs := &Locations{lines: map[string]int{}}
