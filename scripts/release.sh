@@ -40,6 +40,8 @@ log() { printf 'release: %s\n' "$*" >&2; }
 
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+# Read once: a commit made while the release builds must not change it.
+COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
 CMDS=${CMDS:-xds-relay xds-loadgen xds-democp xds-bench}
 OUT=${OUT:-dist}
@@ -102,7 +104,7 @@ build_image() {
 	platforms=$(tr ' ' ',' <<<"$PLATFORMS")
 	local -a args=(-f deploy/Dockerfile
 		--build-arg "VERSION=$VERSION"
-		--build-arg "REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+		--build-arg "REVISION=$COMMIT"
 		--build-arg "CREATED=$created"
 		--build-arg "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH")
 	log "image: $eng, $platforms → $archive"
@@ -143,7 +145,7 @@ release() {
 	done
 	{
 		echo "version: $VERSION"
-		echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+		echo "commit: $COMMIT"
 		echo "go: $($GO env GOVERSION)"
 		echo "source_date_epoch: $SOURCE_DATE_EPOCH"
 		echo "platforms: $PLATFORMS"
