@@ -15,7 +15,7 @@ CLUSTERS     ?= 100
 DEMO_SECONDS ?= 20
 CHURN        ?= 2/s
 
-.PHONY: all build test test-short deps lint fuzz soak demo bench clean
+.PHONY: all build test test-short deps lint fuzz soak demo bench release release-check clean
 
 all: build
 
@@ -102,5 +102,22 @@ bench: build
 	@ulimit -n 20000 2>/dev/null || true; \
 	$(BIN)/xds-bench --bin $(BIN) --clients $(BENCH_CLIENTS) $(BENCH_FLAGS)
 
+# A release into dist/: the binaries of cmd/ for linux/amd64 and linux/arm64,
+# built reproducibly (scripts/release.sh says how), a .tar.gz per platform,
+# SHA256SUMS and BUILDINFO; then the image of deploy/Dockerfile for both
+# platforms (an OCI archive) when docker (daemon and buildx) or podman can
+# build it — otherwise it says the image was not built. VERSION defaults to
+# git describe; SOURCE_DATE_EPOCH to the commit's time; IMAGE=yes fails
+# without an engine, IMAGE=no skips it.
+release:
+	VERSION=$(VERSION) scripts/release.sh release
+
+# Builds one binary twice (from this checkout, and from a copy of its tracked
+# files at another path with other mtimes) and fails unless the binaries and
+# their archives are byte-identical. Minutes on a small machine, so not part
+# of make test: .ci/run calls it.
+release-check:
+	VERSION=$(VERSION) scripts/release.sh check
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

@@ -4,7 +4,8 @@
 // The loader decodes a file over Default, so a key absent from the file keeps
 // its default; unknown keys are errors. Every error, from the loader or from
 // Validate, names the offending field by its path in the file, e.g.
-// "upstream.xds_servers[0].server_uri".
+// "upstream.xds_servers[0].server_uri". To report every problem of a file at
+// once, with lines: ParseAll (or LoadAll), Validate, then Locations.Report.
 //
 // The package holds no state; a *Config is a plain value that callers must not
 // mutate while another goroutine reads it.

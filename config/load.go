@@ -122,35 +122,76 @@ func InFile(err error, path string) error {
 // document yields the defaults. A key that is present keeps its value, zero
 // included; an optional section that is present (rollout, rest, gateway)
 // starts from its defaults. With upstream.bootstrap_file, the servers are read from that
-// file (see Upstream.LoadBootstrap). Parse does not validate: call Validate.
+// file (see Upstream.LoadBootstrap). Parse does not validate: call Validate,
+// or use ParseAll to report the file's problems and Validate's together.
 func Parse(data []byte) (*Config, error) {
+	cfg, _, err := ParseAll(data)
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// LoadAll is Load for ParseAll: it reads the YAML file at path and parses it,
+// keeping what the file's good keys say when others are bad.
+func LoadAll(path string) (*Config, *Locations, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, locs, err := ParseAll(data)
+	if err != nil {
+		return cfg, locs, InFile(err, path)
+	}
+	return cfg, locs, nil
+}
+
+// ParseAll is Parse for reporting every problem at once. It also returns
+// where each field of the file is, and when the file has unknown keys or
+// values of the wrong kind it returns their errors together with the Config
+// decoded from the rest of the file (those keys left at their defaults), so
+// that Validate can check the rest: join both with Locations.Report. The
+// Config is nil when the file cannot be decoded at all (a YAML syntax
+// error, a duplicate key, more than one document) and when its only problem
+// is its bootstrap file; the Locations are never nil.
+func ParseAll(data []byte) (*Config, *Locations, error) {
 	cfg := Default()
+	locs := &Locations{lines: map[string]int{}}
 
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return cfg, nil
+			return cfg, locs, nil
 		}
-		return nil, yamlError(err)
+		return nil, locs, yamlError(err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, yamlError(err)
+		return nil, locs, yamlError(err)
 	case !isNull(document(&next)):
-		return nil, fmt.Errorf("config: line %d: more than one YAML document", next.Line)
+		return nil, locs, fmt.Errorf("config: line %d: more than one YAML document", next.Line)
 	}
 
 	root := document(&doc)
 	if isNull(root) {
-		return cfg, nil
+		return cfg, locs, nil
 	}
-	w := walker{seen: map[seenKey]bool{}}
+	w := walker{seen: map[seenKey]bool{}, locs: locs}
 	w.check(root, reflect.TypeFor[Config](), "")
 	if len(w.errs) > 0 {
-		return nil, errors.Join(w.errs...)
+		// The walk left the bad keys and values out of the tree: decode
+		// the rest, so that Validate sees what the file's good keys say.
+		cfg, err := decodeNode(root)
+		if err != nil {
+			return nil, locs, errors.Join(append(w.errs, err)...)
+		}
+		if err := readBootstrap(cfg); err != nil {
+			w.errs = append(w.errs, err)
+		}
+		return cfg, locs, errors.Join(w.errs...)
 	}
 
 	// The walk above found every error with its path; decode for real, over
@@ -158,6 +199,48 @@ func Parse(data []byte) (*Config, error) {
 	// into a non-nil pointer's value, so their absent keys keep a default
 	// and their present ones, zero included, are kept.
 	sections := presentSections(root)
+	withSectionDefaults(cfg, sections)
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(cfg); err != nil {
+		return nil, locs, yamlError(err)
+	}
+	fillSections(cfg, sections)
+	if err := readBootstrap(cfg); err != nil {
+		return nil, locs, err
+	}
+	return cfg, locs, nil
+}
+
+// readBootstrap reads upstream.bootstrap_file, when set, into cfg's servers.
+func readBootstrap(cfg *Config) error {
+	f := cfg.Upstream.BootstrapFile
+	if f == "" {
+		return nil
+	}
+	if len(cfg.Upstream.XDSServers) > 0 || len(cfg.Upstream.Authorities) > 0 {
+		return &FieldError{Field: "upstream.bootstrap_file",
+			Msg: "set either bootstrap_file or xds_servers and authorities, not both"}
+	}
+	return cfg.Upstream.LoadBootstrap(f)
+}
+
+// decodeNode decodes root, a tree the walker checked and pruned, over the
+// defaults.
+func decodeNode(root *yaml.Node) (*Config, error) {
+	cfg := Default()
+	sections := presentSections(root)
+	withSectionDefaults(cfg, sections)
+	if err := root.Decode(cfg); err != nil {
+		return nil, yamlError(err)
+	}
+	fillSections(cfg, sections)
+	return cfg, nil
+}
+
+// withSectionDefaults gives the optional sections present in the file their
+// defaults, before decoding over them.
+func withSectionDefaults(cfg *Config, sections map[string]bool) {
 	if sections["rollout"] {
 		cfg.Rollout = defaultRollout()
 	}
@@ -167,13 +250,11 @@ func Parse(data []byte) (*Config, error) {
 	if sections["gateway"] {
 		cfg.Gateway = defaultGateway()
 	}
-	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
-	if err := strict.Decode(cfg); err != nil {
-		return nil, yamlError(err)
-	}
-	// A section written without a value ("tls:") decodes as nil: make it
-	// present, so that Validate checks it as it does a full one.
+}
+
+// fillSections makes a section written without a value ("tls:"), which
+// decodes as nil, present, so that Validate checks it as it does a full one.
+func fillSections(cfg *Config, sections map[string]bool) {
 	if sections["keying"] && cfg.Keying == nil {
 		cfg.Keying = &Keying{}
 	}
@@ -189,16 +270,6 @@ func Parse(data []byte) (*Config, error) {
 	if sections["gateway"] && cfg.Gateway == nil {
 		cfg.Gateway = defaultGateway()
 	}
-	if f := cfg.Upstream.BootstrapFile; f != "" {
-		if len(cfg.Upstream.XDSServers) > 0 || len(cfg.Upstream.Authorities) > 0 {
-			return nil, &FieldError{Field: "upstream.bootstrap_file",
-				Msg: "set either bootstrap_file or xds_servers and authorities, not both"}
-		}
-		if err := cfg.Upstream.LoadBootstrap(f); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
 }
 
 func defaultRollout() *Rollout {
@@ -251,6 +322,8 @@ type walker struct {
 	seen map[seenKey]bool
 	// errs are the problems found, in document order.
 	errs []error
+	// locs records the line of every field path and the paths of errs.
+	locs *Locations
 }
 
 type seenKey struct {
@@ -258,8 +331,27 @@ type seenKey struct {
 	t reflect.Type
 }
 
+// fail records a problem of the value at path and, so that decoding the tree
+// afterwards skips it, makes that value null: yaml.v3 then leaves the field
+// at its default. n is changed in place: an alias, not what it points at, when
+// the alias is where the value is wrong.
 func (w *walker) fail(path string, n *yaml.Node, msg string) {
 	w.errs = append(w.errs, fieldErr(path, n, msg))
+	w.locs.reported = append(w.locs.reported, path)
+	*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
+}
+
+// unknown records an unknown key; the caller drops it from its mapping.
+func (w *walker) unknown(path string, k *yaml.Node) {
+	w.errs = append(w.errs, fieldErr(path, k, "unknown field"))
+	w.locs.reported = append(w.locs.reported, path)
+}
+
+// at records the line of the field at path (the first place it is written).
+func (w *walker) at(path string, n *yaml.Node) {
+	if _, ok := w.locs.lines[path]; !ok && n.Line > 0 {
+		w.locs.lines[path] = n.Line
+	}
 }
 
 // check records every problem of n as a value of type t at path.
@@ -288,27 +380,38 @@ func (w *walker) check(n *yaml.Node, t reflect.Type, path string) {
 	case isStruct(t):
 		if n.Kind != yaml.MappingNode {
 			w.fail(path, at, "must be a mapping")
+			// An empty mapping, not null: yaml.v3 drops a null element of a
+			// list, and the next elements' indices would move.
+			at.Kind, at.Tag = yaml.MappingNode, "!!map"
 			return
 		}
+		kept := n.Content[:0]
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.ShortTag() == "!!merge" {
 				w.checkMerge(v, t, path)
+				if !isNull(v) {
+					kept = append(kept, k, v)
+				}
 				continue
 			}
 			f, ok := fieldByKey(t, k.Value)
 			if !ok {
-				w.fail(join(path, k.Value), k, "unknown field")
+				w.unknown(join(path, k.Value), k)
 				continue
 			}
+			w.at(join(path, k.Value), k)
 			w.check(v, f.Type, join(path, k.Value))
+			kept = append(kept, k, v)
 		}
+		n.Content = kept
 	case t.Kind() == reflect.Slice && isStruct(t.Elem()):
 		if n.Kind != yaml.SequenceNode {
 			w.fail(path, at, "must be a list")
 			return
 		}
 		for i, c := range n.Content {
+			w.at(fmt.Sprintf("%s[%d]", path, i), c)
 			w.check(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
 	case t.Kind() == reflect.Map && isStruct(t.Elem()):
@@ -319,9 +422,10 @@ func (w *walker) check(n *yaml.Node, t reflect.Type, path string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				w.fail(path, k, "keys must be strings")
-				continue
+				w.fail(path, at, "keys must be strings")
+				return
 			}
+			w.at(fmt.Sprintf("%s[%q]", path, k.Value), k)
 			w.check(v, t.Elem(), fmt.Sprintf("%s[%q]", path, k.Value))
 		}
 	default:

@@ -79,7 +79,7 @@ func TestDockerfile(t *testing.T) {
 		return ""
 	}
 	wantFroms := []*regexp.Regexp{
-		regexp.MustCompile(`^FROM golang:` + regexp.QuoteMeta(m[1]) + `-bookworm@sha256:[0-9a-f]{64} AS build$`),
+		regexp.MustCompile(`^FROM --platform=\$BUILDPLATFORM golang:` + regexp.QuoteMeta(m[1]) + `-bookworm@sha256:[0-9a-f]{64} AS build$`),
 		regexp.MustCompile(`^FROM gcr\.io/distroless/static-debian12:nonroot@sha256:[0-9a-f]{64}$`),
 	}
 	if len(froms) != len(wantFroms) {
@@ -100,10 +100,24 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("final USER = %q, want nonroot", got)
 	}
 	build := last("RUN ")
-	for _, want := range []string{"CGO_ENABLED=0", "go build", "-trimpath", "./cmd/xds-relay", "-X main.version="} {
+	// The flags of scripts/release.sh, so that the image's binary is the
+	// release's; GOARCH from the platform buildx builds for.
+	for _, want := range []string{"CGO_ENABLED=0", "GOARCH=${TARGETARCH}", "go build", "-trimpath", "-buildvcs=false",
+		"-buildid=", "./cmd/xds-relay", "-X main.version="} {
 		if !strings.Contains(build, want) {
 			t.Errorf("build step %q lacks %q", build, want)
 		}
+	}
+	// The image's binary is built as scripts/release.sh builds dist/'s, and
+	// make release builds the image from this Dockerfile.
+	release := string(read(t, "../scripts/release.sh"))
+	for _, flag := range []string{"CGO_ENABLED=0", "GOAMD64=v1", "GOARM64=v8.0", "-trimpath", "-buildvcs=false", "-s -w -buildid="} {
+		if !strings.Contains(release, flag) || !strings.Contains(build, flag) {
+			t.Errorf("scripts/release.sh and the Dockerfile's build step do not both build with %q", flag)
+		}
+	}
+	if !strings.Contains(release, "-f deploy/Dockerfile") {
+		t.Error("scripts/release.sh does not build the image from deploy/Dockerfile")
 	}
 	if _, err := os.Stat("../cmd/xds-relay/main.go"); err != nil {
 		t.Errorf("the Dockerfile builds ./cmd/xds-relay: %v", err)

@@ -14,6 +14,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -57,6 +58,7 @@ type base struct {
 	svc    *corev1.Service
 	pdb    *policyv1.PodDisruptionBudget
 	hpa    *autoscalingv2.HorizontalPodAutoscaler
+	pc     *schedulingv1.PriorityClass
 }
 
 // loadBase decodes kustomization.yaml and every manifest it lists, each
@@ -109,6 +111,9 @@ func loadBase(t *testing.T) *base {
 		case "autoscaling/v2 HorizontalPodAutoscaler":
 			b.hpa = &autoscalingv2.HorizontalPodAutoscaler{}
 			obj = b.hpa
+		case "scheduling.k8s.io/v1 PriorityClass":
+			b.pc = &schedulingv1.PriorityClass{}
+			obj = b.pc
 		default:
 			t.Fatalf("%s: unexpected object %s %s", path, tm.APIVersion, tm.Kind)
 		}
@@ -121,7 +126,7 @@ func loadBase(t *testing.T) *base {
 			t.Errorf("%s is not listed in kustomization.yaml resources", f)
 		}
 	}
-	if b.ns == nil || b.sa == nil || b.cm == nil || b.deploy == nil || b.svc == nil || b.pdb == nil || b.hpa == nil {
+	if b.ns == nil || b.sa == nil || b.cm == nil || b.deploy == nil || b.svc == nil || b.pdb == nil || b.hpa == nil || b.pc == nil {
 		t.Fatalf("the base lacks an object: %+v", b)
 	}
 	return b
@@ -170,6 +175,7 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		{"Service", b.svc.Name, b.svc.Labels},
 		{"PodDisruptionBudget", b.pdb.Name, b.pdb.Labels},
 		{"HorizontalPodAutoscaler", b.hpa.Name, b.hpa.Labels},
+		{"PriorityClass", b.pc.Name, b.pc.Labels},
 	} {
 		if m.name == "" || m.labels["app.kubernetes.io/name"] != "xds-relay" {
 			t.Errorf("%s %q: want a name and the label app.kubernetes.io/name=xds-relay", m.kind, m.name)

@@ -96,24 +96,61 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 // config loads the config file (or the defaults) and applies the flags that
 // were set. It does not validate.
 func (o *options) config() (*config.Config, error) {
+	cfg, _, err := o.load()
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// validConfig is config, validated: its error names every problem at once,
+// the file's unknown keys and bad values beside what Validate finds in the
+// rest, each with its line in the file when it has one.
+func (o *options) validConfig() (*config.Config, error) {
+	cfg, locs, err := o.load()
+	if cfg == nil {
+		return nil, err
+	}
+	if err := locs.Report(err, cfg.Validate()); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// load is config that keeps going after the file's unknown keys and bad
+// values: it returns their error with the Config of the rest of the file and
+// the flags, and where the file's fields are (nil without a file). A flag's
+// field is forgotten there, since its value is not the file's.
+func (o *options) load() (*config.Config, *config.Locations, error) {
 	cfg := config.Default()
+	var locs *config.Locations
+	var fileErr error
 	if o.configPath != "" {
-		var err error
-		if cfg, err = config.Load(o.configPath); err != nil {
-			return nil, err
+		cfg, locs, fileErr = config.LoadAll(o.configPath)
+		if cfg == nil {
+			return nil, locs, fileErr
 		}
 	}
 	if o.set["listen"] {
 		cfg.Listen = o.listen
+		locs.Forget("listen")
 	}
 	if o.set["admin"] {
 		cfg.Admin = o.admin
+		locs.Forget("admin")
 	}
 	if o.set["probe-listen"] {
 		cfg.ProbeListen = o.probe
+		locs.Forget("probe_listen")
 	}
 	if o.set["node-id"] {
 		cfg.Node.ID = o.nodeID
+		locs.Forget("node.id")
+	}
+	if o.set["upstream"] || o.set["upstream-bootstrap"] {
+		locs.Forget("upstream.xds_servers")
+		locs.Forget("upstream.authorities")
+		locs.Forget("upstream.bootstrap_file")
 	}
 	if o.set["upstream"] {
 		cfg.Upstream.BootstrapFile, cfg.Upstream.Authorities = "", nil
@@ -124,7 +161,7 @@ func (o *options) config() (*config.Config, error) {
 	}
 	if o.set["upstream-bootstrap"] {
 		if err := cfg.Upstream.LoadBootstrap(o.bootstrap); err != nil {
-			return nil, err
+			return nil, locs, errors.Join(fileErr, err)
 		}
 	}
 	if o.set["rest-listen"] {
@@ -132,8 +169,9 @@ func (o *options) config() (*config.Config, error) {
 			cfg.REST = &config.REST{PollTimeout: config.DefaultPollTimeout}
 		}
 		cfg.REST.Listen = o.restListen
+		locs.Forget("rest.listen")
 	}
-	return cfg, nil
+	return cfg, locs, fileErr
 }
 
 const usageHead = `xds-relay is a caching xDS relay: it serves xDS (ADS and the per-type

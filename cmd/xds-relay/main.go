@@ -83,12 +83,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "xds-relay %s\n", version)
 		return exitOK
 	}
-	cfg, err := o.config()
-	if err == nil {
-		err = cfg.Validate()
-	}
+	cfg, err := o.validConfig()
 	if err != nil {
-		// One line per problem (Validate reports every one).
+		// One line per problem: every one, the file's and Validate's.
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fail(exitError, "%s", line)
 		}

@@ -252,13 +252,16 @@ func TestValidate(t *testing.T) {
 			"upstream:\n  xds_servers:\n    - server_uri: 'a:1'\n      channel_creds: [{type: tls, config: {certificate_file: c.pem}}]\n")},
 			exitError, "", "upstream.xds_servers[0].channel_creds[0].config.private_key_file: required with certificate_file", true},
 		{"validate after the flags", []string{"--config", good, "validate"}, exitOK, "config OK\n", "", false},
-		{"unknown key", []string{"validate", "--config", writeFile(t, "upstream: {xds_server: []}\n")},
+		{"unknown key", []string{"validate", "--config", writeFile(t, "upstream: {xds_server: [], xds_servers: [{server_uri: 'a:1'}]}\n")},
 			exitError, "", "upstream.xds_server: unknown field (line 1)", true},
+		{"flag's field has no line", []string{"validate", "--listen", "nope", "--config", writeFile(t,
+			"listen: ':1'\nupstream: {xds_servers: [{server_uri: 'a:1'}]}\n")},
+			exitError, "", `xds-relay: config: listen: must be host:port, got "nope"` + "\n", true},
 		{"later section", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "keying: {dynamic_parameters_from_node: {env: colour}}\n")},
 			exitError, "", `config: keying.dynamic_parameters_from_node.env: unknown node field "colour"`, true},
 		{"rollout", []string{"validate", "--upstream", "a:1", "--config", writeFile(t, "rollout: {hold: 0s, canary_fraction: 2}\n")},
-			exitError, "", "xds-relay: config: rollout.canary_fraction: must be in [0, 1] (0: one canary per change), got 2\n" +
-				"xds-relay: config: rollout.hold: must be positive, got 0s (to turn rollouts off, remove the rollout section)\n", false},
+			exitError, "", "xds-relay: config: rollout.canary_fraction: must be in [0, 1] (0: one canary per change), got 2 (line 1)\n" +
+				"xds-relay: config: rollout.hold: must be positive, got 0s (to turn rollouts off, remove the rollout section) (line 1)\n", false},
 		{"flag fixes the file", []string{"validate", "--config", writeFile(t, "listen: nope\nupstream: {xds_servers: [{server_uri: 'a:1'}]}\n"),
 			"--listen", ":1"}, exitOK, "config OK\n", "", false},
 		{"flag breaks the file", []string{"validate", "--config", good, "--admin", "nope"},
@@ -282,6 +285,24 @@ func TestValidate(t *testing.T) {
 				t.Errorf("stderr = %q, want one line", stderr)
 			}
 		})
+	}
+}
+
+// validate prints every problem at once: the file's unknown keys and bad
+// values, then what Validate finds in the rest, each with its line.
+func TestValidateEveryError(t *testing.T) {
+	file := writeFile(t, "upstream:\n  xds_server: []\n  linger: soon\nlimits: {max_recv_message_bytes: 10}\nnode: {id: ''}\n")
+	code, stdout, stderr := runArgs(t, "validate", "--config", file)
+	want := "xds-relay: config: upstream.xds_server: unknown field (line 2) (in " + file + ")\n" +
+		`xds-relay: config: upstream.linger: must be a duration like "5s" (line 3) (in ` + file + ")\n" +
+		"xds-relay: config: node.id: must not be empty (line 5)\n" +
+		"xds-relay: config: limits.max_recv_message_bytes: must be at least 65536 (a request carries the client's node), got 10 (line 4)\n" +
+		"xds-relay: config: upstream.xds_servers: at least one server is required (line 1)\n"
+	if code != exitError || stdout != "" {
+		t.Errorf("exit code %d, stdout %q; want %d and nothing", code, stdout, exitError)
+	}
+	if diff := cmp.Diff(want, stderr); diff != "" {
+		t.Errorf("stderr mismatch (-want +got):\n%s", diff)
 	}
 }
 
