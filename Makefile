@@ -15,7 +15,7 @@ CLUSTERS     ?= 100
 DEMO_SECONDS ?= 20
 CHURN        ?= 2/s
 
-.PHONY: all build test test-short deps lint fuzz soak demo bench clean
+.PHONY: all build test test-short deps lint fuzz soak demo bench clean tools check-manifests
 
 all: build
 
@@ -46,6 +46,28 @@ deps:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# The manifests checked with the real tools, pinned: kustomize renders
+# deploy/kubernetes and every other kustomization under deploy/. The tools
+# are built from the Go module proxy into $(TOOLS), outside the clone so that
+# later runs on the machine reuse them, on first use (`make tools`) and kept
+# there by version. kustomize v5.8.3 and later need Go 1.27.
+KUSTOMIZE_VERSION ?= v5.8.2
+TOOLS     ?= $(shell $(GO) env GOPATH)/xds-relay-tools
+KUSTOMIZE := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)
+
+tools: $(KUSTOMIZE)
+
+$(KUSTOMIZE):
+	@mkdir -p $(TOOLS)/.gobin-kustomize
+	GOBIN=$(TOOLS)/.gobin-kustomize $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv $(TOOLS)/.gobin-kustomize/kustomize $@
+
+check-manifests: tools
+	@set -e; for k in $$(find deploy -name kustomization.yaml -o -name kustomization.yml | sort); do \
+	  d=$$(dirname $$k); echo "kustomize build $$d"; \
+	  $(KUSTOMIZE) build $$d > /dev/null; \
+	done
 
 # Each fuzz target briefly (FUZZTIME=1m for longer runs).
 FUZZTIME ?= 10s
