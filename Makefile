@@ -15,7 +15,7 @@ CLUSTERS     ?= 100
 DEMO_SECONDS ?= 20
 CHURN        ?= 2/s
 
-.PHONY: all build test test-short deps lint fuzz soak demo bench release release-check clean
+.PHONY: all build test test-short deps lint fuzz soak demo bench release release-check clean tools check-manifests
 
 all: build
 
@@ -46,6 +46,41 @@ deps:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# The manifests and alert rules checked with the real tools, pinned:
+# kustomize renders deploy/kubernetes and every other kustomization under
+# deploy/; promtool lints deploy/prometheus/alerts.yaml (check rules
+# --lint=all) and runs the alert scenarios of deploy/prometheus/tests (test
+# rules). The tools are built from the Go module proxy into $(TOOLS), outside
+# the clone so that later runs on the machine reuse them, on first use (`make
+# tools`; promtool is the slow one: its service discovery pulls in the cloud
+# SDKs, ~17 CPU-minutes, so ~10 min on an idle 2-core machine) and kept there
+# by version. kustomize v5.8.3 and later need Go 1.27.
+KUSTOMIZE_VERSION ?= v5.8.2
+PROMTOOL_VERSION  ?= v0.316.0
+TOOLS     ?= $(shell $(GO) env GOPATH)/xds-relay-tools
+KUSTOMIZE := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)
+PROMTOOL  := $(TOOLS)/promtool-$(PROMTOOL_VERSION)
+
+tools: $(KUSTOMIZE) $(PROMTOOL)
+
+$(PROMTOOL):
+	@mkdir -p $(TOOLS)/.gobin-promtool
+	GOBIN=$(TOOLS)/.gobin-promtool $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	mv $(TOOLS)/.gobin-promtool/promtool $@
+
+$(KUSTOMIZE):
+	@mkdir -p $(TOOLS)/.gobin-kustomize
+	GOBIN=$(TOOLS)/.gobin-kustomize $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv $(TOOLS)/.gobin-kustomize/kustomize $@
+
+check-manifests: tools
+	@set -e; for k in $$(find deploy -name kustomization.yaml -o -name kustomization.yml | sort); do \
+	  d=$$(dirname $$k); echo "kustomize build $$d"; \
+	  $(KUSTOMIZE) build $$d > /dev/null; \
+	done
+	$(PROMTOOL) check rules --lint=all --lint-fatal deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
 # Each fuzz target briefly (FUZZTIME=1m for longer runs).
 FUZZTIME ?= 10s

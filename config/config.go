@@ -309,10 +309,16 @@ type Cache struct {
 	// for reuse. Default 10000; 0 keeps none.
 	MaxUnreferenced int `yaml:"max_unreferenced"`
 	// PersistPath, when set, is the warm-restart file: the cache is written
-	// there (atomically, checksummed) within a second of every change and on
-	// shutdown, and loaded at start so clients are served at once even when
-	// no upstream is reachable.
+	// there (atomically, checksummed) within PersistInterval of a change and
+	// on shutdown, and loaded at start so clients are served at once even
+	// when no upstream is reachable.
 	PersistPath string `yaml:"persist_path,omitempty"`
+	// PersistInterval is the least time between two writes of the
+	// warm-restart files, and the most a change waits to be written: a crash
+	// (not a shutdown, which writes) loses at most the changes of the last
+	// PersistInterval. A write is skipped when nothing changed. Default 1s
+	// (also when 0).
+	PersistInterval time.Duration `yaml:"persist_interval,omitempty"`
 }
 
 // Limits protect the relay from misbehaving clients.

@@ -24,6 +24,7 @@ const (
 	DefaultUnavailableAfter    = 10 * time.Second
 	DefaultDoesNotExistAfter   = 15 * time.Second
 	DefaultMaxUnreferenced     = 10000
+	DefaultPersistInterval     = time.Second
 	DefaultMaxNamesPerRequest  = 100000
 	DefaultMaxRecvMessageBytes = 4 << 20
 	// MinRecvMessageBytes is the least limits.max_recv_message_bytes: below
@@ -56,7 +57,7 @@ func Default() *Config {
 			UnavailableAfter:  DefaultUnavailableAfter,
 			DoesNotExistAfter: DefaultDoesNotExistAfter,
 		},
-		Cache:    Cache{MaxUnreferenced: DefaultMaxUnreferenced},
+		Cache:    Cache{MaxUnreferenced: DefaultMaxUnreferenced, PersistInterval: DefaultPersistInterval},
 		Shutdown: Shutdown{DrainWindow: DefaultDrainWindow},
 		Limits: Limits{
 			MaxNamesPerRequest:        DefaultMaxNamesPerRequest,

@@ -69,6 +69,7 @@ func (c *Config) Validate() error {
 		v.add("upstream.does_not_exist_after", "must be positive, got %v", c.Upstream.DoesNotExistAfter)
 	}
 	v.nonNegative("cache.max_unreferenced", c.Cache.MaxUnreferenced < 0, " (0 keeps none)")
+	v.nonNegative("cache.persist_interval", c.Cache.PersistInterval < 0, " (0 is the default, 1s)")
 	if c.Cache.MaxUnreferenced == 0 && c.Cache.PersistPath != "" {
 		v.add("cache.max_unreferenced", "must be positive with cache.persist_path: "+
 			"nothing is watched when the warm-restart file is loaded, and 0 keeps none of it")

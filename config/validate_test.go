@@ -151,6 +151,8 @@ func TestValidateErrors(t *testing.T) {
 			"upstream.linger", "config: upstream.linger: must not be negative"},
 		{"negative cache", withServer(func(c *config.Config) { c.Cache.MaxUnreferenced = -1 }),
 			"cache.max_unreferenced", "config: cache.max_unreferenced: must not be negative (0 keeps none)"},
+		{"negative persist interval", withServer(func(c *config.Config) { c.Cache.PersistInterval = -time.Second }),
+			"cache.persist_interval", "config: cache.persist_interval: must not be negative (0 is the default, 1s)"},
 		{"negative drain window", withServer(func(c *config.Config) { c.Shutdown.DrainWindow = -time.Second }),
 			"shutdown.drain_window", "config: shutdown.drain_window: must not be negative (0 ends every stream at once)"},
 		{"persist path and no LRU", withServer(func(c *config.Config) {

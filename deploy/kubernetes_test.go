@@ -326,6 +326,16 @@ func TestDeploymentWiring(t *testing.T) {
 	if !persisted {
 		t.Errorf("cache.persist_path %q is not on a writable volume mounted at its directory", cfg.Cache.PersistPath)
 	}
+	// OPERATIONS.md "Warm restart", sizing: a write needs twice the files,
+	// which hold the cache the memory holds beside the clients; an emptyDir
+	// past its sizeLimit gets the pod evicted.
+	for _, v := range pod.Spec.Volumes {
+		if e := v.EmptyDir; e != nil && v.Name != "config" {
+			if mem := c.Resources.Limits.Memory(); e.SizeLimit == nil || e.SizeLimit.Cmp(*mem) < 0 {
+				t.Errorf("emptyDir %s: sizeLimit %v, want at least the memory limit %v", v.Name, e.SizeLimit, mem)
+			}
+		}
+	}
 	if s := d.Spec.Strategy.RollingUpdate; s == nil || s.MaxUnavailable == nil || s.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rolling update %+v, want maxUnavailable 0", s)
 	}

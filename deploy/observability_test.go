@@ -134,7 +134,7 @@ type panel struct {
 }
 
 // rowsInOrder are the dashboard's rows, top to bottom.
-var rowsInOrder = []string{"Overview", "Clients (downstream)", "Upstreams", "Cache", "Rollouts", "gateway.control.v1", "Load reporting (LRS)", "Process"}
+var rowsInOrder = []string{"Overview", "Clients (downstream)", "Upstreams", "Cache", "Rollouts", "gateway.control.v1", "Load reporting (LRS)", "Process", "Warm-restart files"}
 
 func TestDashboardMetricsExist(t *testing.T) {
 	names := registryNames(t)

@@ -5,18 +5,23 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/xds-relay/xds-relay/internal/atomicfile"
+	"github.com/xds-relay/xds-relay/internal/metrics"
 )
 
 // Warm restart: with a persist path, the gateway's cache — each SotW group's
 // snapshot and each Delta group's resources — is written there within a
-// second of a change and at Close, and loaded at start. A group created after
+// persist interval of a change (Options.PersistInterval) and at Close, and
+// loaded at start. A group created after
 // a restart starts from it: its data planes are served at once, even while
 // no upstream is reachable, and the Delta upstream is told what the cache
 // holds (initial_resource_versions). A loaded snapshot and loaded Delta
@@ -35,9 +40,6 @@ import (
 
 const persistMagic = "xds-relay gateway cache v1\n"
 
-// persistDebounce is how long after a change the file is rewritten.
-const persistDebounce = time.Second
-
 // warmCache is what the file held and no group has taken yet. Guarded by
 // Server.mu.
 type warmCache struct {
@@ -55,11 +57,18 @@ type warmType struct {
 	resources     []*resource
 }
 
-// persister rewrites the file after changes.
+// persister rewrites the file after changes, at most once per interval.
 type persister struct{ w *atomicfile.Writer }
 
-func newPersister(path string, log *zap.Logger, content func() *warmCache) *persister {
-	return &persister{w: atomicfile.NewWriter(path, persistDebounce, func() []byte { return encodeWarm(content()) }, log)}
+func newPersister(path string, interval time.Duration, log *zap.Logger, m *metrics.Metrics,
+	content func() *warmCache) *persister {
+	return &persister{w: atomicfile.NewWriter(path, func() []byte { return encodeWarm(content()) }, atomicfile.WriterOptions{
+		Interval: interval,
+		Logger:   log,
+		OnWrite: func(r atomicfile.Result) {
+			m.WarmFileWritten(metrics.WarmFileGateway, r.Bytes, r.Unchanged, r.Err)
+		},
+	})}
 }
 
 func (p *persister) touch() { p.w.Touch() }
@@ -104,26 +113,35 @@ func (s *Server) currentCache() *warmCache {
 	return c
 }
 
+// encodeWarm encodes c. The same cache encodes to the same bytes (groups,
+// types and resources sorted), so that a write with nothing changed is
+// recognised and skipped.
 func encodeWarm(c *warmCache) []byte {
 	b := []byte(persistMagic)
 	field := func(b []byte, num protowire.Number, v []byte) []byte {
 		b = protowire.AppendTag(b, num, protowire.BytesType)
 		return protowire.AppendBytes(b, v)
 	}
-	for k, w := range c.sotw {
+	for _, k := range slices.Sorted(maps.Keys(c.sotw)) {
+		w := c.sotw[k]
 		var r []byte
 		r = field(r, 1, []byte(k))
 		r = field(r, 2, []byte(w.version))
 		r = field(r, 3, w.snapshot)
 		b = field(b, 1, r)
 	}
-	for k, types := range c.delta {
-		for t, w := range types {
+	for _, k := range slices.Sorted(maps.Keys(c.delta)) {
+		types := c.delta[k]
+		for _, t := range slices.Sorted(maps.Keys(types)) {
+			w := types[t]
 			var r []byte
 			r = field(r, 1, []byte(k))
 			r = field(r, 2, []byte(t))
 			r = field(r, 3, []byte(w.systemVersion))
-			for _, res := range w.resources {
+			resources := slices.SortedFunc(slices.Values(w.resources), func(a, b *resource) int {
+				return strings.Compare(a.name, b.name)
+			})
+			for _, res := range resources {
 				r = field(r, 4, res.raw)
 			}
 			b = field(b, 2, r)

@@ -64,6 +64,9 @@ type Options struct {
 	Authorize authz.Authorizer
 	// PersistPath, when set, is the warm-restart file of the gateway cache.
 	PersistPath string
+	// PersistInterval is the least time between two writes of PersistPath,
+	// and the most a change waits to be written. Default 1s.
+	PersistInterval time.Duration
 	// NewID returns a stream id unique among the relay's streams (so that
 	// /debug/clients lists each once). Default: the server's own counter.
 	NewID func() uint64
@@ -139,7 +142,7 @@ func New(opts Options) (*Server, error) {
 		warm: &warmCache{}, streams: make(map[uint64]debugStream), conns: make(map[int]*grpc.ClientConn)}
 	if p := opts.PersistPath; p != "" {
 		s.warm = loadWarm(p, s.log)
-		s.persist = newPersister(p, s.log.Named("persist"), s.currentCache)
+		s.persist = newPersister(p, opts.PersistInterval, s.log.Named("persist"), s.m, s.currentCache)
 	}
 	s.reports = newReporter(s)
 	s.wg.Go(s.reports.run)

@@ -68,7 +68,7 @@ func (r *Relay) newDialects() error {
 		gw.GroupBy, gw.ReportRetries = c.GroupBy, c.ReportRetries
 	}
 	if p := r.cfg.Cache.PersistPath; p != "" {
-		gw.PersistPath = p + ".gateway"
+		gw.PersistPath, gw.PersistInterval = p+".gateway", r.cfg.Cache.PersistInterval
 	}
 	var err error
 	if r.dx.gw, err = gateway.New(gw); err != nil {

@@ -2,11 +2,14 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/internal/atomicfile"
+	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
 )
 
@@ -37,9 +41,6 @@ import (
 
 const persistMagic = "xds-relay cache v1\n"
 
-// persistDebounce is how long after a change the file is rewritten.
-const persistDebounce = time.Second
-
 // persisted is one type of the warm-restart file: its View (the names kept
 // without variants) and its stored TP2 variants.
 type persisted struct {
@@ -47,11 +48,19 @@ type persisted struct {
 	variants []variant
 }
 
-// persister rewrites the file after changes, debounced, and once at Close.
+// persister rewrites the file after changes, at most once per interval,
+// and once at Close.
 type persister struct{ w *atomicfile.Writer }
 
-func newPersister(path string, log *zap.Logger, views func() []persisted) *persister {
-	return &persister{w: atomicfile.NewWriter(path, persistDebounce, func() []byte { return encodeCache(views()) }, log)}
+func newPersister(path string, interval time.Duration, log *zap.Logger, m *metrics.Metrics,
+	views func() []persisted) *persister {
+	return &persister{w: atomicfile.NewWriter(path, func() []byte { return encodeCache(views()) }, atomicfile.WriterOptions{
+		Interval: interval,
+		Logger:   log,
+		OnWrite: func(r atomicfile.Result) {
+			m.WarmFileWritten(metrics.WarmFileCache, r.Bytes, r.Unchanged, r.Err)
+		},
+	})}
 }
 
 // touch notes a change; it never blocks.
@@ -60,6 +69,9 @@ func (p *persister) touch() { p.w.Touch() }
 // close writes the file one last time and stops.
 func (p *persister) close() { p.w.Close() }
 
+// encodeCache encodes types, in order. The same cache encodes to the same
+// bytes (resources sorted by name), so that a write with nothing changed is
+// recognised and skipped.
 func encodeCache(types []persisted) []byte {
 	b := []byte(persistMagic)
 	for _, p := range types {
@@ -101,7 +113,8 @@ func encodeCache(types []persisted) []byte {
 			withVariants[vr.res.Name] = true
 			appendResource(vr.res)
 		}
-		for key, r := range v.Resources {
+		for _, key := range slices.Sorted(maps.Keys(v.Resources)) {
+			r := v.Resources[key]
 			if key == r.Name && !withVariants[r.Name] && r.TTL == 0 { // (a TTL is not kept across restarts)
 				appendResource(r) // (selections for parameters are not stored)
 			}
@@ -289,20 +302,25 @@ func (r *Relay) loadPersisted(path string) {
 	r.log.Error("ignoring the warm-restart file", zap.String("path", path), zap.Error(err))
 }
 
-// currentCache returns the shared scope's current Views and variants:
-// secrets, node groups and nodes' own scopes are not written to disk.
+// currentCache returns the shared scope's current Views and variants, in
+// the order of their type URLs, names and constraints: secrets, node groups
+// and nodes' own scopes are not written to disk.
 func (r *Relay) currentCache() []persisted {
 	s := r.lock()
 	defer s.unlock()
 	out := make([]persisted, 0, len(s.shared.types))
-	for t, tc := range s.shared.types {
+	for _, t := range slices.Sorted(maps.Keys(s.shared.types)) {
 		if t == keying.SecretType {
 			continue
 		}
+		tc := s.shared.types[t]
 		p := persisted{view: tc.view}
 		for _, known := range tc.names {
 			p.variants = append(p.variants, known.variants...)
 		}
+		slices.SortFunc(p.variants, func(a, b variant) int {
+			return cmp.Or(strings.Compare(a.res.Name, b.res.Name), strings.Compare(a.res.Constraints, b.res.Constraints))
+		})
 		out = append(out, p)
 	}
 	return out

@@ -149,7 +149,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
 		r.warm.Store(r.cachedShared() > 0)
-		r.persist = newPersister(p, log.Named("persist"), r.currentCache)
+		r.persist = newPersister(p, cfg.Cache.PersistInterval, log.Named("persist"), r.m, r.currentCache)
 	}
 
 	lim := cfg.Limits

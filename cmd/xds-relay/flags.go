@@ -222,7 +222,8 @@ present keeps its value, 0 included):
     does_not_exist_after: 15s   a connected upstream saying nothing of a subscribed name this long: it does not exist
   cache:
     max_unreferenced: 10000     unwatched resources kept (LRU); 0 keeps none
-    persist_path: ""            warm-restart file, rewritten within 1 s of a change
+    persist_path: ""            warm-restart file (and PATH.gateway), rewritten after a change
+    persist_interval: 1s        at most one write per interval: a crash loses at most its changes
   readiness:
     require_sync: false         /readyz 200 only once synced with an upstream (false: a
                                 warm-restart file loaded at start is enough)

@@ -147,6 +147,17 @@ type Metrics struct {
 	// aggregated: limit, invalid, denied.
 	LRSStatsDropped *prometheus.CounterVec
 
+	// Warm-restart files (cache.persist_path and its .gateway file).
+
+	// WarmFileWrites is xds_relay_warm_file_writes_total{file,result}: the
+	// Writer's rounds for a warm-restart file (file: WarmFileCache,
+	// WarmFileGateway) that wrote it (ok), failed (error), or found nothing
+	// changed since the last write and left the file alone (unchanged).
+	WarmFileWrites *prometheus.CounterVec
+	// WarmFileBytes is xds_relay_warm_file_bytes{file}: the size of the file
+	// last written.
+	WarmFileBytes *prometheus.GaugeVec
+
 	// Process.
 
 	// BuildInfo is xds_relay_build_info{version,goversion}, always 1.
@@ -388,6 +399,13 @@ func New() *Metrics {
 			"Entries of client load reports (clusters, localities, endpoints, metrics) not aggregated: limit (beyond the bound of keys), invalid (a non-finite value), denied (a cluster the client may not subscribe to).",
 			"reason"),
 
+		WarmFileWrites: f.counterVec("warm_file_writes_total",
+			"Rounds of the warm-restart file writer (file: cache, or gateway for <persist_path>.gateway): written (ok), failed (error: the file keeps its last content), or nothing changed since the last write (unchanged).",
+			"file", "result"),
+		WarmFileBytes: f.gaugeVec("warm_file_bytes",
+			"Size in bytes of the warm-restart file last written (file: cache, gateway); a write needs twice this on the volume.",
+			"file"),
+
 		BuildInfo: f.gaugeVec("build_info",
 			"Always 1; the labels say which build of the relay runs.",
 			"version", "goversion"),
@@ -439,6 +457,32 @@ func (m *Metrics) initLabels() {
 	}
 	for _, r := range LRSDropReasons {
 		m.LRSStatsDropped.WithLabelValues(r)
+	}
+	for _, f := range []string{WarmFileCache, WarmFileGateway} {
+		for _, r := range []string{"ok", "error", "unchanged"} {
+			m.WarmFileWrites.WithLabelValues(f, r)
+		}
+		m.WarmFileBytes.WithLabelValues(f)
+	}
+}
+
+// The file label values of the warm-restart file metrics.
+const (
+	WarmFileCache   = "cache"   // cache.persist_path
+	WarmFileGateway = "gateway" // <cache.persist_path>.gateway
+)
+
+// WarmFileWritten counts one round of the warm-restart file writer of file:
+// bytes written, nothing changed, or err.
+func (m *Metrics) WarmFileWritten(file string, bytes int, unchanged bool, err error) {
+	switch {
+	case err != nil:
+		m.WarmFileWrites.WithLabelValues(file, "error").Inc()
+	case unchanged:
+		m.WarmFileWrites.WithLabelValues(file, "unchanged").Inc()
+	default:
+		m.WarmFileWrites.WithLabelValues(file, "ok").Inc()
+		m.WarmFileBytes.WithLabelValues(file).Set(float64(bytes))
 	}
 }
 

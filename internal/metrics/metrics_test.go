@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -99,6 +100,8 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 		"xds_relay_lrs_reports_total":                dto.MetricType_COUNTER,
 		"xds_relay_lrs_stats_dropped_total":          dto.MetricType_COUNTER,
 		"xds_relay_lrs_client_streams":               dto.MetricType_GAUGE,
+		"xds_relay_warm_file_writes_total":           dto.MetricType_COUNTER,
+		"xds_relay_warm_file_bytes":                  dto.MetricType_GAUGE,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("families mismatch (-want +got):\n%s", diff)
@@ -215,9 +218,29 @@ func TestRareEventsStartAtZero(t *testing.T) {
 		"xds_relay_lrs_stats_dropped_total{reason=limit}",
 		"xds_relay_upstream_reconnects_total{authority=auth,server=cp:18000}",
 		"xds_relay_upstream_resyncs_total{authority=auth,reason=wildcard}",
+		"xds_relay_warm_file_writes_total{file=cache,result=error}",
+		"xds_relay_warm_file_writes_total{file=gateway,result=error}",
+		"xds_relay_warm_file_bytes{file=cache}",
 	} {
 		if !series[want] {
 			t.Errorf("no series %s at the start", want)
 		}
+	}
+}
+
+// TestWarmFileWritten: each round of a warm-restart file writer is counted
+// by its result, and the size is that of the last file written.
+func TestWarmFileWritten(t *testing.T) {
+	m := metrics.New()
+	m.WarmFileWritten(metrics.WarmFileCache, 100, false, nil)
+	m.WarmFileWritten(metrics.WarmFileCache, 100, true, nil)
+	m.WarmFileWritten(metrics.WarmFileCache, 120, false, errors.New("disk full"))
+	for result, want := range map[string]float64{"ok": 1, "unchanged": 1, "error": 1} {
+		if got := value(t, m.WarmFileWrites.WithLabelValues(metrics.WarmFileCache, result)); got != want {
+			t.Errorf("writes{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+	if got := value(t, m.WarmFileBytes.WithLabelValues(metrics.WarmFileCache)); got != 100 {
+		t.Errorf("bytes = %v, want 100 (the failed write is not on disk)", got)
 	}
 }
