@@ -260,6 +260,11 @@ func (a *applier) noCache(e *downstream.Resource) bool {
 	if a.sc.own {
 		return false
 	}
+	if a.authority == "" && keying.FullState(tc.typeURL) {
+		// The default servers' LDS/CDS answer is the wildcard set, names
+		// of another authority they list included.
+		tc.noCacheWild = true
+	}
 	if _, had := a.edit.res[e.Name]; had {
 		a.edit.drop(e.Name)
 		tc.clearUnsure(e.Name)
