@@ -221,7 +221,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 			return nil, false // the client may hold anything: nothing can be ruled out
 		}
 		for k := range ts.holdsKeys {
-			if _, in := b.keys[k]; !in && ts.subscribes(v, k) {
+			if _, in := b.keys[k]; !in && (ts.subscribes(v, k) || ts.unlistedHeld(v, k)) {
 				return nil, false
 			}
 		}
@@ -240,10 +240,11 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		cands[n] = true
 	}
 	for k := range cands {
-		if _, in := b.keys[k]; in || !ts.subscribes(v, k) {
+		listed := ts.unlistedHeld(v, k)
+		if _, in := b.keys[k]; in || !ts.subscribes(v, k) && !listed {
 			continue
 		}
-		if _, present := v.Resources[k]; present {
+		if _, present := v.Resources[k]; present && !listed {
 			continue // (not in b: denied, or not selected here)
 		}
 		_, held := ts.holdsKeys[k]
@@ -266,6 +267,25 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		keep[k] = r
 	}
 	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
+}
+
+// unlistedHeld reports whether the client holds key, a name of another
+// authority, because the stream's wildcard gave it while the default servers
+// listed it (Resource.InWildcard), and v lists it no more: the wildcard
+// dropped it as it drops a plain name, and make before break keeps it as
+// long. Called with mu held.
+func (ts *typeState) unlistedHeld(v *View, key string) bool {
+	if !ts.wildcard || ts.watches(v, key) {
+		return false
+	}
+	if _, held := ts.holdsKeys[key]; !held {
+		return false
+	}
+	if r, ok := v.Resources[key]; ok && r.InWildcard() {
+		return false
+	}
+	r := ts.clientResource(key)
+	return r != nil && r.InWildcard()
 }
 
 // referencedNames returns the keys of typeURL that what the client holds

@@ -4,8 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -115,4 +117,79 @@ func TestSotWWildcardAndGlobCarryAListedMemberOnce(t *testing.T) {
 	c := xdstest.DialADS(t, start(t, src), testNode)
 	c.MustSend(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{keying.Wildcard, glob}})
 	wantContents(t, contents(t, c.MustRecv()), []string{"c1", "m1"})
+}
+
+// protoResource returns m as a View's resource called name.
+func protoResource(t *testing.T, name string, m proto.Message) *downstream.Resource {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &downstream.Resource{Name: name, Version: downstream.ResourceVersion(b), Any: b}
+}
+
+// Make before break for a name of another authority that the default
+// servers list in their wildcard answer: a SotW wildcard Envoy got it
+// through the wildcard, and its route refers to it. The upstream breaks
+// first — the CDS without it comes before the RDS that moves the route — so
+// the cluster stays with the client until the route moved, as a plain name
+// does. It was dropped at once: the wildcard was taken to give only names
+// of the default authority.
+func TestSotWListedNameKeptWhileARouteRefersToIt(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/svc%3A4"
+	cx := "xdstp://auth/envoy.config.cluster.v3.Cluster/svc:4" // the cache's key
+	src := newFakeSource()
+	clusters := func(names ...string) map[string]*downstream.Resource {
+		out := map[string]*downstream.Resource{}
+		for _, n := range names {
+			out[n] = protoResource(t, n, xdstest.EDSCluster(n, n))
+		}
+		return out
+	}
+	// (Authority "": the default servers delivered it, listing it.)
+	src.publishResources(keying.ClusterType, clusters("c1", cx))
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", x))})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	r := c.RecvType(keying.ClusterType)
+	wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1", cx})
+	c.Ack(r)
+	c.Subscribe(keying.RouteType, "r")
+	c.Ack(c.RecvType(keying.RouteType))
+
+	src.publishResources(keying.ClusterType, clusters("c1")) // the upstream breaks first
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", "c1"))})
+	for {
+		r := c.MustRecv()
+		if r.GetTypeUrl() == keying.RouteType {
+			c.Ack(r)
+			break
+		}
+		if got := anyClusterNames(t, r); !slices.Contains(got, cx) {
+			t.Fatalf("clusters %v before the route moved: %s removed while the route refers to it", got, x)
+		}
+		c.Ack(r)
+	}
+	r = c.RecvType(keying.ClusterType)
+	wantNames(t, "clusters once the route moved", anyClusterNames(t, r), []string{"c1"})
+}
+
+// anyClusterNames returns the names of the Clusters a SotW response carries.
+func anyClusterNames(t *testing.T, r *discoverypb.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.GetResources() {
+		c := &clusterv3.Cluster{}
+		if err := a.UnmarshalTo(c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c.GetName())
+	}
+	slices.Sort(out)
+	return out
 }

@@ -200,6 +200,9 @@ func (a *applier) resource(e *downstream.Resource) {
 		tc.clearUnreachable(e.Name)
 		a.edit.change(e.Name)
 	}
+	if cur, ok := a.edit.res[e.Name]; ok && a.authority != "" && cur.InWildcard() {
+		e.Listed = true // the default servers listed it first (a default variant too)
+	}
 	if e.Constraints != "" || tc.variantMode(e.Name) {
 		a.storeVariant(e, again)
 		return
@@ -207,9 +210,6 @@ func (a *applier) resource(e *downstream.Resource) {
 	if _, ok := a.owned(e.Name); ok {
 		a.list(e.Name, true)
 		return
-	}
-	if cur, ok := a.edit.res[e.Name]; ok && a.authority != "" && cur.InWildcard() {
-		e.Listed = true // the default servers listed it first
 	}
 	a.s.armTTL(tc, e.Name, e.TTL)
 	a.answerGlob(e)
@@ -259,6 +259,11 @@ func (a *applier) noCache(e *downstream.Resource) bool {
 	tc.markNoCache(e.Name)
 	if a.sc.own {
 		return false
+	}
+	if a.authority == "" && keying.FullState(tc.typeURL) {
+		// The default servers' LDS/CDS answer is the wildcard set, names
+		// of another authority they list included.
+		tc.noCacheWild = true
 	}
 	if _, had := a.edit.res[e.Name]; had {
 		a.edit.drop(e.Name)

@@ -431,3 +431,68 @@ func TestEnvoySpelledNameMovedToOwnScope(t *testing.T) {
 		}
 	}
 }
+
+// A name of another authority that the default servers list stays in the
+// wildcard set when its own authority's stream delivers its default variant
+// to a TP2 subscription (the name in variant mode): the variant took the
+// listed copy's place unlisted, and a wildcard Envoy was sent a CDS without
+// it while both servers had it (issue 23, item 5).
+func TestListedNameKeepsItsListingAsADefaultVariant(t *testing.T) {
+	const x = globAuth + "x"
+	def := &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		resp := &discoverygrpc.DiscoveryResponse{}
+		if len(names) > 0 && !slices.Contains(names, "*") {
+			return resp, nil
+		}
+		for _, n := range []string{"c0", x} { // the wildcard lists x too
+			a, err := anypb.New(xdstest.EDSCluster(n, "eds-"+n))
+			if err != nil {
+				return nil, err
+			}
+			resp.Resources = append(resp.Resources, a)
+		}
+		return resp, nil
+	}}
+	auth := &fakeCDS{answer: func(names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		resp := &discoverygrpc.DiscoveryResponse{}
+		if !slices.ContainsFunc(names, func(n string) bool { return n == x+"{env=prod}" }) {
+			return resp, nil
+		}
+		inner, err := anypb.New(xdstest.EDSCluster(x, "eds-"+x)) // the default variant: it matches env=prod
+		if err != nil {
+			return nil, err
+		}
+		a, err := anypb.New(&discoverygrpc.Resource{ResourceName: &discoverygrpc.ResourceName{Name: x}, Resource: inner})
+		resp.Resources = append(resp.Resources, a)
+		return resp, err
+	}}
+	r := xdstest.StartRelay(t, startFakeCDS(t, def), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: startFakeCDS(t, auth), Protocol: "sotw"}}}}
+	}))
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	envoy.Subscribe(resource.ClusterType, "*")
+	resp := envoy.RecvType(resource.ClusterType)
+	wantNames(t, resp, "c0", x)
+	envoy.Ack(resp)
+
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator(x, "env", "prod"))
+	if got := prod.RecvType(resource.ClusterType); len(got.GetResources()) != 1 {
+		t.Fatalf("the prod client got %d resources, want %s", len(got.GetResources()), x)
+	}
+	// A short wait suffices: a CDS change for the Envoy leaves with the View
+	// that answered the prod client.
+	ctx, cancel := context.WithTimeout(context.Background(), quiet)
+	defer cancel()
+	for {
+		resp, err := envoy.Recv(ctx)
+		if err != nil {
+			return
+		}
+		if resp.GetTypeUrl() == resource.ClusterType && !slices.Contains(names(t, resp), x) {
+			t.Fatalf("the wildcard Envoy was sent CDS %v: %s dropped while both servers have it", names(t, resp), x)
+		}
+	}
+}

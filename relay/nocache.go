@@ -35,8 +35,8 @@ func (tc *typeCache) wantsOwn(c downstream.Change) bool {
 }
 
 // withholdsWildcard reports whether a do_not_cache resource of the default
-// authority, which a shared or group scope does not store, may be in the
-// wildcard set.
+// authority, or one the default servers listed, which a shared or group
+// scope does not store, may be in the wildcard set.
 func (tc *typeCache) withholdsWildcard() bool {
 	if tc.noCacheWild {
 		return true
@@ -71,7 +71,8 @@ func (tc *typeCache) clearNoCache(name string) {
 
 // moveNoCache moves the watchers of the do_not_cache names of tc (a shared
 // or group scope), and its wildcard watchers when one of them is in the
-// wildcard set of a full-state type, to their own scopes; each is notified
+// wildcard set of a full-state type (noCacheWild: the default servers sent
+// it), to their own scopes; each is notified
 // of tc's View first. Called after tc's View is published and
 // before it is notified.
 func (s *state) moveNoCache(tc *typeCache, names []string) {
@@ -89,10 +90,9 @@ func (s *state) moveNoCache(tc *typeCache, names []string) {
 		for k := range tc.get(n).params {
 			add(tc.watchers[k]) // its subscriptions with TP2 parameters
 		}
-		if auth, _ := keying.Authority(n); auth == "" && keying.FullState(tc.typeURL) {
-			tc.noCacheWild = true
-			add(tc.wild)
-		}
+	}
+	if tc.noCacheWild {
+		add(tc.wild)
 	}
 	for id := range moving {
 		if w := s.watcher(id); w != nil {

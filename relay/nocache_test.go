@@ -134,6 +134,46 @@ func TestDoNotCache(t *testing.T) {
 	b.ExpectNoResponse(quiet)
 }
 
+// A do_not_cache cluster of another authority that the default servers list
+// in their wildcard answer moves the wildcard clients to their own scopes,
+// as one of the default authority does: the group scope dropped it and left
+// them where they were, and a wildcard Envoy never got it (issue 23, item 5).
+func TestDoNotCacheListedNameOfAnotherAuthority(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/personal"
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		if len(names) == 0 || slices.Contains(names, "*") {
+			names = []string{"shared", x} // the wildcard lists x too
+		}
+		resp := &discoverygrpc.DiscoveryResponse{}
+		for _, n := range names {
+			a, err := anypb.New(xdstest.EDSCluster(n, "eds-shared"))
+			if n == x {
+				inner, ierr := anypb.New(xdstest.EDSCluster(n, "eds-"+node.GetId()))
+				if ierr != nil {
+					return nil, ierr
+				}
+				a, err = anypb.New(&discoverygrpc.Resource{Name: n, Resource: inner,
+					CacheControl: &discoverygrpc.Resource_CacheControl{DoNotCache: true}})
+			}
+			if err != nil {
+				return nil, err
+			}
+			resp.Resources = append(resp.Resources, a)
+		}
+		return resp, nil
+	}}
+	r := xdstest.StartRelay(t, startFakeCDS(t, f), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {}} // served by the default servers
+	}))
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "c"})
+	wild.Subscribe(resource.ClusterType)
+	recvClusters(t, wild, map[string]string{"shared": "eds-shared", x: "eds-c"})
+	if cachedIn(r, "", x) {
+		t.Fatal("the shared cache holds a do_not_cache resource")
+	}
+}
+
 // A shared scope never stores a do_not_cache resource, so the wildcard set
 // it holds is not the whole set once one is in it: not while it runs, and
 // not in its warm-restart file, where it once said so — and a client that

@@ -264,6 +264,10 @@ var regressions = []struct {
 		"a glob member cached after the glob's subscription ended (a do_not_cache cluster had moved its client to its node's own scope) and deleted upstream meanwhile was served for good to the glob's next Delta client: the Delta server had forgotten it with the glob and, the glob subscribed again on the same stream, said nothing of it (fails every run before the fix, the whole schedule about one run in two; relay's TestGlobMemberDeletedWhileUnsubscribed/delta-same always)"},
 	{80823, wholeSchedule(43),
 		"a Delta relay NACKed its new stream's first Listener answer and the upstream, which sends again only on a change, said nothing more: the Listener cache stayed unconfirmed for good — a SotW gRPC client from another replica was never answered on LDS, nor on CDS (c24), which waited for the listener it could not read, and a SotW wildcard Envoy kept a listener deleted upstream (fails about one run in two before the fix; upstream's TestNACKedAnswerAskedAgainOnANewStream always)"},
+	{5039, wholeSchedule(42),
+		"a SotW wildcard Envoy was sent a CDS without an Envoy-spelled cluster of another authority the default servers had listed while its route still referred to it: make before break kept only names of the default authority (fails about one run in two before the fix; downstream's TestSotWListedNameKeptWhileARouteRefersToIt always)"},
+	{5016, wholeSchedule(42),
+		"a do_not_cache Envoy-spelled cluster of another authority the default servers listed was dropped by the group scope, which left the wildcard clients there: they never got it (fails every run before the fix; relay's TestDoNotCacheListedNameOfAnotherAuthority always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -277,12 +281,13 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	1011: "glob,foreign", 2037: "glob,auth-servers,foreign", 36: "auth-servers,escaped,replace", 3029: "glob,foreign",
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
-	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn}
+	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn,
+	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
-	6221: true, 81451: true, 80719: true}
+	6221: true, 81451: true, 80719: true, 5016: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
