@@ -283,10 +283,8 @@ func scopeKind(key string) string {
 	return metrics.ScopeNode
 }
 
-// cachedShared counts the resources of the shared scope.
-func (r *Relay) cachedShared() int {
-	s := r.lock()
-	defer s.unlock()
+// cachedShared counts the resources of the shared scope; the caller holds the lock.
+func (s *state) cachedShared() int {
 	n := 0
 	for _, tc := range s.shared.types {
 		n += len(tc.view.Resources)

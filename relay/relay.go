@@ -148,7 +148,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	s.unlock()
 	if p := cfg.Cache.PersistPath; p != "" {
 		r.loadPersisted(p)
-		r.warm.Store(r.cachedShared() > 0)
+		s := r.lock()
+		r.warm.Store(s.cachedShared() > 0)
+		s.unlock()
 		r.persist = newPersister(p, cfg.Cache.PersistInterval, log.Named("persist"), r.m, r.currentCache)
 	}
 
