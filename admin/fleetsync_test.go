@@ -58,4 +58,9 @@ func TestFleetSyncSummary(t *testing.T) {
 	if !strings.Contains(page, `<td class="n nacking">1</td>`) {
 		t.Errorf("the status page shows no NACKing stream for clusters")
 	}
+	// The summary of clients on the current version, red while one NACKs.
+	summary := fmt.Sprintf(`<span class="sync bad" data-type="%s">Cluster: 1 of 3 (33%%), 1 behind, 1 NACKing</span>`, resource.ClusterType)
+	if !strings.Contains(page, summary) || !strings.Contains(page, `<td class="n share bad">33%</td>`) {
+		t.Errorf("the status page lacks the current-version summary %s", summary)
+	}
 }

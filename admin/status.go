@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"cmp"
 	_ "embed" // the status page template
 	"html/template"
 	"math"
@@ -34,14 +33,20 @@ const MaxOverviewNACKs = 50
 type Overview struct {
 	Version string `json:"version"`
 	Ready   bool   `json:"ready"`
+	// Serving is what the relay serves from, in a word and a sentence: the
+	// page's headline.
+	Serving ServingOverview `json:"serving"`
 
 	Fleet     FleetOverview      `json:"fleet"`
 	Upstreams []UpstreamOverview `json:"upstreams"`
 	Cache     []CacheTypeSummary `json:"cache"`
-	// NACKs are the streams whose last response of a type was rejected, newest
-	// streams first, at most MaxOverviewNACKs of them; NACKsTotal counts all.
-	NACKs      []NACKOverview `json:"nacks"`
-	NACKsTotal int            `json:"nacks_total"`
+	// NACKs are the streams' last NACKs grouped by (type, rejected version,
+	// message), the largest groups first, at most MaxOverviewNACKs groups;
+	// NACKGroups counts all groups and NACKsTotal the (stream, type) pairs
+	// whose last response was rejected.
+	NACKs      []NACKGroup `json:"nacks"`
+	NACKGroups int         `json:"nack_groups"`
+	NACKsTotal int         `json:"nacks_total"`
 	// Counters are the relay's counters since start, by metric name (labels
 	// summed), e.g. "xds_relay_responses_total".
 	Counters    map[string]float64  `json:"counters"`
@@ -113,17 +118,6 @@ type CacheTypeSummary struct {
 	Bytes   int `json:"bytes"`
 }
 
-// NACKOverview is one stream's last NACK of one type.
-type NACKOverview struct {
-	StreamID     uint64 `json:"stream_id"`
-	NodeID       string `json:"node_id"`
-	Protocol     string `json:"protocol"`
-	Type         string `json:"type"`
-	SentVersion  string `json:"sent_version,omitempty"`
-	AckedVersion string `json:"acked_version,omitempty"`
-	Message      string `json:"message"`
-}
-
 // PropagationOverview is the xds_relay_propagation_seconds histogram.
 type PropagationOverview struct {
 	Count uint64  `json:"count"`
@@ -180,7 +174,6 @@ func OverviewOf(src Source) Overview {
 	}
 	o := Overview{
 		Version:     relay.Version,
-		Ready:       ready(src),
 		Counters:    make(map[string]float64, len(overviewCounters)),
 		Propagation: propagation(fams[propagationFamily]),
 	}
@@ -191,8 +184,10 @@ func OverviewOf(src Source) Overview {
 	o.Fleet = fleet(clients)
 	o.Fleet.Connections = int(sumFamily(fams[connectionsFamily]))
 	addSync(o.Fleet.ByType, fams[metrics.SyncFamily])
-	o.NACKs, o.NACKsTotal = nacks(clients)
+	o.NACKs, o.NACKsTotal, o.NACKGroups = nackGroups(clients)
 	o.Upstreams = upstreamOverview(src.Config(), src.DebugUpstreams(), fams)
+	ok, reason := src.Readiness()
+	o.Ready, o.Serving = ok, servingOf(ok, reason, o.Upstreams, fams)
 	o.Cache = cacheSummary(src.DebugCache(relay.CacheFilter{}))
 	o.LRS = lrsOverview(src.DebugLRS(), fams)
 	// Lists are [] in JSON, never null.
@@ -200,12 +195,6 @@ func OverviewOf(src Source) Overview {
 	o.Upstreams, o.Cache, o.NACKs = nonNil(o.Upstreams), nonNil(o.Cache), nonNil(o.NACKs)
 	o.Propagation.Buckets = nonNil(o.Propagation.Buckets)
 	return o
-}
-
-// ready is relay.Ready: Readiness without the reason.
-func ready(src Source) bool {
-	ok, _ := src.Readiness()
-	return ok
 }
 
 func nonNil[T any](s []T) []T {
@@ -246,28 +235,6 @@ func fleet(clients []relay.ClientInfo) FleetOverview {
 	}
 	slices.SortFunc(f.ByType, func(a, b TypeStreams) int { return strings.Compare(a.Type, b.Type) })
 	return f
-}
-
-func nacks(clients []relay.ClientInfo) ([]NACKOverview, int) {
-	var out []NACKOverview
-	for _, c := range clients {
-		for t, ti := range c.Types {
-			if ti.LastNACK == "" {
-				continue
-			}
-			out = append(out, NACKOverview{StreamID: c.ID, NodeID: c.NodeID, Protocol: c.Protocol, Type: t,
-				SentVersion: ti.SentVersion, AckedVersion: ti.AckedVersion, Message: ti.LastNACK})
-		}
-	}
-	// Stream ids grow: the newest streams first, then by type.
-	slices.SortFunc(out, func(a, b NACKOverview) int {
-		return cmp.Or(cmp.Compare(b.StreamID, a.StreamID), strings.Compare(a.Type, b.Type))
-	})
-	total := len(out)
-	if len(out) > MaxOverviewNACKs {
-		out = out[:MaxOverviewNACKs]
-	}
-	return out, total
 }
 
 // upstreamOverview lists every configured server of every authority client,
@@ -332,7 +299,6 @@ func cacheSummary(entries []relay.CacheEntryInfo) []CacheTypeSummary {
 	return out
 }
 
-// sumFamily sums the values of a counter or gauge family over its labels.
 // addSync fills the sync states of each type from the fleet sync family
 // (types without a label of their own share "other" and are left out).
 func addSync(types []TypeStreams, f *dto.MetricFamily) {
@@ -358,6 +324,7 @@ func addSync(types []TypeStreams, f *dto.MetricFamily) {
 	}
 }
 
+// sumFamily sums the values of a counter or gauge family over its labels.
 func sumFamily(f *dto.MetricFamily) float64 {
 	var sum float64
 	for _, m := range f.GetMetric() {
@@ -430,15 +397,17 @@ func (p PropagationOverview) Quantile(q float64) float64 {
 var statusHTML string
 
 var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
-	"short":   keying.ShortType,
-	"bytes":   humanBytes,
-	"seconds": humanSeconds,
-	"authority": func(a string) string {
-		if a == "" {
-			return "(default)"
-		}
-		return a
-	},
+	"short":     keying.ShortType,
+	"bytes":     humanBytes,
+	"seconds":   humanSeconds,
+	"authority": authorityName,
+	"count":     func(n int) string { return thousands(float64(n)) },
+	"human":     humanCount,
+	"exact":     thousands,
+	"share":     share,
+	"add3":      func(a, b, c int) int { return a + b + c },
+	"float":     func(n uint64) float64 { return float64(n) },
+	"syncClass": syncClass,
 	// pct is a bucket's share of max as a CSS width, at least 1% when non-empty.
 	"pct": func(n, max uint64) float64 {
 		if max == 0 || n == 0 {
@@ -453,8 +422,13 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 		}
 		return m
 	},
+	// counter is a counter for a reader ("12.3k"); exactCounter its exact
+	// value ("12,345"), for a title.
 	"counter": func(c map[string]float64, name string) string {
-		return formatFloat(c[name])
+		return humanCount(c[name])
+	},
+	"exactCounter": func(c map[string]float64, name string) string {
+		return thousands(c[name])
 	},
 	"lastReport": lastReport,
 }).Parse(statusHTML))

@@ -202,9 +202,13 @@ func TestOverviewServingRelay(t *testing.T) {
 		}
 	}
 
-	if len(o.NACKs) != 1 || o.NACKs[0].NodeID != "bad" || o.NACKs[0].Type != resource.ClusterType ||
-		o.NACKs[0].Message != "cluster rejected: <b>bad</b>" || o.NACKs[0].SentVersion == "" {
+	if len(o.NACKs) != 1 || !reflect.DeepEqual(o.NACKs[0].Nodes, []string{"bad"}) || o.NACKs[0].Streams != 1 ||
+		o.NACKs[0].Type != resource.ClusterType || o.NACKs[0].Message != "cluster rejected: <b>bad</b>" ||
+		o.NACKs[0].Version == "" || o.NACKGroups != 1 {
 		t.Errorf("NACKs = %+v", o.NACKs)
+	}
+	if o.Serving.State != admin.ServingReady || o.Serving.Class != "ok" || !o.Serving.Synced {
+		t.Errorf("serving = %+v, want ready", o.Serving)
 	}
 	if o.Counters["xds_relay_nacks_total"] != 1 || o.Counters["xds_relay_acks_total"] < 2 {
 		t.Errorf("counters = %v", o.Counters)
@@ -288,9 +292,17 @@ func TestStatusPageOfFake(t *testing.T) {
 	if !reflect.DeepEqual(o.Cache, wantCache) {
 		t.Errorf("cache = %+v, want %+v", o.Cache, wantCache)
 	}
-	if o.NACKsTotal != 1 || len(o.NACKs) != 1 || o.NACKs[0] != (admin.NACKOverview{StreamID: 1, NodeID: "envoy-1",
-		Protocol: "sotw", Type: resource.ClusterType, SentVersion: "v2", AckedVersion: "v1", Message: "cluster <b>bad</b>"}) {
+	wantNACKs := []admin.NACKGroup{{Type: resource.ClusterType, Version: "v2", Message: "cluster <b>bad</b>", Streams: 1,
+		Nodes: []string{"envoy-1"}}}
+	if o.NACKsTotal != 1 || !reflect.DeepEqual(o.NACKs, wantNACKs) {
 		t.Errorf("NACKs = %+v (total %d)", o.NACKs, o.NACKsTotal)
+	}
+	// The first server is unreachable: ready, but not green.
+	wantServing := admin.ServingOverview{State: admin.ServingFallback, Class: "warn",
+		Headline: "serving from a fallback server for (default): the first server of the list is unreachable",
+		Reason:   f.reason, Synced: true, Down: []string{}, OnFallback: []string{""}}
+	if !reflect.DeepEqual(o.Serving, wantServing) {
+		t.Errorf("serving = %+v, want %+v", o.Serving, wantServing)
 	}
 	if o.Counters["xds_relay_nacks_total"] != 3 || o.Counters["xds_relay_upstream_reconnects_total"] != 4 {
 		t.Errorf("counters = %v", o.Counters)
@@ -304,7 +316,7 @@ func TestStatusPageOfFake(t *testing.T) {
 	defer srv.Close()
 	defer srv.Client().CloseIdleConnections()
 	page := do(t, http.MethodGet, srv.URL+"/?format=html", nil, "").body
-	for _, want := range []string{`id="ready" class="ok">ready<`, `id="fleet-streams">2<`, `id="nacks-current">1<`,
+	for _, want := range []string{`data-state="fallback" id="ready" class="warn">serving from a fallback server`, `id="fleet-streams">2<`, `id="nacks-current">1<`,
 		`id="nacks-total">3<`, `data-server="a.example:1"`, `data-authority="auth.example" data-server="c.example:3"`,
 		`cluster &lt;b&gt;bad&lt;/b&gt;`, `data-bytes="2048">2.0 KiB<`, `id="prop-count">4<`,
 		`class="state warn">connected (fallback: the first server is unreachable)<`} {

@@ -58,13 +58,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	checks := []struct{ what, want string }{
 		{"title", "<title>xds-relay status</title>"},
-		{"readiness", `id="ready" class="ok">ready<`},
+		{"readiness", `data-state="ready" id="ready" class="ok">ready<`},
 		{"streams", `id="fleet-streams">3<`},
 		{"nodes", `id="fleet-nodes">3<`},
 		{"SotW streams", `id="fleet-sotw">2<`},
 		{"Delta streams", `id="fleet-delta">1<`},
 		{"NACK message (escaped)", "browser-test: cluster &lt;rejected&gt; &amp; kept"},
-		{"NACKing node", `<td class="mono node">envoy-2</td>`},
+		{"NACK group's node", `<span class="node">envoy-2</span>`},
+		{"NACK group's streams", `<td class="n streams">1</td>`},
+		{"NACK groups", `id="nack-groups">1<`},
 		{"current NACKs", `id="nacks-current">1<`},
 		{"propagation count", fmt.Sprintf(`id="prop-count">%d<`, o.Propagation.Count)},
 	}
