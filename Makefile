@@ -49,7 +49,8 @@ lint:
 
 # The manifests and alert rules checked with the real tools, pinned:
 # kustomize renders deploy/kubernetes and every other kustomization under
-# deploy/; promtool lints deploy/prometheus/alerts.yaml (check rules
+# deploy/, and go test ./deploy/ checks what it renders (rendered_test.go);
+# promtool lints deploy/prometheus/alerts.yaml (check rules
 # --lint=all) and runs the alert scenarios of deploy/prometheus/tests (test
 # rules). The tools are built from the Go module proxy into $(TOOLS), outside
 # the clone so that later runs on the machine reuse them, on first use (`make
@@ -79,6 +80,7 @@ check-manifests: tools
 	  d=$$(dirname $$k); echo "kustomize build $$d"; \
 	  $(KUSTOMIZE) build $$d > /dev/null; \
 	done
+	XDS_RELAY_KUSTOMIZE=$(KUSTOMIZE) $(GO) test -count=1 ./deploy/
 	$(PROMTOOL) check rules --lint=all --lint-fatal deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
