@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
@@ -66,6 +67,7 @@ type base struct {
 	pdb    *policyv1.PodDisruptionBudget
 	hpa    *autoscalingv2.HorizontalPodAutoscaler
 	pc     *schedulingv1.PriorityClass
+	netpol *networkingv1.NetworkPolicy
 }
 
 // loadBase decodes kustomization.yaml and every manifest it lists, each
@@ -119,6 +121,9 @@ func loadBase(t *testing.T) *base {
 		case "scheduling.k8s.io/v1 PriorityClass":
 			b.pc = &schedulingv1.PriorityClass{}
 			obj = b.pc
+		case "networking.k8s.io/v1 NetworkPolicy":
+			b.netpol = &networkingv1.NetworkPolicy{}
+			obj = b.netpol
 		default:
 			t.Fatalf("%s: unexpected object %s %s", path, tm.APIVersion, tm.Kind)
 		}
@@ -131,7 +136,7 @@ func loadBase(t *testing.T) *base {
 			t.Errorf("%s is not listed in kustomization.yaml resources or generator files", f)
 		}
 	}
-	if b.ns == nil || b.sa == nil || b.cm == nil || b.deploy == nil || b.svc == nil || b.pdb == nil || b.hpa == nil || b.pc == nil {
+	if b.ns == nil || b.sa == nil || b.cm == nil || b.deploy == nil || b.svc == nil || b.pdb == nil || b.hpa == nil || b.pc == nil || b.netpol == nil {
 		t.Fatalf("the base lacks an object: %+v", b)
 	}
 	return b
@@ -206,6 +211,7 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		{"PodDisruptionBudget", b.pdb.Name, b.pdb.Labels},
 		{"HorizontalPodAutoscaler", b.hpa.Name, b.hpa.Labels},
 		{"PriorityClass", b.pc.Name, b.pc.Labels},
+		{"NetworkPolicy", b.netpol.Name, b.netpol.Labels},
 	} {
 		if m.name == "" || m.labels["app.kubernetes.io/name"] != "xds-relay" {
 			t.Errorf("%s %q: want a name and the label app.kubernetes.io/name=xds-relay", m.kind, m.name)
