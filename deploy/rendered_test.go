@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,6 +93,10 @@ func newObject(apiVersion, kind string) any {
 		return &schedulingv1.PriorityClass{}
 	case "networking.k8s.io/v1 NetworkPolicy":
 		return &networkingv1.NetworkPolicy{}
+	case "monitoring.coreos.com/v1 PodMonitor":
+		return &podMonitor{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return &prometheusRule{}
 	}
 	return nil
 }
@@ -197,5 +202,38 @@ func TestRenderedBase(t *testing.T) {
 	}
 	if !mounted {
 		t.Errorf("the Deployment mounts no ConfigMap")
+	}
+}
+
+// TestRenderedPrometheusOperator checks kustomize's output of the
+// prometheus-operator overlay: the base's objects and the PodMonitor and
+// PrometheusRule, in the relays' namespace.
+func TestRenderedPrometheusOperator(t *testing.T) {
+	base := kustomizeBuild(t, "kubernetes")
+	objs := kustomizeBuild(t, "prometheus-operator")
+	keys := map[string]string{}
+	for _, o := range objs {
+		keys[o.key()] = o.Namespace
+	}
+	for _, o := range base {
+		if ns, ok := keys[o.key()]; !ok || ns != o.Namespace {
+			t.Errorf("the overlay lacks the base's %s (namespace %q)", o.key(), o.Namespace)
+		}
+	}
+	for _, k := range []string{"PodMonitor/xds-relay", "PrometheusRule/xds-relay"} {
+		if keys[k] != "xds-relay" {
+			t.Errorf("%s: rendered in namespace %q, want xds-relay", k, keys[k])
+		}
+	}
+	if len(objs) != len(base)+2 {
+		t.Errorf("the overlay renders %d objects, the base %d: want the base and 2", len(objs), len(base))
+	}
+	rules := find(t, objs, "PrometheusRule").Obj.(*prometheusRule)
+	var alerts alertRules
+	if err := yaml.UnmarshalStrict(read(t, "prometheus/alerts.yaml"), &alerts); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rules.Spec.Groups, alerts.Groups) {
+		t.Error("the rendered PrometheusRule's groups differ from alerts.yaml's")
 	}
 }
