@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -202,6 +203,28 @@ func TestRenderedBase(t *testing.T) {
 	}
 	if !mounted {
 		t.Errorf("the Deployment mounts no ConfigMap")
+	}
+
+	// A changed config: another ConfigMap name, and the Deployment's pod
+	// template names it (a rollout).
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("kubernetes")); err != nil {
+		t.Fatal(err)
+	}
+	changed := append(read(t, "kubernetes/config.yaml"), "# changed\n"...)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), changed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs = kustomizeBuild(t, dir)
+	cm2 := find(t, objs, "ConfigMap").Obj.(*corev1.ConfigMap)
+	d2 := find(t, objs, "Deployment").Obj.(*appsv1.Deployment)
+	if cm2.Name == cm.Name || !hashedConfigMap.MatchString(cm2.Name) {
+		t.Errorf("a changed config.yaml gives ConfigMap %q, the same config %q: want a new hashed name", cm2.Name, cm.Name)
+	}
+	for _, v := range d2.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name != cm2.Name {
+			t.Errorf("after a config change the Deployment mounts ConfigMap %q, want %q", v.ConfigMap.Name, cm2.Name)
+		}
 	}
 }
 
