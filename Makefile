@@ -49,25 +49,34 @@ lint:
 
 # The manifests and alert rules checked with the real tools, pinned:
 # kustomize renders deploy/kubernetes and every other kustomization under
-# deploy/; promtool lints deploy/prometheus/alerts.yaml (check rules
-# --lint=all) and runs the alert scenarios of deploy/prometheus/tests (test
-# rules). The tools are built from the Go module proxy into $(TOOLS), outside
+# deploy/, helm lints the chart deploy/helm/xds-relay, and go test ./deploy/
+# checks what both render (rendered_test.go, helm_test.go: the chart's
+# objects equal the base's); promtool lints deploy/prometheus/alerts.yaml
+# (check rules --lint=all) and runs the alert scenarios of
+# deploy/prometheus/tests (test rules). The tools are built from the Go module proxy into $(TOOLS), outside
 # the clone so that later runs on the machine reuse them, on first use (`make
 # tools`; promtool is the slow one: its service discovery pulls in the cloud
-# SDKs, ~17 CPU-minutes, so ~10 min on an idle 2-core machine) and kept there
-# by version. kustomize v5.8.3 and later need Go 1.27.
+# SDKs, ~17 CPU-minutes, so ~10 min on an idle 2-core machine; helm takes
+# ~6.5 CPU-minutes) and kept there by version. kustomize v5.8.3 and later need Go 1.27.
 KUSTOMIZE_VERSION ?= v5.8.2
 PROMTOOL_VERSION  ?= v0.316.0
+HELM_VERSION      ?= v3.22.0
 TOOLS     ?= $(shell $(GO) env GOPATH)/xds-relay-tools
 KUSTOMIZE := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)
 PROMTOOL  := $(TOOLS)/promtool-$(PROMTOOL_VERSION)
+HELM      := $(TOOLS)/helm-$(HELM_VERSION)
 
-tools: $(KUSTOMIZE) $(PROMTOOL)
+tools: $(KUSTOMIZE) $(PROMTOOL) $(HELM)
 
 $(PROMTOOL):
 	@mkdir -p $(TOOLS)/.gobin-promtool
 	GOBIN=$(TOOLS)/.gobin-promtool $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 	mv $(TOOLS)/.gobin-promtool/promtool $@
+
+$(HELM):
+	@mkdir -p $(TOOLS)/.gobin-helm
+	GOBIN=$(TOOLS)/.gobin-helm $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS)/.gobin-helm/helm $@
 
 $(KUSTOMIZE):
 	@mkdir -p $(TOOLS)/.gobin-kustomize
@@ -79,6 +88,8 @@ check-manifests: tools
 	  d=$$(dirname $$k); echo "kustomize build $$d"; \
 	  $(KUSTOMIZE) build $$d > /dev/null; \
 	done
+	$(HELM) lint --strict deploy/helm/xds-relay
+	XDS_RELAY_KUSTOMIZE=$(KUSTOMIZE) XDS_RELAY_HELM=$(HELM) $(GO) test -count=1 ./deploy/
 	$(PROMTOOL) check rules --lint=all --lint-fatal deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 

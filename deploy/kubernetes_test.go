@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
@@ -39,8 +40,15 @@ type kustomization struct {
 		IncludeSelectors bool              `json:"includeSelectors,omitempty"`
 		IncludeTemplates bool              `json:"includeTemplates,omitempty"`
 	} `json:"labels"`
-	Resources []string `json:"resources"`
-	Images    []struct {
+	Resources          []string `json:"resources"`
+	ConfigMapGenerator []struct {
+		Name    string   `json:"name"`
+		Files   []string `json:"files"`
+		Options struct {
+			Labels map[string]string `json:"labels,omitempty"`
+		} `json:"options"`
+	} `json:"configMapGenerator"`
+	Images []struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName,omitempty"`
 		NewTag  string `json:"newTag,omitempty"`
@@ -59,6 +67,7 @@ type base struct {
 	pdb    *policyv1.PodDisruptionBudget
 	hpa    *autoscalingv2.HorizontalPodAutoscaler
 	pc     *schedulingv1.PriorityClass
+	netpol *networkingv1.NetworkPolicy
 }
 
 // loadBase decodes kustomization.yaml and every manifest it lists, each
@@ -74,6 +83,7 @@ func loadBase(t *testing.T) *base {
 		t.Errorf("kustomization.yaml: %s %s", b.kust.APIVersion, b.kust.Kind)
 	}
 	listed := map[string]bool{}
+	b.cm = generatedConfigMap(t, b.kust, listed)
 	for _, res := range b.kust.Resources {
 		listed[res] = true
 		path := filepath.Join("kubernetes", res)
@@ -96,9 +106,6 @@ func loadBase(t *testing.T) *base {
 		case "v1 ServiceAccount":
 			b.sa = &corev1.ServiceAccount{}
 			obj = b.sa
-		case "v1 ConfigMap":
-			b.cm = &corev1.ConfigMap{}
-			obj = b.cm
 		case "apps/v1 Deployment":
 			b.deploy = &appsv1.Deployment{}
 			obj = b.deploy
@@ -114,6 +121,9 @@ func loadBase(t *testing.T) *base {
 		case "scheduling.k8s.io/v1 PriorityClass":
 			b.pc = &schedulingv1.PriorityClass{}
 			obj = b.pc
+		case "networking.k8s.io/v1 NetworkPolicy":
+			b.netpol = &networkingv1.NetworkPolicy{}
+			obj = b.netpol
 		default:
 			t.Fatalf("%s: unexpected object %s %s", path, tm.APIVersion, tm.Kind)
 		}
@@ -123,13 +133,38 @@ func loadBase(t *testing.T) *base {
 	}
 	for _, f := range glob(t, "kubernetes/*.yaml") {
 		if name := filepath.Base(f); name != "kustomization.yaml" && !listed[name] {
-			t.Errorf("%s is not listed in kustomization.yaml resources", f)
+			t.Errorf("%s is not listed in kustomization.yaml resources or generator files", f)
 		}
 	}
-	if b.ns == nil || b.sa == nil || b.cm == nil || b.deploy == nil || b.svc == nil || b.pdb == nil || b.hpa == nil || b.pc == nil {
+	if b.ns == nil || b.sa == nil || b.cm == nil || b.deploy == nil || b.svc == nil || b.pdb == nil || b.hpa == nil || b.pc == nil || b.netpol == nil {
 		t.Fatalf("the base lacks an object: %+v", b)
 	}
 	return b
+}
+
+// generatedConfigMap is the ConfigMap of the base's one configMapGenerator
+// as kustomize makes it, but under the generator's name (kustomize adds a
+// hash of the data: make check-manifests checks the rendered output, with
+// XDS_RELAY_KUSTOMIZE set, in rendered_test.go). It marks the generator's
+// files listed.
+func generatedConfigMap(t *testing.T, k kustomization, listed map[string]bool) *corev1.ConfigMap {
+	t.Helper()
+	if len(k.ConfigMapGenerator) != 1 {
+		t.Fatalf("kustomization.yaml: %d configMapGenerators, want the relay's config only", len(k.ConfigMapGenerator))
+	}
+	g := k.ConfigMapGenerator[0]
+	cm := &corev1.ConfigMap{Data: map[string]string{}}
+	cm.Name, cm.Labels = g.Name, g.Options.Labels
+	for _, f := range g.Files {
+		// KEY=FILE or FILE (the key is the file's base name).
+		key, file, ok := strings.Cut(f, "=")
+		if !ok {
+			key, file = filepath.Base(f), f
+		}
+		listed[file] = true
+		cm.Data[key] = string(read(t, filepath.Join("kubernetes", file)))
+	}
+	return cm
 }
 
 // relayConfig parses and validates the ConfigMap's config.yaml.
@@ -176,6 +211,7 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		{"PodDisruptionBudget", b.pdb.Name, b.pdb.Labels},
 		{"HorizontalPodAutoscaler", b.hpa.Name, b.hpa.Labels},
 		{"PriorityClass", b.pc.Name, b.pc.Labels},
+		{"NetworkPolicy", b.netpol.Name, b.netpol.Labels},
 	} {
 		if m.name == "" || m.labels["app.kubernetes.io/name"] != "xds-relay" {
 			t.Errorf("%s %q: want a name and the label app.kubernetes.io/name=xds-relay", m.kind, m.name)
