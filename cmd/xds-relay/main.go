@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/xds-relay/xds-relay/admin"
+	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/episodes"
 	"github.com/xds-relay/xds-relay/relay"
 )
@@ -111,6 +112,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log, level := newLogger(o.logLevel, o.logFormat, stderr)
 	defer func() { _ = log.Sync() }()
 
+	adminOpts, err := adminOptions(cfg, level)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
 	lis, err := listen(cfg)
 	if err != nil {
 		return fail(exitError, "%v", err)
@@ -124,7 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(lis.xds) }()
 	hs := newHTTPServers(log)
-	hs.serve("admin", lis.admin, admin.Handler(r, admin.WithLogLevel(level)))
+	hs.serve("admin", lis.admin, admin.Handler(r, adminOpts...))
 	hs.serve("probe", lis.probe, admin.ProbeHandler(r))
 	restDone := make(chan error, 1)
 	if lis.rest != nil {
@@ -206,4 +211,18 @@ func newLogger(level, format string, w io.Writer) (*zap.Logger, zap.AtomicLevel)
 	atom := zap.NewAtomicLevelAt(lvl)
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), atom)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), atom
+}
+
+// adminOptions are the admin API's options of cfg: the runtime log level,
+// and the token of admin_token_file when set.
+func adminOptions(cfg *config.Config, level zap.AtomicLevel) ([]admin.Option, error) {
+	opts := []admin.Option{admin.WithLogLevel(level)}
+	if cfg.AdminTokenFile != "" {
+		tok, err := admin.LoadToken(cfg.AdminTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, admin.WithToken(tok))
+	}
+	return opts, nil
 }
