@@ -93,7 +93,8 @@ type server struct {
 
 // Handler returns the admin HTTP API of src (docs/INTERFACE.md, "Admin
 // HTTP"): the paths of Endpoints. Every other method gets 405, every other
-// path 404. Every call but GET and HEAD is logged at Info with the
+// path 404. With WithToken, /drain and /debug/* answer 401 to a call
+// without the token. Every call but GET and HEAD is logged at Info with the
 // caller's address. The handler has its own mux (pprof is not served from
 // http.DefaultServeMux) and is safe for concurrent use; each call returns a
 // new handler.
@@ -159,7 +160,7 @@ func Handler(src Source, opts ...Option) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	return s.logCalls(mux)
+	return s.logCalls(s.requireToken(mux))
 }
 
 // logCalls logs every call to h but GET and HEAD (the calls that may

@@ -25,6 +25,7 @@ type Option func(*options)
 type options struct {
 	level    zap.AtomicLevel
 	hasLevel bool
+	token    *Token // nil: no token required (WithToken)
 }
 
 // WithLogLevel lets /debug/loglevel change the process log level at runtime:

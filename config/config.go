@@ -25,6 +25,10 @@ type Config struct {
 	// and /metrics only, for the kubelet and Prometheus while the admin API
 	// stays on loopback. Default "": off.
 	ProbeListen string `yaml:"probe_listen"`
+	// AdminTokenFile, when set, is a file holding a bearer token that the
+	// admin API's /drain and /debug/* paths require (Authorization: Bearer
+	// TOKEN); read at start and again when it changes. Default "": open.
+	AdminTokenFile string `yaml:"admin_token_file"`
 	// Node is the identity the relay presents to its upstreams.
 	Node Node `yaml:"node"`
 	// Upstream lists the authoritative control planes.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -57,6 +58,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ProbeListen != "" {
 		v.hostPort("probe_listen", c.ProbeListen, false)
+	}
+	if p := c.AdminTokenFile; p != "" {
+		if b, err := os.ReadFile(p); err != nil || len(bytes.TrimSpace(b)) == 0 {
+			v.add("admin_token_file", "%q must be a readable file holding a token", p)
+		}
 	}
 	if c.Node.ID == "" {
 		v.add("node.id", "must not be empty")

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"go.uber.org/zap"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 )
 
@@ -81,9 +80,7 @@ func (st *stream) recordNACK(ts *typeState, typeURL, nonce, reason string) {
 	ts.updated = time.Now()
 	ts.rejecting = true
 	st.srv.m.NACKs.WithLabelValues(metricsType(typeURL), st.proto).Inc()
-	if ce := st.srv.log.Check(zap.DebugLevel, "NACK"); ce != nil {
-		ce.Write(zap.Uint64("stream", st.id), zap.String("type", typeURL), zap.String("nonce", nonce), zap.String("reason", reason))
-	}
+	st.logNACK(ts, typeURL, nonce, reason)
 }
 
 // recordACK records an ACK of the latest response, at version, and the time the

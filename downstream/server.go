@@ -110,6 +110,7 @@ type Server struct {
 	src  Source
 	opts Options
 	log  *zap.Logger
+	logs serverLogs // per-client events: sampled, or one line per episode
 	m    *metrics.Metrics
 	pool *pool
 	lim  *rate.Limiter // admission of new streams; nil: off
@@ -145,6 +146,7 @@ func NewServer(src Source, opts Options) *Server {
 		src:     src,
 		opts:    opts,
 		log:     opts.Logger,
+		logs:    newServerLogs(opts.Logger),
 		m:       opts.Metrics,
 		pool:    newPool(min(2*runtime.GOMAXPROCS(0), opts.MaxSenders), opts.MaxSenders),
 		lim:     newLimiter(opts.NewStreamsPerSecond),
@@ -162,6 +164,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 // Close stops the sender pool. Call it after the grpc.Server has stopped.
 func (s *Server) Close() {
 	s.pool.close()
+	s.logs.held.Close()
 }
 
 // perType maps each per-type discovery service to the type it serves.

@@ -122,10 +122,14 @@ func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
 	defer clients.Dec()
 	defer st.close()
 
+	var err error
 	if delta {
-		return st.runDelta()
+		err = st.runDelta()
+	} else {
+		err = st.runSotW()
 	}
-	return st.runSotW()
+	st.logDisconnected(err)
+	return err
 }
 
 // ID implements Watcher.
@@ -170,6 +174,7 @@ func (st *stream) bind(node *corev3.Node) error {
 			// xDS: only the first request is guaranteed to carry node; a
 			// stream without one is served as an anonymous node.
 			st.node = &corev3.Node{}
+			st.logConnected("")
 			return st.srv.src.Bind(st, st.node)
 		}
 		return nil
@@ -184,6 +189,7 @@ func (st *stream) bind(node *corev3.Node) error {
 		st.nodeID, st.cluster = node.GetId(), node.GetCluster()
 		st.ttl = slices.Contains(features, featureTTL) && (st.delta || slices.Contains(features, featureSotWResource))
 		st.mu.Unlock()
+		st.logConnected(node.GetId())
 		return st.srv.src.Bind(st, node)
 	}
 	if node.GetId() != st.node.GetId() || node.GetCluster() != st.node.GetCluster() {

@@ -1,8 +1,6 @@
 package downstream
 
 import (
-	"go.uber.org/zap"
-
 	"github.com/xds-relay/xds-relay/internal/metrics"
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -123,17 +121,17 @@ func (st *stream) withholdFull(ts *typeState, v *View, reason string) *body {
 	return nil
 }
 
-// hold records that a removal is withheld from the client, once per
-// episode: counted and logged at Warn, because it means the relay would have
-// told the client its config is gone. Called with mu held.
+// noteWithheld records that a removal is withheld from the client, once per
+// episode of the stream: counted, and logged at Warn once per episode over
+// all streams (logHeld), because it means the relay would have told the
+// client its config is gone. Called with mu held.
 func (st *stream) noteWithheld(ts *typeState, typeURL, reason string) {
 	if ts.withholding == reason {
 		return
 	}
 	ts.withholding = reason
 	st.srv.m.RemovalsHeld.WithLabelValues(metrics.TypeLabel(typeURL), reason).Inc()
-	st.srv.log.Warn("holding back a removal: "+withholdReasons[reason], zap.Uint64("stream", st.id),
-		zap.String("node", st.nodeID), zap.String("type", typeURL), zap.String("reason", reason))
+	st.logHeld(typeURL, reason)
 }
 
 // withholdReasons say why a removal is withheld, by reason label.

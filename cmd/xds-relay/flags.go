@@ -19,6 +19,7 @@ type options struct {
 	listen     string
 	admin      string
 	probe      string
+	adminToken string
 	upstream   string
 	bootstrap  string
 	restListen string
@@ -46,6 +47,9 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.probe, "probe-listen", "",
 		"probe HTTP `ADDR` (host:port): GET /healthz, /readyz and /metrics only, for the kubelet and\n"+
 			"Prometheus on the pod IP while the admin API stays on loopback; sets probe_listen")
+	fs.StringVar(&o.adminToken, "admin-token-file", "",
+		"a `FILE` holding a bearer token that the admin API's /drain and /debug/* (log level, pprof)\n"+
+			"require (Authorization: Bearer TOKEN; re-read when it changes); sets admin_token_file")
 	fs.StringVar(&o.upstream, "upstream", "",
 		"one default plaintext upstream xDS server `ADDR` (host:port); replaces upstream.xds_servers")
 	fs.StringVar(&o.bootstrap, "upstream-bootstrap", "",
@@ -139,6 +143,10 @@ func (o *options) load() (*config.Config, *config.Locations, error) {
 		cfg.Admin = o.admin
 		locs.Forget("admin")
 	}
+	if o.set["admin-token-file"] {
+		cfg.AdminTokenFile = o.adminToken
+		locs.Forget("admin_token_file")
+	}
 	if o.set["probe-listen"] {
 		cfg.ProbeListen = o.probe
 		locs.Forget("probe_listen")
@@ -193,6 +201,8 @@ Config file (YAML; unknown keys are errors; durations like "5s"; a key that is
 present keeps its value, 0 included):
   listen: ":18001"              downstream xDS gRPC address
   admin: "127.0.0.1:9902"       admin HTTP address ("" disables it; endpoints below)
+  admin_token_file: ""          a file with a bearer token that /drain and /debug/* require
+                                ("" (the default): no token); re-read when it changes
   probe_listen: ""              probe HTTP address: GET /healthz, /readyz, /metrics only (every
                                 other path 404); "" (the default) turns it off
   node:                         the identity the relay presents upstream

@@ -18,10 +18,11 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zapgrpc"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/xds-relay/xds-relay/admin"
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/episodes"
 	"github.com/xds-relay/xds-relay/relay"
 )
 
@@ -34,6 +35,10 @@ var version = "dev"
 // upstreams, the warm-restart file and the admin server).
 const drainGrace = time.Second
 
+// grpcQuiet ends an episode of grpc's warnings about closing connections:
+// a drain spreads its closes over shutdown.drain_window.
+const grpcQuiet = 10 * time.Second
+
 func main() {
 	relay.Version = version
 	if os.Getenv("GOGC") == "" {
@@ -43,18 +48,26 @@ func main() {
 		// client at a small CPU cost. GOGC in the environment overrides it.
 		debug.SetGCPercent(50)
 	}
+	var grpcEpisodes *episodes.Log // grpc's per-connection warnings
 	if o, err := parseArgs(os.Args[1:], io.Discard); err == nil {
 		// grpc's own warnings and errors (a certificate file that no longer
 		// loads, a transport failure) go to the same log, as JSON. grpc's
 		// logger is process-wide and set once, before grpc starts.
+		// Its per-connection warnings about closing connections (one per
+		// client at a drain) are one episode: the first line and a count.
 		log, _ := newLogger(o.logLevel, o.logFormat, os.Stderr)
-		grpclog.SetLoggerV2(zapgrpc.NewLogger(log.Named("grpc").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))))
+		glog := log.Named("grpc").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))
+		grpcEpisodes = episodes.New(glog, grpcQuiet)
+		grpclog.SetLoggerV2(episodes.GRPCLogger(glog, grpcEpisodes))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	// After the first signal, a second one kills the process at once.
 	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	if grpcEpisodes != nil {
+		grpcEpisodes.Close() // the summary of the shutdown's drain
+	}
 	os.Exit(code)
 }
 
@@ -99,6 +112,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log, level := newLogger(o.logLevel, o.logFormat, stderr)
 	defer func() { _ = log.Sync() }()
 
+	adminOpts, err := adminOptions(cfg, level)
+	if err != nil {
+		return fail(exitError, "%v", err)
+	}
 	lis, err := listen(cfg)
 	if err != nil {
 		return fail(exitError, "%v", err)
@@ -112,7 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(lis.xds) }()
 	hs := newHTTPServers(log)
-	hs.serve("admin", lis.admin, admin.Handler(r, admin.WithLogLevel(level)))
+	hs.serve("admin", lis.admin, admin.Handler(r, adminOpts...))
 	hs.serve("probe", lis.probe, admin.ProbeHandler(r))
 	restDone := make(chan error, 1)
 	if lis.rest != nil {
@@ -194,4 +211,18 @@ func newLogger(level, format string, w io.Writer) (*zap.Logger, zap.AtomicLevel)
 	atom := zap.NewAtomicLevelAt(lvl)
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), atom)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), atom
+}
+
+// adminOptions are the admin API's options of cfg: the runtime log level,
+// and the token of admin_token_file when set.
+func adminOptions(cfg *config.Config, level zap.AtomicLevel) ([]admin.Option, error) {
+	opts := []admin.Option{admin.WithLogLevel(level)}
+	if cfg.AdminTokenFile != "" {
+		tok, err := admin.LoadToken(cfg.AdminTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, admin.WithToken(tok))
+	}
+	return opts, nil
 }
