@@ -86,27 +86,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "xds-relay: "+format+"\n", a...)
 		return code
 	}
-	o, err := parseArgs(args, stdout)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case err != nil:
-		return fail(exitUsage, "%v (see xds-relay --help)", err)
-	case o.version:
-		fmt.Fprintf(stdout, "xds-relay %s\n", version)
-		return exitOK
-	}
-	cfg, err := o.validConfig()
-	if err != nil {
-		// One line per problem: every one, the file's and Validate's.
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fail(exitError, "%s", line)
-		}
-		return exitError
-	}
-	if o.validate {
-		fmt.Fprintln(stdout, "config OK")
-		return exitOK
+	o, cfg, code, done := configure(args, stdout, fail)
+	if done {
+		return code
 	}
 
 	log, level := newLogger(o.logLevel, o.logFormat, stderr)
@@ -135,20 +117,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if lis.rest != nil {
 		go func() { restDone <- r.ServeREST(lis.rest) }()
 	}
-	log.Info("serving",
-		zap.String("version", version),
-		zap.String("listen", lis.xds.Addr().String()),
-		zap.String("admin", addr(lis.admin)),
-		zap.String("probe", addr(lis.probe)),
-		zap.String("rest", addr(lis.rest)),
-		zap.String("node_id", cfg.Node.ID),
-		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),
-		zap.Int("authorities", len(cfg.Upstream.Authorities)))
+	logServing(log, cfg, lis)
 
 	// Wait for a signal, or for a server to fail: Serve, ServeREST and the
 	// HTTP servers return before the shutdown only on an error. (POST /drain
 	// stops none of them.)
-	code := exitOK
+	code = exitOK
 	serveReturned, restReturned, httpReturned := false, lis.rest == nil, 0
 	select {
 	case <-ctx.Done():
@@ -189,6 +163,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	hs.shutdown(httpReturned)
 	log.Info("stopped")
 	return code
+}
+
+// configure parses the arguments and the config file. done says the command
+// ends here (help, version, validate or an error) with code.
+func configure(args []string, stdout io.Writer, fail func(int, string, ...any) int) (o *options, cfg *config.Config, code int, done bool) {
+	o, err := parseArgs(args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return nil, nil, exitOK, true
+	case err != nil:
+		return nil, nil, fail(exitUsage, "%v (see xds-relay --help)", err), true
+	case o.version:
+		fmt.Fprintf(stdout, "xds-relay %s\n", version)
+		return nil, nil, exitOK, true
+	}
+	cfg, err = o.validConfig()
+	if err != nil {
+		// One line per problem: every one, the file's and Validate's.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fail(exitError, "%s", line)
+		}
+		return nil, nil, exitError, true
+	}
+	if o.validate {
+		fmt.Fprintln(stdout, "config OK")
+		return nil, nil, exitOK, true
+	}
+	return o, cfg, exitOK, false
+}
+
+// logServing says, once, where the relay listens and what it serves.
+func logServing(log *zap.Logger, cfg *config.Config, lis *listeners) {
+	log.Info("serving",
+		zap.String("version", version),
+		zap.String("listen", lis.xds.Addr().String()),
+		zap.String("admin", addr(lis.admin)),
+		zap.String("probe", addr(lis.probe)),
+		zap.String("rest", addr(lis.rest)),
+		zap.String("node_id", cfg.Node.ID),
+		zap.Int("upstream_servers", len(cfg.Upstream.XDSServers)),
+		zap.Int("authorities", len(cfg.Upstream.Authorities)))
 }
 
 // newLogger builds the process logger writing to w at level (debug, info,
