@@ -270,6 +270,8 @@ var regressions = []struct {
 		"a do_not_cache Envoy-spelled cluster of another authority the default servers listed was dropped by the group scope, which left the wildcard clients there: they never got it (fails every run before the fix; relay's TestDoNotCacheListedNameOfAnotherAuthority always)"},
 	{5304, wholeSchedule(43),
 		"a Delta relay confirmed the forgotten members of the wildcard it subscribed again by asking for them with it, and asked for an Envoy-spelled cluster of another authority the default servers listed by its canonical name: the server, which matches names exactly, said that name was gone and the wildcard clients were told the cluster was (fails every run before the fix; upstream's TestDeltaForgottenMemberConfirmedAsSpelled always)"},
+	{5026, wholeSchedule(42),
+		"a SotW relay took an authority's full-state answer to a TP2 key (the env=prod variant of an Envoy-spelled cluster the default servers listed) as the answer to the plain name, which the stream did not subscribe, and pruned the default variant the default servers had listed: a wildcard Envoy was told the cluster was gone (fails about one run in four before the fix; upstream's TestSotWTP2KeyAnswersNotThePlainName always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -284,7 +286,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
 	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn,
-	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob"}
+	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
