@@ -367,6 +367,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		log.Warn("rejecting invalid delta response", zap.Error(verr))
 		return
 	}
+	st.heardLocked(resources)
 	u := Update{
 		Server:          server,
 		TypeURL:         typeURL,

@@ -319,3 +319,37 @@ func TestDeltaFirstResponseAnswersTheGlobs(t *testing.T) {
 		t.Errorf("later response: globs %q, want none", u.Globs)
 	}
 }
+
+// A wildcard member the server spells otherwise than the relay (Envoy's
+// percent-encoded xdstp id), forgotten and confirmed when "*" comes back
+// (subscribed with it, then unsubscribed), is asked for by the server's
+// spelling: asked canonically, a server that matches names exactly said
+// the canonical name was gone, and the relay dropped the resource (issue 23,
+// item 5).
+func TestDeltaForgottenMemberConfirmedAsSpelled(t *testing.T) {
+	const (
+		spelled = "xdstp://auth/envoy.config.cluster.v3.Cluster/svc%3A25"
+		canon   = "xdstp://auth/envoy.config.cluster.v3.Cluster/svc:25"
+	)
+	cp := startControlPlane(t, false)
+	cp.UpdateResources(keying.ClusterType, cluster("a"), cluster(spelled))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeDelta, rec, cp.Addr())
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	ucur := 0
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); !slices.Equal(sorted(names(u)), []string{"a", canon}) {
+		t.Fatalf("wildcard answer %q", names(u))
+	}
+	c.Unsubscribe(keying.ClusterType, keying.Wildcard)
+	c.Forget(keying.ClusterType, "a", canon) // the relay keeps them unsure
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	for {
+		u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+		if slices.Contains(u.Removed, canon) {
+			t.Fatalf("the server was asked for %s and said it is gone, while it has it (as %s)", canon, spelled)
+		}
+		if slices.Contains(names(u), canon) {
+			return
+		}
+	}
+}

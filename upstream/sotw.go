@@ -217,10 +217,25 @@ func (c *Client) sotwUpdateLocked(server string, st *typeState, typeURL string, 
 	proveGlobsLocked(st, resources)
 	u.Globs = slices.Sorted(maps.Keys(st.globs))
 	u.Keys = make(map[string]struct{}, len(st.keys)+len(st.known)+len(st.sure))
-	for _, set := range []map[string]struct{}{st.keys, st.known, st.sure} {
+	for _, set := range []map[string]struct{}{st.keys, st.sure} {
 		maps.Copy(u.Keys, set)
 	}
+	for n := range st.known {
+		if st.plainAnswered(n) {
+			u.Keys[n] = struct{}{}
+		}
+	}
 	return u, true
+}
+
+// plainAnswered reports whether a full-state response answers the plain
+// name n: the stream subscribes it, its glob or the wildcard. A name known
+// only through a TP2 key is not: the key's variants say nothing of the
+// plain name's. Called with c.mu held.
+func (st *typeState) plainAnswered(n string) bool {
+	_, named := st.names[n]
+	_, byGlob := st.names[keying.GlobOf(n)]
+	return named || byGlob || st.wildcard()
 }
 
 // knowLocked records what an accepted full-state response told the client:

@@ -48,6 +48,26 @@ func (st *typeState) spelling(n string) string {
 	return n
 }
 
+// heardLocked records the server's spelling of each name it sent that is
+// not canonical, unless the name is subscribed some way already: a
+// name the relay did not subscribe itself (a wildcard member) is asked for
+// again by it (Forget, InitialVersions), and the server matches names
+// exactly. Called with mu held.
+func (st *typeState) heardLocked(rs []Resource) {
+	for _, r := range rs {
+		c := canonical(r.Name)
+		_, spelled := st.spelled[c]
+		_, named := st.names[c] // subscribed canonically: unsubscribed so
+		if spelled || named || c == r.Name {
+			continue
+		}
+		if st.spelled == nil {
+			st.spelled = make(map[string]string)
+		}
+		st.spelled[c] = r.Name
+	}
+}
+
 // spelledVersions returns the relay's versions (canonical names) under the
 // names the server knows them by. Called with mu held.
 func (st *typeState) spelledVersions(v map[string]string) map[string]string {

@@ -343,6 +343,34 @@ func TestSotWTP2Locators(t *testing.T) {
 	}
 }
 
+// A full-state response to a TP2 key answers that key, not the plain name
+// nobody subscribed on the stream: a relay that took the plain name as
+// answered pruned its default variant, which the default servers had listed,
+// since the response (the env=prod variant only) left it out (issue 23,
+// item 5).
+func TestSotWTP2KeyAnswersNotThePlainName(t *testing.T) {
+	s, resp := startFake(t)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, s.Addr())
+	key := keying.SubscriptionKey("r", keying.CanonicalParams(map[string]string{"env": "prod"}))
+	c.Subscribe(keying.ClusterType, key)
+	cur, ucur := 0, 0
+	s.NextSotW(t, &cur, keying.ClusterType)
+	prod := wrapped(t, &discoveryv3.Resource{Resource: mustAny(t, cluster("r")),
+		ResourceName: &discoveryv3.ResourceName{Name: "r", DynamicParameterConstraints: envIs("prod")}})
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v1", Nonce: "n1", Resources: []*anypb.Any{prod}}
+	rec.nextUpdate(t, &ucur, keying.ClusterType)
+	s.NextSotW(t, &cur, keying.ClusterType) // the ACK
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v2", Nonce: "n2", Resources: []*anypb.Any{prod}}
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if _, ok := u.Keys[key]; !ok {
+		t.Fatalf("keys %v lack the key answered, %s", u.Keys, key)
+	}
+	if _, ok := u.Keys["r"]; ok {
+		t.Fatalf("keys %v: the plain name r counts as answered, but only %s was subscribed", u.Keys, key)
+	}
+}
+
 // A panic in the Handler applying a response (a bug of the relay) must not
 // end the process: the response is NACKed like an invalid one, OnPanic
 // counts it, and the stream keeps working — the next response is applied

@@ -268,6 +268,12 @@ var regressions = []struct {
 		"a SotW wildcard Envoy was sent a CDS without an Envoy-spelled cluster of another authority the default servers had listed while its route still referred to it: make before break kept only names of the default authority (fails about one run in two before the fix; downstream's TestSotWListedNameKeptWhileARouteRefersToIt always)"},
 	{5016, wholeSchedule(42),
 		"a do_not_cache Envoy-spelled cluster of another authority the default servers listed was dropped by the group scope, which left the wildcard clients there: they never got it (fails every run before the fix; relay's TestDoNotCacheListedNameOfAnotherAuthority always)"},
+	{5304, wholeSchedule(43),
+		"a Delta relay confirmed the forgotten members of the wildcard it subscribed again by asking for them with it, and asked for an Envoy-spelled cluster of another authority the default servers listed by its canonical name: the server, which matches names exactly, said that name was gone and the wildcard clients were told the cluster was (fails every run before the fix; upstream's TestDeltaForgottenMemberConfirmedAsSpelled always)"},
+	{5026, wholeSchedule(42),
+		"a SotW relay took an authority's full-state answer to a TP2 key (the env=prod variant of an Envoy-spelled cluster the default servers listed) as the answer to the plain name, which the stream did not subscribe, and pruned the default variant the default servers had listed: a wildcard Envoy was told the cluster was gone (fails about one run in four before the fix; upstream's TestSotWTP2KeyAnswersNotThePlainName always)"},
+	{5261, wholeSchedule(42),
+		"a Delta gRPC client that moved to the other replica, bringing an Envoy-spelled cluster of another authority at its newest version, was sent the replica's older copy, cached by a TP2 key's subscription since ended: the same as seed 81451 (6 runs of 9 failed before the merge of k-delta, 0 of 20 after)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -282,12 +288,12 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
 	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn,
-	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob"}
+	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob", 5261: "escaped,foreign,glob"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
-	6221: true, 81451: true, 80719: true, 5016: true}
+	6221: true, 81451: true, 80719: true, 5016: true, 5261: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
