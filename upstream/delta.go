@@ -168,6 +168,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		}
 		if len(confirm) > 0 {
 			sort.Strings(confirm)
+			st.confirmingLocked(confirm)
 			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
 			req.ResourceNamesUnsubscribe, req.ResourceLocatorsUnsubscribe = locators(confirm)
 			out = append(out, req)
@@ -367,6 +368,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		log.Warn("rejecting invalid delta response", zap.Error(verr))
 		return
 	}
+	st.confirmedLocked(resp)
 	u := Update{
 		Server:          server,
 		TypeURL:         typeURL,
