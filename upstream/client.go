@@ -111,8 +111,13 @@ type typeState struct {
 	// confirmed when they are subscribed again (Forget); forgetNew: those
 	// forgotten since the last request was built.
 	forget, forgetNew map[string]struct{}
-	nack              error      // SotW: NACK to send with the next request
-	acks              []deltaAck // Delta: ACKs/NACKs to send, in order
+	// confirming (Delta): forgotten names subscribed and unsubscribed under
+	// the wildcard (confirmForgotten) whose answer, the resource or its
+	// removal, has not come yet: the relay lacks them, the server thinks it
+	// holds them, so the wildcard set is not whole before.
+	confirming map[string]struct{}
+	nack       error      // SotW: NACK to send with the next request
+	acks       []deltaAck // Delta: ACKs/NACKs to send, in order
 	// answered: the server answered the type on this stream; wildSure: it
 	// certainly applies the wildcard on this stream; wildSettled: the
 	// wildcard, not proven, settled by the server's silence (reported
@@ -497,6 +502,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
+		st.confirming = nil
 		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
 	}

@@ -168,6 +168,7 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		}
 		if len(confirm) > 0 {
 			sort.Strings(confirm)
+			st.confirmingLocked(confirm)
 			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
 			req.ResourceNamesUnsubscribe, req.ResourceLocatorsUnsubscribe = locators(confirm)
 			out = append(out, req)
@@ -368,6 +369,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 		return
 	}
 	st.heardLocked(resources)
+	st.confirmedLocked(resp)
 	u := Update{
 		Server:          server,
 		TypeURL:         typeURL,

@@ -297,6 +297,45 @@ func TestDeltaIgnoredAnswerIsForgotten(t *testing.T) {
 	}
 }
 
+// A member the relay forgot (evicted once the wildcard's subscription ended)
+// while "*" comes back is subscribed and unsubscribed to confirm it; until
+// the server answers that, a response bringing another member proves the
+// wildcard applies but not that the relay holds the whole set: the server
+// thinks the relay still holds the forgotten one and has not sent it again.
+// Else a Delta wildcard Envoy that brought it was told it is gone (oracle,
+// seed 110623).
+func TestDeltaWildcardNotCompleteWhileAForgottenMemberIsConfirmed(t *testing.T) {
+	f := &scriptedADS{delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)}
+	s := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeDelta, rec, s.Addr())
+	answer := func(nonce string, names ...string) {
+		r := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: keying.ListenerType, Nonce: nonce}
+		for _, n := range names {
+			r.Resources = append(r.Resources, &discoveryv3.Resource{Name: n, Version: "1", Resource: mustAny(t, listener(n))})
+		}
+		f.delta <- r
+	}
+	cur, ucur := 0, 0
+	c.Subscribe(keying.ListenerType, keying.Wildcard)
+	s.NextDelta(t, &cur, keying.ListenerType)
+	answer("1", "l4")
+	if u := rec.nextUpdate(t, &ucur, keying.ListenerType); !u.Complete {
+		t.Fatalf("the wildcard's first answer is not complete")
+	}
+	c.Unsubscribe(keying.ListenerType, keying.Wildcard)
+	c.Forget(keying.ListenerType, "l4") // evicted
+	c.Subscribe(keying.ListenerType, keying.Wildcard)
+	answer("2", "l12") // a new member, pushed before the confirmation's answer
+	if u := rec.nextUpdate(t, &ucur, keying.ListenerType); u.Complete {
+		t.Fatalf("a response bringing %q is taken for the whole set while l4 is not confirmed yet", names(u))
+	}
+	answer("3", "l4") // the answer to l4's unsubscription
+	if u := rec.nextUpdate(t, &ucur, keying.ListenerType); !u.Complete {
+		t.Fatalf("the confirmation of l4 (%q) does not complete the set", names(u))
+	}
+}
+
 // A Delta stream's first response of a type answers the glob collections
 // its first request subscribed (Update.Globs): what the request declared,
 // changed by the response, is their set. Later responses carry changes

@@ -3,6 +3,7 @@ package upstream
 import (
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/keying"
@@ -99,7 +100,7 @@ func (c *Client) answered(st *typeState, names []string) bool {
 	}
 	if st.wildSure {
 		st.settleAt, st.dropped = time.Time{}, nil
-		return true
+		return !st.forgottenUnderWildcard()
 	}
 	if !st.wildSettled {
 		c.armSettleLocked(st)
@@ -199,5 +200,44 @@ func (c *Client) settleDue(server string, delta bool) {
 	for _, t := range due {
 		c.log.Debug("settled: the server sent nothing more", zap.String("type", t), zap.Bool("wildcard", unfound[t]))
 		_ = c.handleLocked(Update{Event: Settle, Server: server, TypeURL: t, Unfound: unfound[t], Delta: delta})
+	}
+}
+
+// forgottenUnderWildcard reports whether the wildcard's set lacks members the
+// server thinks the relay holds: forgotten names it covers, to be confirmed
+// (confirmForgotten) or confirming. Called with mu held.
+func (st *typeState) forgottenUnderWildcard() bool {
+	if len(st.confirming) > 0 {
+		return true
+	}
+	for n := range st.forget {
+		if !keying.HasParams(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// confirmingLocked notes the forgotten names a request confirms.
+func (st *typeState) confirmingLocked(names []string) {
+	if st.confirming == nil {
+		st.confirming = make(map[string]struct{})
+	}
+	for _, n := range names {
+		st.confirming[n] = struct{}{}
+	}
+}
+
+// confirmedLocked ends the confirmation of the names a Delta response
+// carries or removes.
+func (st *typeState) confirmedLocked(resp *discoveryv3.DeltaDiscoveryResponse) {
+	if len(st.confirming) == 0 {
+		return
+	}
+	for _, r := range resp.GetResources() {
+		delete(st.confirming, r.GetName())
+	}
+	for _, n := range resp.GetRemovedResources() {
+		delete(st.confirming, n)
 	}
 }
