@@ -137,6 +137,7 @@ func (a *applier) apply() {
 	a.reselect()
 	a.forgetUncovered()
 	a.holdHalted()
+	a.declaredAnswered()
 	a.publish()
 }
 

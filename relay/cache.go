@@ -63,6 +63,9 @@ type typeCache struct {
 	// sured are the unsure names the upstream confirmed since the last
 	// View: their watchers look again (tellSured).
 	sured []string
+	// declaring holds the unsure names a Delta stream's first request
+	// declared, by authority, until the server answers it (declaredAnswered).
+	declaring map[string]string
 }
 
 // nextSeq returns a new View sequence number: relay-wide, so Views of

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // upstreamHandler receives one authority's upstream data for one scope.
@@ -67,9 +68,10 @@ func (h *upstreamHandler) initialVersions(typeURL string) map[string]string {
 
 // declared: a Delta stream's first request of typeURL to authority's
 // servers told the server the relay holds names, which the request
-// subscribes to. An unsure one is sure again — the server now tells the
-// relay if it is gone — if it is still subscribed (its subscription may
-// have ended since the request was built). Of the authority's other cached
+// subscribes to. A sure one is confirmed — the server now tells the relay if
+// it is gone — if it is still subscribed (its subscription may have ended
+// since the request was built); an unsure one stays unsure until the server
+// answers the request (declaredAnswered). Of the authority's other cached
 // names the new stream's server knows nothing, and may never speak (a
 // deletion while the relay was on another stream, or another server, never
 // reaches the cache): they are unsure, confirmed when the server sends them
@@ -83,10 +85,24 @@ func (h *upstreamHandler) declared(typeURL string, names []string) {
 	if tc == nil {
 		return
 	}
+	// This request supersedes what an earlier stream declared.
+	maps.DeleteFunc(tc.declaring, func(_, a string) bool { return a == authority })
 	told := make(map[string]bool, len(names))
 	for _, n := range names {
 		told[n] = true
-		if tc.subscribedUpstream(n) {
+		switch {
+		case !tc.subscribedUpstream(n):
+		case tc.get(n).unsure():
+			// Unsure until the server answers the request that declares it
+			// (declaredAnswered) or says nothing for a whole wait from now
+			// (silent): it may be gone or changed meanwhile.
+			if tc.declaring == nil {
+				tc.declaring = make(map[string]string)
+			}
+			tc.declaring[n] = authority
+			tc.stopWait(n)
+			s.armUnknown(tc, n)
+		default:
 			tc.confirmed(n)
 		}
 	}
@@ -418,6 +434,13 @@ func (s *state) silent(tc *typeCache, name string, cached bool) {
 	c := tc.clientFor(name)
 	gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
 	if cached && !gone {
+		if _, declared := tc.declaring[name]; declared {
+			// Delta: told the version the relay holds, the server sent
+			// nothing of it for the whole wait: it holds the same.
+			delete(tc.declaring, name)
+			tc.confirmed(name)
+			s.showUnsure(tc)
+		}
 		return
 	}
 	e := editOf(tc.view)
@@ -495,4 +518,24 @@ func (s *state) setError(tc *typeCache, e *downstream.ResourceError) {
 	edit.setError(e.Name, e)
 	edit.change(e.Name)
 	s.publish(tc, edit.view(s.nextSeq()))
+}
+
+// declaredAnswered: the server answered a Delta stream's first request of
+// the type, which declared the unsure names in tc.declaring: of those it did
+// not remove or send, the relay's version is its own (Delta: it sends what
+// differs from a declared version). A Settle is no answer: the server's
+// silence. Applied before the View is published.
+func (a *applier) declaredAnswered() {
+	if !a.u.Delta || a.u.Event != upstream.Response {
+		return
+	}
+	for n, auth := range a.tc.declaring {
+		if auth != a.authority {
+			continue
+		}
+		delete(a.tc.declaring, n)
+		if a.tc.get(n).unsure() {
+			a.tc.confirmed(n)
+		}
+	}
 }

@@ -324,6 +324,74 @@ func testGlobMemberDeletedWhileUnsubscribed(t *testing.T, protocol, stream strin
 	}
 }
 
+// A glob member the relay holds unsure (its glob unsubscribed, then
+// subscribed again with no word on it) stays unsure while the relay's new
+// Delta stream (the does-not-exist wait's resync) tells the server it holds
+// it: the server has not answered yet, and may remove it. A Delta client
+// that brought another version from elsewhere is held until the server's
+// answer removes it. The new stream's first request once confirmed it the
+// moment it was built, and the relay's older member went to the client.
+func TestGlobMemberDeclaredStaysUnsureUntilAnswered(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	g := xdstest.NewGlobADS(m1, m2)
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0"))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 3 * time.Second
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ClusterType, globG)
+	resp := first.RecvType(resource.ClusterType)
+	wantNames(t, resp, m1, m2)
+	first.Ack(resp)
+	first.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+	g.Set(m1)
+	g.Pause(true) // every stream's answer waits for the test
+
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{globG},
+		InitialResourceVersions: map[string]string{m1: "v-elsewhere", m2: "v-elsewhere"}})
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_resyncs_total", map[string]string{"authority": "auth", "reason": "does_not_exist"}) > 0
+	}, "a new stream asks the server", nil)
+	// quiet is far shorter than the new stream's does-not-exist wait, and
+	// the relay once sent the member at once.
+	held := xdstest.DeltaHolds{m1: "v-elsewhere", m2: "v-elsewhere"}
+	for resp, ok := moved.TryRecv(quiet); ok; resp, ok = moved.TryRecv(quiet) {
+		if slices.Contains(sentNames(resp), m2) {
+			t.Fatalf("the relay's older %s sent to a client holding another before the new stream was answered (sent %v)", m2, sentNames(resp))
+		}
+		held.Apply(resp)
+		moved.Ack(resp)
+	}
+
+	g.Pause(false)
+	for held.Has(m2) {
+		resp := moved.MustRecv()
+		if slices.Contains(sentNames(resp), m2) {
+			t.Fatalf("the relay's older %s sent, though the upstream deleted it", m2)
+		}
+		held.Apply(resp)
+		moved.Ack(resp)
+	}
+}
+
+// sentNames returns the names of the resources a Delta response sends.
+func sentNames(resp *discoverygrpc.DeltaDiscoveryResponse) []string {
+	var out []string
+	for _, r := range resp.GetResources() {
+		out = append(out, r.GetName())
+	}
+	return out
+}
+
 // A glob member the relay cached only from the default servers' listing
 // (their wildcard answer, whose subscription has since ended) is gone once
 // its own authority answers the glob without it: the authority's word on
