@@ -33,6 +33,7 @@ func siblingUnavailable(t *testing.T, protocol, typ string) {
 	up.SetResources(clusters("c1"))
 	sibling := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(cfg *config.Config) {
 		cfg.Upstream.UnavailableAfter = 200 * time.Millisecond
+		cfg.Upstream.Authorities = map[string]config.Authority{"xds.example.com": {}}
 	}))
 	warm := xdstest.DialADS(t, sibling.Addr(), &core.Node{Id: "warm"})
 	warm.Subscribe(resource.ClusterType, "c1")
@@ -44,11 +45,18 @@ func siblingUnavailable(t *testing.T, protocol, typ string) {
 		cfg.Upstream.UnavailableAfter = time.Minute
 		cfg.Upstream.DoesNotExistAfter = time.Minute
 		cfg.Upstream.XDSServers = []config.Server{{ServerURI: up.Addr()}, {ServerURI: sibling.Addr(), Protocol: protocol}}
+		cfg.Upstream.Authorities = map[string]config.Authority{"xds.example.com": {}}
 	}))
 	held := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "held"})
 	held.Subscribe(resource.ClusterType, "c1")
 	wantNames(t, held.RecvType(resource.ClusterType), "c1")
 	up.Stop()
+	// Asked before the relay reached its sibling, of an authority both serve
+	// from their default servers.
+	early := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "early"})
+	never3 := "xdstp://xds.example.com/" + typ[len("type.googleapis.com/"):] + "/never3"
+	early.Subscribe(typ, never3)
+	waitSotWError(t, early, never3)
 	xdstest.Eventually(t, func() bool {
 		return metricValue(t, r.Relay, "xds_relay_upstream_connected",
 			map[string]string{"scope": "shared", "server": sibling.Addr()}) == 1
@@ -56,19 +64,7 @@ func siblingUnavailable(t *testing.T, protocol, typ string) {
 
 	c := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
 	c.Subscribe(typ, "c1", "never")
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.Recv(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("SotW: no UNAVAILABLE for never: %v", err)
-		}
-		t.Logf("relay to SotW client: resources %d, errors %v", len(resp.GetResources()), errorsByName(resp))
-		c.Ack(resp)
-		if errorsByName(resp)["never"] == codes.Unavailable {
-			break
-		}
-	}
+	waitSotWError(t, c, "never")
 
 	d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "delta"})
 	d.Subscribe(typ, []string{"c1", "never2"}, nil)
@@ -90,5 +86,26 @@ func siblingUnavailable(t *testing.T, protocol, typ string) {
 	direct.Subscribe(typ, "never")
 	if got := errorsByName(direct.RecvType(typ)); got["never"] != codes.Unavailable {
 		t.Errorf("the sibling to its own client: resource_errors %v, want UNAVAILABLE for never", got)
+	}
+}
+
+// waitSotWError reads c's responses until one carries a resource error for
+// name, and fails unless it is UNAVAILABLE.
+func waitSotWError(t *testing.T, c *xdstest.ADSClient, name string) {
+	t.Helper()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		resp, err := c.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("no resource error for %s: %v", name, err)
+		}
+		c.Ack(resp)
+		if code, ok := errorsByName(resp)[name]; ok {
+			if code != codes.Unavailable {
+				t.Fatalf("resource error %v for %s, want UNAVAILABLE", code, name)
+			}
+			return
+		}
 	}
 }
