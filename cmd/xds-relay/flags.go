@@ -205,6 +205,8 @@ present keeps its value, 0 included):
                                 ("" (the default): no token); re-read when it changes
   probe_listen: ""              probe HTTP address: GET /healthz, /readyz, /metrics only (every
                                 other path 404); "" (the default) turns it off
+  channelz: false               serve gRPC channelz on listen (grpcdebug); shows client
+                                addresses to whoever reaches the xDS port
   node:                         the identity the relay presents upstream
     id: "xds-relay"             --node-id overrides it: give each replica its own
     cluster: "xds-relay"
