@@ -29,6 +29,10 @@ type Config struct {
 	// admin API's /drain and /debug/* paths require (Authorization: Bearer
 	// TOKEN); read at start and again when it changes. Default "": open.
 	AdminTokenFile string `yaml:"admin_token_file"`
+	// Channelz serves grpc.channelz.v1.Channelz (grpcdebug) on Listen.
+	// Default false: it shows every client's address and the relay's
+	// upstream connections to whoever reaches the xDS port.
+	Channelz bool `yaml:"channelz"`
 	// Node is the identity the relay presents to its upstreams.
 	Node Node `yaml:"node"`
 	// Upstream lists the authoritative control planes.

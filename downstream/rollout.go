@@ -78,3 +78,23 @@ func Reverted(v *View, halted []Rollout) (_ *View, still []Rollout) {
 	}
 	return out, still
 }
+
+// Judge is implemented by Watchers that can tell whether they can judge a
+// change of a type: a guarded rollout chooses its canaries among them (a
+// canary that is already NACKing the type gives no verdict on the change).
+type Judge interface {
+	// CanJudge reports whether the watcher is connected and its latest
+	// verdict on typeURL was not a NACK (an ACK, or no response yet).
+	CanJudge(typeURL string) bool
+}
+
+// CanJudge implements Judge.
+func (st *stream) CanJudge(typeURL string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return false
+	}
+	ts := st.types[typeURL]
+	return ts == nil || (!ts.rejecting && !ts.nackedSent)
+}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	channelz "google.golang.org/grpc/channelz/service"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -189,6 +191,9 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	r.health = health.NewServer()
 	r.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until Serve (updateHealth)
 	healthpb.RegisterHealthServer(r.grpc, r.health)
+	if cfg.Channelz {
+		channelz.RegisterChannelzServiceToServer(r.grpc)
+	}
 	if err := r.newDialects(); err != nil {
 		r.abandon()
 		return nil, err

@@ -223,15 +223,39 @@ func (s *state) startRollout(tc *typeCache, old, v *downstream.View, names []str
 		nacks: make(map[downstream.Watcher]string), blamed: make(map[downstream.Watcher][]string),
 		held: make(map[downstream.Watcher]bool), want: make(map[downstream.Watcher]uint64)}
 	ro.add(old, v, names)
-	// The cohort: deterministic from node ids (and the first name, so that
-	// not always the same nodes are canaries).
+	for _, w := range s.canaryCohort(tc.typeURL, names, watchers) {
+		ro.canaries[w] = s.nodeID(w)
+		ro.want[w] = v.Seq
+	}
+	ro.timer = time.AfterFunc(s.cfg.Rollout.Hold, func() { ro.resolve(true) })
+	tc.ro = ro
+	s.m.RolloutsStarted.Inc()
+	return ro
+}
+
+// canaryCohort chooses the canaries of a rollout of names among watchers: at
+// least one, at most rollout.canary_fraction of them, among those that can
+// judge the change (downstream.Judge: connected, not NACKing the type) when
+// any can, else among all (the rollout then likely goes unjudged). The
+// choice is deterministic from node ids (and the first name, so that not
+// always the same nodes are canaries).
+func (s *state) canaryCohort(typeURL string, names []string, watchers []downstream.Watcher) []downstream.Watcher {
+	n := max(1, int(s.cfg.Rollout.CanaryFraction*float64(len(watchers))))
+	ws := make([]downstream.Watcher, 0, len(watchers))
+	for _, w := range watchers {
+		if j, ok := w.(downstream.Judge); !ok || j.CanJudge(typeURL) {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		ws = slices.Clone(watchers)
+	}
 	sort.Strings(names)
 	key := func(w downstream.Watcher) uint64 {
 		h := fnv.New64a()
 		h.Write([]byte(s.nodeID(w) + "\x00" + names[0]))
 		return h.Sum64()
 	}
-	ws := slices.Clone(watchers)
 	slices.SortFunc(ws, func(a, b downstream.Watcher) int {
 		ka, kb := key(a), key(b)
 		switch {
@@ -242,15 +266,7 @@ func (s *state) startRollout(tc *typeCache, old, v *downstream.View, names []str
 		}
 		return int(a.ID() - b.ID())
 	})
-	n := max(1, int(s.cfg.Rollout.CanaryFraction*float64(len(ws))))
-	for _, w := range ws[:min(n, len(ws))] {
-		ro.canaries[w] = s.nodeID(w)
-		ro.want[w] = v.Seq
-	}
-	ro.timer = time.AfterFunc(s.cfg.Rollout.Hold, func() { ro.resolve(true) })
-	tc.ro = ro
-	s.m.RolloutsStarted.Inc()
-	return ro
+	return ws[:min(n, len(ws))]
 }
 
 // add joins more changed names to a pending rollout. Called with Relay.mu

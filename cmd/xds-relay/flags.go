@@ -27,6 +27,7 @@ type options struct {
 	logLevel   string
 	logFormat  string
 	version    bool
+	channelz   bool
 
 	// set holds the names of the flags given on the command line: only those
 	// override the config file.
@@ -62,6 +63,9 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log `FORMAT`: json or console")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.channelz, "channelz", false,
+		"serve gRPC channelz on --listen (grpcdebug); it shows client addresses to whoever reaches the\n"+
+			"xDS port; sets channelz")
 
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -151,6 +155,10 @@ func (o *options) load() (*config.Config, *config.Locations, error) {
 		cfg.ProbeListen = o.probe
 		locs.Forget("probe_listen")
 	}
+	if o.set["channelz"] {
+		cfg.Channelz = o.channelz
+		locs.Forget("channelz")
+	}
 	if o.set["node-id"] {
 		cfg.Node.ID = o.nodeID
 		locs.Forget("node.id")
@@ -205,6 +213,8 @@ present keeps its value, 0 included):
                                 ("" (the default): no token); re-read when it changes
   probe_listen: ""              probe HTTP address: GET /healthz, /readyz, /metrics only (every
                                 other path 404); "" (the default) turns it off
+  channelz: false               serve gRPC channelz on listen (grpcdebug); shows client
+                                addresses to whoever reaches the xDS port
   node:                         the identity the relay presents upstream
     id: "xds-relay"             --node-id overrides it: give each replica its own
     cluster: "xds-relay"

@@ -124,6 +124,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 			fromFile(func(c *config.Config) { c.Node.ID = "xds-relay-7f9c" })},
 		{"probe listener by flag", []string{"--config", file, "--probe-listen", ":9903"},
 			fromFile(func(c *config.Config) { c.ProbeListen = ":9903" })},
+		{"channelz by flag", []string{"--config", file, "--channelz"},
+			fromFile(func(c *config.Config) { c.Channelz = true })},
 		{"admin disabled by flag", []string{"--config", file, "--admin="},
 			fromFile(func(c *config.Config) { c.Admin = "" })},
 		{"upstream replaces the file's servers", []string{"-config", file, "-upstream", "flag.example:1"},
