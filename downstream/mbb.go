@@ -29,9 +29,7 @@ import (
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only during the reconnect (referrerGrace): past
 // it, waiting for such a reference to go would withhold every later update
-// of the type. A referrer it holds from elsewhere that the stream cannot
-// read may refer to anything: it holds the types it may refer to until the
-// upstream's word says it is gone and nothing the client holds refers to it.
+// of the type.
 
 // refs returns what r refers to (keying.References), parsed once per stored
 // variant.
@@ -86,7 +84,7 @@ func (st *stream) referenced(typeURL, key string) bool {
 			continue
 		}
 		found := false
-		rts.eachClientResource(func(_ string, r *Resource) bool {
+		rts.eachClientResource(func(r *Resource) bool {
 			found = r == nil || slices.Contains(r.refs(rt)[typeURL], name)
 			return !found
 		})
@@ -97,17 +95,16 @@ func (st *stream) referenced(typeURL, key string) bool {
 	return false
 }
 
-// eachClientResource calls f with the key and each resource the client holds
-// of the type, as far as the stream knows (what it sent last, and what it
-// withholds), until f returns false; with nil for one the stream cannot read
-// (see clientResource), keying.Wildcard for a wildcard set it cannot read.
+// eachClientResource calls f with each resource the client holds of the type, as far
+// as the stream knows (what it sent last, and what it withholds), until f
+// returns false; with nil for one the stream cannot read (see clientResource).
 // Called with mu held.
-func (ts *typeState) eachClientResource(f func(string, *Resource) bool) {
+func (ts *typeState) eachClientResource(f func(*Resource) bool) {
 	visit := func(k string) bool {
 		if r, ok := ts.withheldRefs[k]; ok && r != nil {
-			return f(k, r)
+			return f(r)
 		}
-		return f(k, ts.clientResource(k))
+		return f(ts.clientResource(k))
 	}
 	switch {
 	case ts.holds != nil: // Delta: what the client holds
@@ -123,11 +120,11 @@ func (ts *typeState) eachClientResource(f func(string, *Resource) bool) {
 			}
 		}
 	case ts.fromElsewhere && ts.wildcard:
-		f(keying.Wildcard, nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
+		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
 	default: // SotW: each subscribed name as last sent (or from elsewhere)
 		for k := range ts.names {
 			if r, ok := ts.holdsGone[k]; ok {
-				if !f(k, r) {
+				if !f(r) {
 					return
 				}
 				continue
@@ -293,8 +290,7 @@ func (ts *typeState) unlistedHeld(v *View, key string) bool {
 
 // referencedNames returns the keys of typeURL that what the client holds
 // refers to, and whether it holds a referrer the stream cannot read (which
-// may refer to anything) and may still keep (settledMissing). Called with
-// mu held.
+// may refer to anything). Called with mu held.
 func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 	refs := map[string]bool{}
 	unknown := false
@@ -304,12 +300,9 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 			unknown = unknown || st.inGrace()
 			continue
 		}
-		rts.eachClientResource(func(k string, r *Resource) bool {
+		rts.eachClientResource(func(r *Resource) bool {
 			if r == nil {
-				// Counted until the upstream's word says it is gone and
-				// nothing the client holds still refers to it (that goes
-				// first, and the client drops it then).
-				unknown = unknown || !rts.settledMissing(k) || st.referenced(rt, k)
+				unknown = true
 				return true
 			}
 			for _, n := range r.refs(rt)[typeURL] {
@@ -319,20 +312,6 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 		})
 	}
 	return refs, unknown
-}
-
-// settledMissing reports whether the latest View knows the name key, which
-// the client holds but the stream cannot read, as not found or gone (the
-// upstream's removal, NOT_FOUND, its does-not-exist silence): the relay will
-// not learn what it refers to, so waiting for it would hold the types it
-// may refer to for good. Called with mu held.
-func (ts *typeState) settledMissing(key string) bool {
-	v := ts.latest
-	if v == nil || key == keying.Wildcard {
-		return false
-	}
-	_, present := v.Resources[key]
-	return !present && v.Known(key, false)
 }
 
 // releaseWithheld looks again, after the client's resources of typeURL changed
