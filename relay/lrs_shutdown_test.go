@@ -1,15 +1,12 @@
 package relay_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xds-relay/xds-relay/config"
@@ -25,17 +22,7 @@ func TestShutdownFlushesLoad(t *testing.T) {
 	r := xdstest.StartRelay(t, u.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Shutdown.DrainWindow = 100 * time.Millisecond
 	}))
-	conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
-	defer cancel()
-	st, err := lrsv3.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ctx := openLRS(t, r.Addr())
 	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: "a"}}); err != nil {
 		t.Fatal(err)
 	}

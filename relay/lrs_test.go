@@ -78,17 +78,7 @@ func TestLoadReportsReachAuthorityServer(t *testing.T) {
 	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.Authorities = map[string]config.Authority{"auth.example": {XDSServers: []config.Server{{ServerURI: auth.Addr()}}}}
 	}))
-	conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
-	defer cancel()
-	st, err := lrsv3.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ctx := openLRS(t, r.Addr())
 	const name = "xdstp://auth.example/envoy.config.cluster.v3.Cluster/c1"
 	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: "a"}, ClusterStats: []*endpointv3.ClusterStats{{
 		ClusterName: name, UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{TotalSuccessfulRequests: 7}}}}}); err != nil {
@@ -120,17 +110,7 @@ func TestLoadReportsOfNodeGroups(t *testing.T) {
 	r := xdstest.StartRelay(t, u.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Keying = &config.Keying{GroupBy: []string{"cluster"}}
 	}))
-	conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
-	defer cancel()
-	st, err := lrsv3.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ctx := openLRS(t, r.Addr())
 	if err := st.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: "a", Cluster: "blue"}, ClusterStats: []*endpointv3.ClusterStats{{
 		ClusterName: "c1", UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{TotalSuccessfulRequests: 7}}}}}); err != nil {
 		t.Fatal(err)
@@ -145,4 +125,22 @@ func TestLoadReportsOfNodeGroups(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// openLRS opens a load-reporting stream to the relay at addr, closed when
+// the test ends; ctx is the stream's deadline.
+func openLRS(t *testing.T, addr string) (lrsv3.LoadReportingService_StreamLoadStatsClient, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.WaitTimeout)
+	t.Cleanup(cancel)
+	st, err := lrsv3.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, ctx
 }
