@@ -310,18 +310,7 @@ func testGlobMemberDeletedWhileUnsubscribed(t *testing.T, protocol, stream strin
 
 	again := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "again"})
 	again.Subscribe(resource.ClusterType, globG)
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
-		resp, err := again.Recv(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("the glob's new subscriber still holds %s, which the upstream deleted", m2)
-		}
-		again.Ack(resp)
-		if slices.Equal(names(t, resp), []string{m1}) {
-			break
-		}
-	}
+	ackUntil(t, again, []string{m1}, "the glob's new subscriber still holds "+m2+", which the upstream deleted")
 }
 
 // A glob member the relay holds unsure (its glob unsubscribed, then
@@ -429,18 +418,7 @@ func testListedMemberDeletedByItsAuthority(t *testing.T, protocol string) {
 
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, globG)
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
-		resp, err := glob.Recv(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("the glob's subscriber still holds %s, which its authority does not have", m2)
-		}
-		glob.Ack(resp)
-		if slices.Equal(names(t, resp), []string{m1}) {
-			break
-		}
-	}
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber still holds "+m2+", which its authority does not have")
 }
 
 // A glob member loaded from the warm-restart file is a member of its glob
@@ -521,4 +499,22 @@ func TestListedMemberFollowsTheListingOnceTheGlobEnds(t *testing.T) {
 
 	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+}
+
+// ackUntil reads and ACKs c's responses until one holds exactly want, and
+// fails with failure if none does within 20 s.
+func ackUntil(t *testing.T, c *xdstest.ADSClient, want []string, failure string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		resp, err := c.Recv(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(failure)
+		}
+		c.Ack(resp)
+		if slices.Equal(names(t, resp), want) {
+			return
+		}
+	}
 }
