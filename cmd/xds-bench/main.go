@@ -35,14 +35,25 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	var code int
-	if len(os.Args) > 1 && os.Args[1] == "tcp-writer" {
-		code = tcpWriter(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-	} else {
+	code, ok := childCommand(ctx, os.Args[1:])
+	if !ok {
 		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	}
 	stop()
 	os.Exit(code)
+}
+
+// childCommand runs the hidden command args names, the measured child of a
+// run (tcp-writer: the TCP limit; grpc-floor: the gRPC floor), and returns
+// its exit code; ok is false when args name none.
+func childCommand(ctx context.Context, args []string) (code int, ok bool) {
+	switch {
+	case len(args) > 0 && args[0] == "tcp-writer":
+		return tcpWriter(args[1:], os.Stdin, os.Stdout, os.Stderr), true
+	case len(args) > 0 && args[0] == floorCommand:
+		return grpcFloor(ctx, args[1:], os.Stderr), true
+	}
+	return 0, false
 }
 
 // options are the parsed command line.
@@ -105,11 +116,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bin, "bin", "", "directory holding xds-democp, xds-relay and xds-loadgen (default: this program's directory)")
 	fs.IntVar(&o.clients, "clients", 10000, "simulated Envoy-like clients, one connection each")
 	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
-	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
+	runs := fs.String("runs", "limit,floor,sotw,delta", "runs, comma-separated: limit (TCP writes), floor (issue 26: a bare "+
+		"grpc-go server writing the same pre-encoded response, with Envoy-like clients, and with gRPC-like ones when grpc runs), "+
+		"sotw (baseline and relay, "+
 		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
 		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
 		"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays "+
-		"→ clients); shapes is limit,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, "+
+		"→ clients); shapes is limit,floor,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, "+
 		"without and then with load reports every --lrs-interval)")
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
@@ -133,15 +146,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered", "lrs":
+		case "limit", "floor", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered", "lrs":
 			o.runs[r] = true
 		case "shapes":
-			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered"} {
+			for _, s := range []string{"limit", "floor", "sotw", "grpc", "stuck", "latency", "tiered"} {
 				o.runs[s] = true
 			}
 		case "":
 		default:
-			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
+			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, floor, sotw, delta, streams, profile, grpc, "+
 				"stuck, latency, tiered, lrs or shapes)", r)
 		}
 	}
@@ -223,7 +236,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "xds-bench:", err)
 		return 1
 	}
-	e := env{bin: o.bin, logDir: o.logDir, clusters: o.clusters, syncTimeout: o.syncTimeout, log: stderr}
+	e := env{bin: o.bin, self: self, logDir: o.logDir, clusters: o.clusters, syncTimeout: o.syncTimeout, log: stderr}
 	e.logf("logs and profiles in %s", o.logDir)
 
 	s, err := runSuite(ctx, e, o, self, append([]string{"xds-bench"}, args...))
@@ -286,6 +299,19 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 			Change: true}
 	}
 	var runs []plannedRun
+	if o.runs["floor"] {
+		// The floor of each client shape that runs; Envoy-like on its own.
+		if o.runs["sotw"] || !o.runs["grpc"] {
+			rc := sotw("floor-sotw", false, o.clients)
+			rc.Floor = true
+			runs = append(runs, plannedRun{&s.FloorSotW, rc})
+		}
+		if o.runs["grpc"] {
+			rc := sotw("floor-grpc", false, o.clients)
+			rc.Floor, rc.Mode = true, modeGRPC
+			runs = append(runs, plannedRun{&s.FloorGRPC, rc})
+		}
+	}
 	if o.runs["sotw"] {
 		runs = append(runs, plannedRun{&s.Baseline, sotw("baseline-sotw", false, o.clients)},
 			plannedRun{&s.Relay, sotw("relay-sotw", true, o.clients)})
