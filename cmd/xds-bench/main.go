@@ -92,6 +92,16 @@ It needs xds-democp, xds-relay and xds-loadgen in --bin (make build), about
 Flags:
 `
 
+// runsUsage is the usage of --runs.
+const runsUsage = "runs, comma-separated: limit (TCP writes), floor (issue 26: a bare " +
+	"grpc-go server writing the same pre-encoded response, with Envoy-like clients, and with gRPC-like ones when grpc runs), " +
+	"sotw (baseline and relay, " +
+	"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); " +
+	"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading " +
+	"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays " +
+	"→ clients); shapes is limit,floor,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, " +
+	"without and then with load reports every --lrs-interval)"
+
 // parseFlags parses args (without the program name). It returns flag.ErrHelp
 // after printing usage for --help.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -116,14 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bin, "bin", "", "directory holding xds-democp, xds-relay and xds-loadgen (default: this program's directory)")
 	fs.IntVar(&o.clients, "clients", 10000, "simulated Envoy-like clients, one connection each")
 	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
-	runs := fs.String("runs", "limit,floor,sotw,delta", "runs, comma-separated: limit (TCP writes), floor (issue 26: a bare "+
-		"grpc-go server writing the same pre-encoded response, with Envoy-like clients, and with gRPC-like ones when grpc runs), "+
-		"sotw (baseline and relay, "+
-		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
-		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
-		"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays "+
-		"→ clients); shapes is limit,floor,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, "+
-		"without and then with load reports every --lrs-interval)")
+	runs := fs.String("runs", "limit,floor,sotw,delta", runsUsage)
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
@@ -290,65 +293,7 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 			fail("limit", err)
 		}
 	}
-	type plannedRun struct {
-		dst **runResult
-		rc  runConfig
-	}
-	sotw := func(name string, relay bool, clients int) runConfig {
-		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Mode: modeEnvoy, Clients: clients, StreamsPerConn: 1,
-			Change: true}
-	}
-	var runs []plannedRun
-	if o.runs["floor"] {
-		// The floor of each client shape that runs; Envoy-like on its own.
-		if o.runs["sotw"] || !o.runs["grpc"] {
-			rc := sotw("floor-sotw", false, o.clients)
-			rc.Floor = true
-			runs = append(runs, plannedRun{&s.FloorSotW, rc})
-		}
-		if o.runs["grpc"] {
-			rc := sotw("floor-grpc", false, o.clients)
-			rc.Floor, rc.Mode = true, modeGRPC
-			runs = append(runs, plannedRun{&s.FloorGRPC, rc})
-		}
-	}
-	if o.runs["sotw"] {
-		runs = append(runs, plannedRun{&s.Baseline, sotw("baseline-sotw", false, o.clients)},
-			plannedRun{&s.Relay, sotw("relay-sotw", true, o.clients)})
-	}
-	if o.runs["delta"] {
-		for _, r := range []plannedRun{
-			{&s.BaselineDelta, sotw("baseline-delta", false, o.deltaClients)},
-			{&s.RelayDelta, sotw("relay-delta", true, o.deltaClients)},
-		} {
-			r.rc.Protocol = "delta"
-			runs = append(runs, r)
-		}
-	}
-	if o.runs["streams"] {
-		rc := sotw("relay-streams", true, o.streams)
-		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
-		runs = append(runs, plannedRun{&s.Streams, rc})
-	}
-	if o.runs["grpc"] {
-		for _, r := range []plannedRun{
-			{&s.BaselineGRPC, sotw("baseline-grpc", false, o.clients)},
-			{&s.RelayGRPC, sotw("relay-grpc", true, o.clients)},
-		} {
-			r.rc.Mode = modeGRPC
-			runs = append(runs, r)
-		}
-	}
-	if o.runs["latency"] {
-		rc := sotw("relay-latency", true, o.clients)
-		rc.Probe = true
-		runs = append(runs, plannedRun{&s.Latency, rc})
-	}
-	if o.runs["profile"] {
-		rc := sotw("relay-profile-"+o.profileProto, true, o.clients)
-		rc.Profile, rc.Protocol = true, o.profileProto
-		runs = append(runs, plannedRun{&s.Profile, rc})
-	}
+	runs := planRuns(o, s)
 	for _, r := range runs {
 		if ctx.Err() != nil {
 			return s, nil
@@ -379,6 +324,75 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 		s.ProfileTop = pprofTop(ctx, s.Profile.CPUProfile)
 	}
 	return s, nil
+}
+
+// plannedRun is one runSubject of the suite and where its result goes.
+type plannedRun struct {
+	dst **runResult
+	rc  runConfig
+}
+
+// sotwRun is the configuration of a run of clients Envoy-like SotW clients
+// and one change.
+func sotwRun(name string, relay bool, clients int) runConfig {
+	return runConfig{Name: name, Relay: relay, Protocol: "sotw", Mode: modeEnvoy, Clients: clients, StreamsPerConn: 1,
+		Change: true}
+}
+
+// planRuns lists the runSubject runs of o, in order, into s.
+func planRuns(o options, s *suiteResult) []plannedRun {
+	var runs []plannedRun
+	if o.runs["floor"] {
+		// The floor of each client shape that runs; Envoy-like on its own.
+		if o.runs["sotw"] || !o.runs["grpc"] {
+			rc := sotwRun("floor-sotw", false, o.clients)
+			rc.Floor = true
+			runs = append(runs, plannedRun{&s.FloorSotW, rc})
+		}
+		if o.runs["grpc"] {
+			rc := sotwRun("floor-grpc", false, o.clients)
+			rc.Floor, rc.Mode = true, modeGRPC
+			runs = append(runs, plannedRun{&s.FloorGRPC, rc})
+		}
+	}
+	if o.runs["sotw"] {
+		runs = append(runs, plannedRun{&s.Baseline, sotwRun("baseline-sotw", false, o.clients)},
+			plannedRun{&s.Relay, sotwRun("relay-sotw", true, o.clients)})
+	}
+	if o.runs["delta"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineDelta, sotwRun("baseline-delta", false, o.deltaClients)},
+			{&s.RelayDelta, sotwRun("relay-delta", true, o.deltaClients)},
+		} {
+			r.rc.Protocol = "delta"
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["streams"] {
+		rc := sotwRun("relay-streams", true, o.streams)
+		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
+		runs = append(runs, plannedRun{&s.Streams, rc})
+	}
+	if o.runs["grpc"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineGRPC, sotwRun("baseline-grpc", false, o.clients)},
+			{&s.RelayGRPC, sotwRun("relay-grpc", true, o.clients)},
+		} {
+			r.rc.Mode = modeGRPC
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["latency"] {
+		rc := sotwRun("relay-latency", true, o.clients)
+		rc.Probe = true
+		runs = append(runs, plannedRun{&s.Latency, rc})
+	}
+	if o.runs["profile"] {
+		rc := sotwRun("relay-profile-"+o.profileProto, true, o.clients)
+		rc.Profile, rc.Protocol = true, o.profileProto
+		runs = append(runs, plannedRun{&s.Profile, rc})
+	}
+	return runs
 }
 
 // pprofTop returns `go tool pprof -top` of a profile, or a note when the Go

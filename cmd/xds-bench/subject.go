@@ -202,12 +202,25 @@ func startServers(ctx context.Context, e env, name string, relay bool, mode stri
 	return s, nil
 }
 
-// startFloor starts the gRPC floor (floor.go) serving the fleet of mode
-// and waits until it serves; relay must be false.
-func startFloor(ctx context.Context, e env, name string, relay bool, mode string, _ ...string) (*servers, error) {
-	if relay {
-		return nil, fmt.Errorf("bench: %s: the floor has no relay in front of it", name)
+// democpConns counts democp's established TCP connections (none in a floor run).
+func (s *servers) democpConns() (int, error) {
+	if s.democp == nil {
+		return 0, nil
 	}
+	return establishedConns(s.democp.pid())
+}
+
+// startSubject starts the servers of rc: the floor, or democp and the relay.
+func startSubject(ctx context.Context, e env, rc runConfig) (*servers, error) {
+	if rc.Floor {
+		return startFloor(ctx, e, rc.Name, rc.Mode)
+	}
+	return startServers(ctx, e, rc.Name, rc.Relay, rc.Mode)
+}
+
+// startFloor starts the gRPC floor (floor.go) serving the fleet of mode and
+// waits until it serves.
+func startFloor(ctx context.Context, e env, name, mode string) (*servers, error) {
 	s := &servers{}
 	var err error
 	for _, a := range []*string{&s.democpAddr, &s.controlAddr} {
@@ -305,11 +318,7 @@ func waitSynced(ctx context.Context, e env, name string, lg *loadgen, clients in
 // optionally one change, teardown.
 func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	res := &runResult{Config: rc}
-	start := startServers
-	if rc.Floor {
-		start = startFloor
-	}
-	srv, err := start(ctx, e, rc.Name, rc.Relay, rc.Mode)
+	srv, err := startSubject(ctx, e, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -355,10 +364,8 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	res.ServerRSSAfter = after[0].RSS
 	res.SyncServerCPU = after[0].CPU - s0[0].CPU
 	res.SyncLoadgenCPU = after[1].CPU - s0[1].CPU
-	if srv.democp != nil {
-		if res.DemocpConns, err = establishedConns(srv.democp.pid()); err != nil {
-			return nil, err
-		}
+	if res.DemocpConns, err = srv.democpConns(); err != nil {
+		return nil, err
 	}
 	if rc.Relay {
 		d, err := sampleProc(srv.democp.pid())
