@@ -1,7 +1,9 @@
 // Command xds-bench runs the fan-out benchmark suite: go-control-plane
 // serving N clients directly (xds-democp, the baseline) against xds-democp →
-// xds-relay → N clients (the subject) against plain TCP writes of the same
-// bytes to N loopback sockets (the limit), all on this machine in one run, and
+// xds-relay → N clients (the subject) against a bare grpc-go server writing
+// one pre-encoded response to the same clients (the gRPC floor, floor.go) and
+// plain TCP writes of the same bytes to N loopback sockets (the limit), all on
+// this machine in one run, and
 // prints a Markdown table of the targets (see docs/BENCHMARKS.md). The fleet
 // shapes of issue 13 are runs of their own: proxyless-gRPC clients, clients
 // that stop reading beside healthy ones, latency probes during a fan-out and
@@ -80,8 +82,9 @@ type options struct {
 }
 
 const usageHeader = `xds-bench measures the fan-out of one cluster change: go-control-plane serving
-the clients directly (baseline), through xds-relay (relay), and plain TCP
-writes of the same bytes (limit), side by side on this machine. It prints a
+the clients directly (baseline), through xds-relay (relay), a bare grpc-go
+server writing the same response (floor), and plain TCP writes of the same
+bytes (limit), side by side on this machine. It prints a
 Markdown table to stdout and its progress to stderr.
 
 Usage: xds-bench [flags]
