@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"strconv"
 	"sync"
@@ -248,9 +249,11 @@ func (st *floorStream) sendIfAsked(k fleet.Kind, r *floorResponse) {
 }
 
 // controlHandler serves GET /healthz and POST /change (clusters only),
-// answering as xds-democp's control endpoint does.
+// answering as xds-democp's control endpoint does, and GET
+// /debug/pprof/profile, to set the floor's profile beside the relay's.
 func (s *floorServer) controlHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
