@@ -250,10 +250,11 @@ func (st *floorStream) sendIfAsked(k fleet.Kind, r *floorResponse) {
 
 // controlHandler serves GET /healthz and POST /change (clusters only),
 // answering as xds-democp's control endpoint does, and GET
-// /debug/pprof/profile, to set the floor's profile beside the relay's.
+// /debug/pprof/{profile,heap}, to set the floor's profiles beside the relay's.
 func (s *floorServer) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
