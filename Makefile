@@ -133,13 +133,14 @@ demo: build
 
 # The Go microbenchmarks, then the fan-out suite (cmd/xds-bench, see
 # docs/BENCHMARKS.md): go-control-plane serving the clients directly, the relay
-# in front of it and plain TCP writes, side by side; prints a Markdown table.
+# in front of it, a bare grpc-go server (the gRPC floor) and plain TCP writes,
+# side by side; prints a Markdown table.
 # Quicker: make bench BENCH_CLIENTS=2000. Target 5 (100,000 streams, minutes):
-# make bench BENCH_FLAGS='--runs limit,sotw,delta,streams'. Every fleet shape
+# make bench BENCH_FLAGS='--runs limit,floor,sotw,delta,streams'. Every fleet shape
 # of issue 13 beside the baseline and the limit (Envoy-like and gRPC-like
 # clients, 5,000 stuck beside 1,000 healthy ones, a new client's and the admin
 # page's latency during a fan-out, democp → relay → 2 relays → clients):
-# make bench BENCH_FLAGS='--runs shapes' (limit,sotw,grpc,stuck,latency,tiered;
+# make bench BENCH_FLAGS='--runs shapes' (limit,floor,sotw,grpc,stuck,latency,tiered;
 # each can be named alone).
 BENCH_CLIENTS ?= 10000
 BENCH_FLAGS   ?=

@@ -1,7 +1,9 @@
 // Command xds-bench runs the fan-out benchmark suite: go-control-plane
 // serving N clients directly (xds-democp, the baseline) against xds-democp →
-// xds-relay → N clients (the subject) against plain TCP writes of the same
-// bytes to N loopback sockets (the limit), all on this machine in one run, and
+// xds-relay → N clients (the subject) against a bare grpc-go server writing
+// one pre-encoded response to the same clients (the gRPC floor, floor.go) and
+// plain TCP writes of the same bytes to N loopback sockets (the limit), all on
+// this machine in one run, and
 // prints a Markdown table of the targets (see docs/BENCHMARKS.md). The fleet
 // shapes of issue 13 are runs of their own: proxyless-gRPC clients, clients
 // that stop reading beside healthy ones, latency probes during a fan-out and
@@ -35,14 +37,25 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	var code int
-	if len(os.Args) > 1 && os.Args[1] == "tcp-writer" {
-		code = tcpWriter(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-	} else {
+	code, ok := childCommand(ctx, os.Args[1:])
+	if !ok {
 		code = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	}
 	stop()
 	os.Exit(code)
+}
+
+// childCommand runs the hidden command args names, the measured child of a
+// run (tcp-writer: the TCP limit; grpc-floor: the gRPC floor), and returns
+// its exit code; ok is false when args name none.
+func childCommand(ctx context.Context, args []string) (code int, ok bool) {
+	switch {
+	case len(args) > 0 && args[0] == "tcp-writer":
+		return tcpWriter(args[1:], os.Stdin, os.Stdout, os.Stderr), true
+	case len(args) > 0 && args[0] == floorCommand:
+		return grpcFloor(ctx, args[1:], os.Stderr), true
+	}
+	return 0, false
 }
 
 // options are the parsed command line.
@@ -69,8 +82,9 @@ type options struct {
 }
 
 const usageHeader = `xds-bench measures the fan-out of one cluster change: go-control-plane serving
-the clients directly (baseline), through xds-relay (relay), and plain TCP
-writes of the same bytes (limit), side by side on this machine. It prints a
+the clients directly (baseline), through xds-relay (relay), a bare grpc-go
+server writing the same response (floor), and plain TCP writes of the same
+bytes (limit), side by side on this machine. It prints a
 Markdown table to stdout and its progress to stderr.
 
 Usage: xds-bench [flags]
@@ -80,6 +94,16 @@ It needs xds-democp, xds-relay and xds-loadgen in --bin (make build), about
 
 Flags:
 `
+
+// runsUsage is the usage of --runs.
+const runsUsage = "runs, comma-separated: limit (TCP writes), floor (issue 26: a bare " +
+	"grpc-go server writing the same pre-encoded response, with Envoy-like clients, and with gRPC-like ones when grpc runs), " +
+	"sotw (baseline and relay, " +
+	"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); " +
+	"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading " +
+	"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays " +
+	"→ clients); shapes is limit,floor,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, " +
+	"without and then with load reports every --lrs-interval)"
 
 // parseFlags parses args (without the program name). It returns flag.ErrHelp
 // after printing usage for --help.
@@ -105,12 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bin, "bin", "", "directory holding xds-democp, xds-relay and xds-loadgen (default: this program's directory)")
 	fs.IntVar(&o.clients, "clients", 10000, "simulated Envoy-like clients, one connection each")
 	fs.IntVar(&o.clusters, "clusters", 100, "clusters in the fleet (one of them changes)")
-	runs := fs.String("runs", "limit,sotw,delta", "runs, comma-separated: limit (TCP writes), sotw (baseline and relay, "+
-		"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); "+
-		"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading "+
-		"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays "+
-		"→ clients); shapes is limit,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, "+
-		"without and then with load reports every --lrs-interval)")
+	runs := fs.String("runs", "limit,floor,sotw,delta", runsUsage)
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
@@ -133,15 +152,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.runs = map[string]bool{}
 	for _, r := range strings.Split(*runs, ",") {
 		switch r = strings.TrimSpace(r); r {
-		case "limit", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered", "lrs":
+		case "limit", "floor", "sotw", "delta", "streams", "profile", "grpc", "stuck", "latency", "tiered", "lrs":
 			o.runs[r] = true
 		case "shapes":
-			for _, s := range []string{"limit", "sotw", "grpc", "stuck", "latency", "tiered"} {
+			for _, s := range []string{"limit", "floor", "sotw", "grpc", "stuck", "latency", "tiered"} {
 				o.runs[s] = true
 			}
 		case "":
 		default:
-			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, sotw, delta, streams, profile, grpc, "+
+			return o, fmt.Errorf("bench: --runs: unknown run %q (want limit, floor, sotw, delta, streams, profile, grpc, "+
 				"stuck, latency, tiered, lrs or shapes)", r)
 		}
 	}
@@ -223,7 +242,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "xds-bench:", err)
 		return 1
 	}
-	e := env{bin: o.bin, logDir: o.logDir, clusters: o.clusters, syncTimeout: o.syncTimeout, log: stderr}
+	e := env{bin: o.bin, self: self, logDir: o.logDir, clusters: o.clusters, syncTimeout: o.syncTimeout, log: stderr}
 	e.logf("logs and profiles in %s", o.logDir)
 
 	s, err := runSuite(ctx, e, o, self, append([]string{"xds-bench"}, args...))
@@ -277,52 +296,7 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 			fail("limit", err)
 		}
 	}
-	type plannedRun struct {
-		dst **runResult
-		rc  runConfig
-	}
-	sotw := func(name string, relay bool, clients int) runConfig {
-		return runConfig{Name: name, Relay: relay, Protocol: "sotw", Mode: modeEnvoy, Clients: clients, StreamsPerConn: 1,
-			Change: true}
-	}
-	var runs []plannedRun
-	if o.runs["sotw"] {
-		runs = append(runs, plannedRun{&s.Baseline, sotw("baseline-sotw", false, o.clients)},
-			plannedRun{&s.Relay, sotw("relay-sotw", true, o.clients)})
-	}
-	if o.runs["delta"] {
-		for _, r := range []plannedRun{
-			{&s.BaselineDelta, sotw("baseline-delta", false, o.deltaClients)},
-			{&s.RelayDelta, sotw("relay-delta", true, o.deltaClients)},
-		} {
-			r.rc.Protocol = "delta"
-			runs = append(runs, r)
-		}
-	}
-	if o.runs["streams"] {
-		rc := sotw("relay-streams", true, o.streams)
-		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
-		runs = append(runs, plannedRun{&s.Streams, rc})
-	}
-	if o.runs["grpc"] {
-		for _, r := range []plannedRun{
-			{&s.BaselineGRPC, sotw("baseline-grpc", false, o.clients)},
-			{&s.RelayGRPC, sotw("relay-grpc", true, o.clients)},
-		} {
-			r.rc.Mode = modeGRPC
-			runs = append(runs, r)
-		}
-	}
-	if o.runs["latency"] {
-		rc := sotw("relay-latency", true, o.clients)
-		rc.Probe = true
-		runs = append(runs, plannedRun{&s.Latency, rc})
-	}
-	if o.runs["profile"] {
-		rc := sotw("relay-profile-"+o.profileProto, true, o.clients)
-		rc.Profile, rc.Protocol = true, o.profileProto
-		runs = append(runs, plannedRun{&s.Profile, rc})
-	}
+	runs := planRuns(o, s)
 	for _, r := range runs {
 		if ctx.Err() != nil {
 			return s, nil
@@ -353,6 +327,75 @@ func runSuite(ctx context.Context, e env, o options, self string, command []stri
 		s.ProfileTop = pprofTop(ctx, s.Profile.CPUProfile)
 	}
 	return s, nil
+}
+
+// plannedRun is one runSubject of the suite and where its result goes.
+type plannedRun struct {
+	dst **runResult
+	rc  runConfig
+}
+
+// sotwRun is the configuration of a run of clients Envoy-like SotW clients
+// and one change.
+func sotwRun(name string, relay bool, clients int) runConfig {
+	return runConfig{Name: name, Relay: relay, Protocol: "sotw", Mode: modeEnvoy, Clients: clients, StreamsPerConn: 1,
+		Change: true}
+}
+
+// planRuns lists the runSubject runs of o, in order, into s.
+func planRuns(o options, s *suiteResult) []plannedRun {
+	var runs []plannedRun
+	if o.runs["floor"] {
+		// The floor of each client shape that runs; Envoy-like on its own.
+		if o.runs["sotw"] || !o.runs["grpc"] {
+			rc := sotwRun("floor-sotw", false, o.clients)
+			rc.Floor = true
+			runs = append(runs, plannedRun{&s.FloorSotW, rc})
+		}
+		if o.runs["grpc"] {
+			rc := sotwRun("floor-grpc", false, o.clients)
+			rc.Floor, rc.Mode = true, modeGRPC
+			runs = append(runs, plannedRun{&s.FloorGRPC, rc})
+		}
+	}
+	if o.runs["sotw"] {
+		runs = append(runs, plannedRun{&s.Baseline, sotwRun("baseline-sotw", false, o.clients)},
+			plannedRun{&s.Relay, sotwRun("relay-sotw", true, o.clients)})
+	}
+	if o.runs["delta"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineDelta, sotwRun("baseline-delta", false, o.deltaClients)},
+			{&s.RelayDelta, sotwRun("relay-delta", true, o.deltaClients)},
+		} {
+			r.rc.Protocol = "delta"
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["streams"] {
+		rc := sotwRun("relay-streams", true, o.streams)
+		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
+		runs = append(runs, plannedRun{&s.Streams, rc})
+	}
+	if o.runs["grpc"] {
+		for _, r := range []plannedRun{
+			{&s.BaselineGRPC, sotwRun("baseline-grpc", false, o.clients)},
+			{&s.RelayGRPC, sotwRun("relay-grpc", true, o.clients)},
+		} {
+			r.rc.Mode = modeGRPC
+			runs = append(runs, r)
+		}
+	}
+	if o.runs["latency"] {
+		rc := sotwRun("relay-latency", true, o.clients)
+		rc.Probe = true
+		runs = append(runs, plannedRun{&s.Latency, rc})
+	}
+	if o.runs["profile"] {
+		rc := sotwRun("relay-profile-"+o.profileProto, true, o.clients)
+		rc.Profile, rc.Protocol = true, o.profileProto
+		runs = append(runs, plannedRun{&s.Profile, rc})
+	}
+	return runs
 }
 
 // pprofTop returns `go tool pprof -top` of a profile, or a note when the Go

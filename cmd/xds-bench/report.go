@@ -44,13 +44,16 @@ type suiteResult struct {
 	PayloadBytes int     `json:"payload_bytes"`
 	ClusterBytes int     `json:"cluster_bytes"`
 
-	Limit         *limitResult `json:"limit,omitempty"`
-	Baseline      *runResult   `json:"baseline,omitempty"`
-	Relay         *runResult   `json:"relay,omitempty"`
-	BaselineDelta *runResult   `json:"baseline_delta,omitempty"`
-	RelayDelta    *runResult   `json:"relay_delta,omitempty"`
-	Streams       *runResult   `json:"streams,omitempty"`
-	Profile       *runResult   `json:"profile,omitempty"`
+	Limit *limitResult `json:"limit,omitempty"`
+	// The gRPC floor (issue 26) with Envoy-like and gRPC-like clients.
+	FloorSotW     *runResult `json:"floor_sotw,omitempty"`
+	FloorGRPC     *runResult `json:"floor_grpc,omitempty"`
+	Baseline      *runResult `json:"baseline,omitempty"`
+	Relay         *runResult `json:"relay,omitempty"`
+	BaselineDelta *runResult `json:"baseline_delta,omitempty"`
+	RelayDelta    *runResult `json:"relay_delta,omitempty"`
+	Streams       *runResult `json:"streams,omitempty"`
+	Profile       *runResult `json:"profile,omitempty"`
 	// The fleet shapes (issue 13).
 	BaselineGRPC *runResult    `json:"baseline_grpc,omitempty"`
 	RelayGRPC    *runResult    `json:"relay_grpc,omitempty"`
@@ -330,7 +333,7 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 	b.WriteString("| run | clients | synced | all synced (CPU: serving, loadgen) | change p50 / p99 / max | written to all | " +
 		"change window | change CPU: serving (+ democp), loadgen | RSS before → after | bytes written |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, r := range []*runResult{s.Baseline, s.Relay, s.BaselineDelta, s.RelayDelta, s.Streams, s.Profile,
+	for _, r := range []*runResult{s.FloorSotW, s.FloorGRPC, s.Baseline, s.Relay, s.BaselineDelta, s.RelayDelta, s.Streams, s.Profile,
 		s.BaselineGRPC, s.RelayGRPC, s.Latency} {
 		if r == nil {
 			continue
@@ -359,6 +362,7 @@ func (s *suiteResult) writeMarkdown(w io.Writer) error {
 		}
 		b.WriteString(".\n")
 	}
+	s.writeFloors(&b)
 	s.writeShapes(&b)
 	s.writeLRS(&b)
 	if len(s.Errors) > 0 {

@@ -83,3 +83,53 @@ func TestShapesSmoke(t *testing.T) {
 		t.Errorf("tiered run %+v", tr)
 	}
 }
+
+// The gRPC floor beside the relay and the TCP limit with a handful of
+// clients of both shapes: the floor serves them, the change reaches them and
+// the report has the floors table. Figures at this size mean nothing.
+func TestFloorSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries (about a minute)")
+	}
+	bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	jsonOut := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"--bin", bin, "--clients", "5", "--clusters", "10", "--runs", "limit,floor,sotw,grpc",
+		"--limit-rounds", "1", "--sync-timeout", "30s", "--log-dir", t.TempDir(), "--json", jsonOut}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"### The relay above the floors (issue 26)",
+		"| Envoy-like (wildcard CDS) | CPU of the change per client |",
+		"| gRPC-like (CDS by name) | memory per client (RSS once synced) |",
+		"| floor-sotw | 5 | 5 |",
+		"| floor-grpc | 5 | 5 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	checkTables(t, out)
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s suiteResult
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*runResult{s.FloorSotW, s.FloorGRPC} {
+		if f == nil || f.Change == nil || f.Change.Samples != 5 || f.ServerWrite == 0 || f.ServerRSSAfter == 0 {
+			t.Errorf("floor run %+v", f)
+		}
+	}
+	for _, r := range s.floorRows() {
+		if r.Relay == dash || r.Floor == dash { // ratios of CPU may be of zero ticks at this size
+			t.Errorf("floors row without the relay or the floor: %+v", r)
+		}
+	}
+}

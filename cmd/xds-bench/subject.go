@@ -15,6 +15,7 @@ import (
 // env is what every run shares.
 type env struct {
 	bin         string // directory of xds-relay, xds-democp, xds-loadgen
+	self        string // this program, for its hidden commands (grpc-floor)
 	logDir      string // child logs and profiles
 	clusters    int
 	syncTimeout time.Duration
@@ -28,6 +29,9 @@ type runConfig struct {
 	// Relay puts xds-relay between xds-democp and the clients; otherwise the
 	// clients talk to xds-democp (go-control-plane) directly.
 	Relay bool `json:"relay"`
+	// Floor has the clients talk to the gRPC floor (floor.go) instead of
+	// xds-democp; not with Relay.
+	Floor bool `json:"floor,omitempty"`
 	// Protocol is sotw or delta.
 	Protocol string `json:"protocol"`
 	// Mode is the clients' shape: envoy (wildcard LDS/CDS, then RDS/EDS) or
@@ -113,10 +117,11 @@ type runResult struct {
 
 // servers are the processes of one run.
 type servers struct {
-	democp      *child
-	relay       *relayProc // nil: the clients talk to democp
-	democpAddr  string     // xDS
-	controlAddr string     // democp's control endpoint
+	democp      *child     // nil in a floor run
+	floor       *child     // the gRPC floor, in place of democp (floor.go)
+	relay       *relayProc // nil: the clients talk to democp or the floor
+	democpAddr  string     // xDS of democp or the floor
+	controlAddr string     // the control endpoint of democp or the floor
 }
 
 // relayProc is one running xds-relay.
@@ -128,8 +133,11 @@ type relayProc struct {
 
 // serving returns the process the clients talk to.
 func (s *servers) serving() *child {
-	if s.relay != nil {
+	switch {
+	case s.relay != nil:
 		return s.relay.c
+	case s.floor != nil:
+		return s.floor
 	}
 	return s.democp
 }
@@ -145,8 +153,10 @@ func (s *servers) stop() {
 	if s.relay != nil {
 		s.relay.stop()
 	}
-	if s.democp != nil {
-		_ = s.democp.stop(syscall.SIGTERM, 20*time.Second)
+	for _, c := range []*child{s.democp, s.floor} {
+		if c != nil {
+			_ = c.stop(syscall.SIGTERM, 20*time.Second)
+		}
 	}
 }
 
@@ -186,6 +196,50 @@ func startServers(ctx context.Context, e env, name string, relay bool, mode stri
 		return s, nil
 	}
 	if s.relay, err = startRelay(ctx, e, name+"-relay", s.democpAddr); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// democpConns counts democp's established TCP connections (none in a floor run).
+func (s *servers) democpConns() (int, error) {
+	if s.democp == nil {
+		return 0, nil
+	}
+	return establishedConns(s.democp.pid())
+}
+
+// startSubject starts the servers of rc: the floor, or democp and the relay.
+func startSubject(ctx context.Context, e env, rc runConfig) (*servers, error) {
+	if rc.Floor {
+		return startFloor(ctx, e, rc.Name, rc.Mode)
+	}
+	return startServers(ctx, e, rc.Name, rc.Relay, rc.Mode)
+}
+
+// startFloor starts the gRPC floor (floor.go) serving the fleet of mode and
+// waits until it serves.
+func startFloor(ctx context.Context, e env, name, mode string) (*servers, error) {
+	s := &servers{}
+	var err error
+	for _, a := range []*string{&s.democpAddr, &s.controlAddr} {
+		if *a, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	style := string(fleet.StyleEnvoy)
+	if mode == modeGRPC {
+		style = string(fleet.StyleGRPC)
+	}
+	s.floor, err = startChild(name, e.logDir, e.self, []string{floorCommand, "--listen", s.democpAddr,
+		"--control", s.controlAddr, "--clusters", itoa(e.clusters), "--style", style}, childIO{})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := waitHTTP(wctx, newHTTPClient(), "http://"+s.controlAddr+"/healthz", s.floor); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -264,7 +318,7 @@ func waitSynced(ctx context.Context, e env, name string, lg *loadgen, clients in
 // optionally one change, teardown.
 func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	res := &runResult{Config: rc}
-	srv, err := startServers(ctx, e, rc.Name, rc.Relay, rc.Mode)
+	srv, err := startSubject(ctx, e, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +364,7 @@ func runSubject(ctx context.Context, e env, rc runConfig) (*runResult, error) {
 	res.ServerRSSAfter = after[0].RSS
 	res.SyncServerCPU = after[0].CPU - s0[0].CPU
 	res.SyncLoadgenCPU = after[1].CPU - s0[1].CPU
-	if res.DemocpConns, err = establishedConns(srv.democp.pid()); err != nil {
+	if res.DemocpConns, err = srv.democpConns(); err != nil {
 		return nil, err
 	}
 	if rc.Relay {
