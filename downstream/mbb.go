@@ -284,7 +284,10 @@ func (ts *typeState) unlistedHeld(v *View, key string) bool {
 	if r, ok := v.Resources[key]; ok && r.InWildcard() {
 		return false
 	}
-	r := ts.clientResource(key)
+	r := ts.withheldRefs[key] // kept by make before break: not in the View last sent
+	if r == nil {
+		r = ts.clientResource(key)
+	}
 	return r != nil && r.InWildcard()
 }
 

@@ -243,3 +243,62 @@ func endpointPort(t *testing.T, a *anypb.Any) uint32 {
 	}
 	return e.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()
 }
+
+// The same when the ended subscription's selection was evicted (the oracle's
+// seed 5502): another client keeps the plain name subscribed, so its
+// variants stay stored; c{env=prod} subscribed again selects the stored one,
+// which nothing kept current since. A client from another replica that
+// brings c{env=prod} is not sent it: it was, at once, before the upstream
+// answered.
+func TestNoRollbackFromEvictedTP2Selection(t *testing.T) {
+	for _, delta := range []bool{true, false} {
+		t.Run(map[bool]string{true: "delta", false: "sotw"}[delta], func(t *testing.T) {
+			up := xdstest.StartTP2(t)
+			up.Set(resource.EndpointType, "c", nil, xdstest.Endpoints("c", "127.0.0.1:1"))
+			up.Set(resource.EndpointType, "c", eq("env", "prod"), xdstest.Endpoints("c", "127.0.0.1:10"))
+			r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+				c.Upstream.XDSServers[0].Protocol = "delta"
+				c.Upstream.Linger = 0
+				c.Cache.MaxUnreferenced = 0 // the selection of c{env=prod} is evicted once unwatched
+			}))
+			plain := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "plain"})
+			plain.Subscribe(resource.EndpointType, "c")
+			plain.Ack(plain.RecvType(resource.EndpointType))
+			prod := xdstest.Locator("c", "env", "prod")
+			first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+			first.SubscribeLocators(resource.EndpointType, nil, prod)
+			first.Ack(first.RecvType(resource.EndpointType))
+			first.Close()
+			xdstest.Eventually(t, func() bool { return len(up.Subscriptions(resource.EndpointType)) == 1 },
+				"c{env=prod} unsubscribed upstream, c still subscribed", func() any { return up.Subscriptions(resource.EndpointType) })
+			up.Set(resource.EndpointType, "c", eq("env", "prod"), xdstest.Endpoints("c", "127.0.0.1:11")) // the relay is not told
+
+			var got uint32
+			if delta {
+				d := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+				d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType,
+					ResourceLocatorsSubscribe: []*discoverygrpc.ResourceLocator{prod},
+					InitialResourceVersions:   map[string]string{"c": "v-elsewhere"}})
+				resp := d.MustRecv()
+				d.Ack(resp)
+				if len(resp.GetResources()) != 1 {
+					t.Fatalf("first response: %d resources, want c{env=prod}", len(resp.GetResources()))
+				}
+				got = endpointPort(t, resp.GetResources()[0].GetResource())
+			} else {
+				moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+				moved.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: "v-elsewhere",
+					ResourceLocators: []*discoverygrpc.ResourceLocator{prod}})
+				resp := moved.RecvType(resource.EndpointType)
+				moved.Ack(resp)
+				if len(resp.GetResources()) != 1 {
+					t.Fatalf("first response: %d resources, want c{env=prod}", len(resp.GetResources()))
+				}
+				got = endpointPort(t, resp.GetResources()[0])
+			}
+			if got != 11 {
+				t.Fatalf("sent c{env=prod} with port %d, want the upstream's 11 (10: the evicted selection stored since its subscription ended, a rollback)", got)
+			}
+		})
+	}
+}

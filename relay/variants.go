@@ -153,7 +153,10 @@ func (s *state) selectVariant(tc *typeCache, key string, params map[string]strin
 
 // addParamKey registers a subscription key with parameters at its first
 // watcher and answers it from the stored variants at once: the View gets its
-// selection before the watcher is notified.
+// selection before the watcher is notified. That selection is unsure until
+// the upstream answers the key: no subscription kept it current for these
+// parameters (a variant stored since the key's last subscription ended, or
+// a less specific one), so a client that brings another is not rolled back.
 func (s *state) addParamKey(tc *typeCache, key string) {
 	name, ps := keying.SplitSubscriptionKey(key)
 	if ps == "" {
@@ -177,6 +180,7 @@ func (s *state) addParamKey(tc *typeCache, key string) {
 	e := editOf(tc.view)
 	e.put(key, sel.Selected(key))
 	e.change(key)
+	tc.markUnsure(key)
 	s.publish(tc, e.view(s.nextSeq()))
 }
 

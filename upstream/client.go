@@ -294,6 +294,8 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 						delete(st.known, k)
 					}
 				}
+			case keying.HasParams(n) && !st.wildcard():
+				st.forgetKeyName(n)
 			case !st.wildcard():
 				delete(st.known, n)
 				for k := range st.known {

@@ -122,6 +122,17 @@ func (st *typeState) namedLocked(n string) bool {
 	return false
 }
 
+// forgetKeyName forgets that the stream knows the name of the TP2 key k,
+// which was just unsubscribed, unless it still asks for that name (plainly,
+// with other parameters, or by its glob): a later full-state response
+// without the name says nothing of it. Called with mu held.
+func (st *typeState) forgetKeyName(k string) {
+	name, _ := keying.SplitSubscriptionKey(k)
+	if _, byGlob := st.names[keying.GlobOf(name)]; !byGlob && !st.namedLocked(name) {
+		delete(st.known, name)
+	}
+}
+
 // armSettleLocked (re)starts the settle wait of st and wakes the sender,
 // which keeps the timer. Called with mu held.
 func (c *Client) armSettleLocked(st *typeState) {

@@ -371,6 +371,34 @@ func TestSotWTP2KeyAnswersNotThePlainName(t *testing.T) {
 	}
 }
 
+// Once a TP2 key's subscription ends, a full-state response without its name
+// deletes nothing: the stream no longer asks for the name, and the variant
+// the default servers list of it, say, must stay (seed 5502 of the oracle).
+// The plain name was reported removed: the name the key had answered stayed
+// known after its unsubscription.
+func TestSotWUnsubscribedTP2KeyRemovesNothing(t *testing.T) {
+	s, resp := startFake(t)
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, s.Addr())
+	key := keying.SubscriptionKey("r", keying.CanonicalParams(map[string]string{"env": "prod"}))
+	c.Subscribe(keying.ClusterType, key, "other")
+	cur, ucur := 0, 0
+	s.NextSotW(t, &cur, keying.ClusterType)
+	prod := wrapped(t, &discoveryv3.Resource{Resource: mustAny(t, cluster("r")),
+		ResourceName: &discoveryv3.ResourceName{Name: "r", DynamicParameterConstraints: envIs("prod")}})
+	other := mustAny(t, cluster("other"))
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v1", Nonce: "n1", Resources: []*anypb.Any{prod, other}}
+	rec.nextUpdate(t, &ucur, keying.ClusterType)
+	s.NextSotW(t, &cur, keying.ClusterType) // the ACK
+	c.Unsubscribe(keying.ClusterType, key)
+	s.NextSotW(t, &cur, keying.ClusterType) // other alone
+	resp <- &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: "v2", Nonce: "n2", Resources: []*anypb.Any{other}}
+	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
+	if slices.Contains(u.Removed, "r") {
+		t.Fatalf("removed %v: r, whose key %s is no longer subscribed, counts as deleted", u.Removed, key)
+	}
+}
+
 // A panic in the Handler applying a response (a bug of the relay) must not
 // end the process: the response is NACKed like an invalid one, OnPanic
 // counts it, and the stream keeps working — the next response is applied

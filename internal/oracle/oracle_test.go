@@ -276,6 +276,10 @@ var regressions = []struct {
 		"a Delta gRPC client that moved to the other replica, bringing an Envoy-spelled cluster of another authority at its newest version, was sent the replica's older copy, cached by a TP2 key's subscription since ended: the same as seed 81451 (6 runs of 9 failed before the merge of k-delta, 0 of 20 after)"},
 	{92056, wholeSchedule(44),
 		"a Delta Envoy that moved in holding a newer glob member was sent the relay's older copy, unsure since the glob's subscription ended, 2 ms before the upstream's removal: the new stream's first request declaring it had confirmed it as soon as it was built, before the server answered (fails about one run in two before the fix; relay's TestGlobMemberDeclaredStaysUnsureUntilAnswered always)"},
+	{5502, wholeSchedule(44),
+		"a Delta gRPC client that moved in holding the newest env=prod variant of an Envoy-spelled endpoint was sent the relay's older one: its key, subscribed again, was answered from a variant stored since the key's evicted selection, as if confirmed (relay's TestNoRollbackFromEvictedTP2Selection always); then a wildcard Envoy was told a cluster the default servers listed was gone: a SotW authority stream reported the name of a TP2 key it had unsubscribed as deleted (upstream's TestSotWUnsubscribedTP2KeyRemovesNothing always)"},
+	{5451, wholeSchedule(44),
+		"a SotW wildcard Envoy was told an Envoy-spelled cluster the default servers listed was gone while its route still referred to it: make before break kept it in the first CDS response after the upstream dropped it, not in the next (downstream's TestSotWListedNameKeptWhileARouteRefersToIt/2_CDS_changes always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -290,7 +294,8 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	5017: "glob,auth-servers,invalid,foreign", 7139: drawn, 70091: drawn, 6204: "glob,foreign", 6221: "glob,foreign",
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
 	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn, 92056: drawn,
-	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob", 5261: "escaped,foreign,glob"}
+	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob", 5261: "escaped,foreign,glob",
+	5502: "escaped,foreign,glob", 5451: "escaped,foreign,glob"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
