@@ -149,12 +149,15 @@ func (v *View) resource(key string) (*Resource, bool) {
 }
 
 // clientResource returns the resource the client holds at key as far as the
-// stream can tell, nil when unknown. SotW: as this stream sent it (a client
-// that brought it from elsewhere may hold any version). Delta: from the last
-// View sent from or the latest queued, at the version the client holds.
-// Called with mu held.
+// stream can tell, nil when unknown. SotW: as this stream sent it — unknown
+// while it withholds the View's copy from a client that brought its own
+// (ts.brought). Delta: from the last View sent from or the latest queued, at
+// the version the client holds. Called with mu held.
 func (ts *typeState) clientResource(key string) *Resource {
 	if ts.holds == nil {
+		if _, own := ts.brought[key]; own {
+			return nil // the last View sent from has a copy the client was not sent
+		}
 		r, _ := ts.lastView.resource(key)
 		return r
 	}
