@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xds-relay/xds-relay/authz"
@@ -167,6 +166,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		Metrics:             r.m,
 	})
 	r.m.CollectSync(r.ds.SyncCounts)
+	r.m.CollectConnections(r.ds.OpenConns)
 	ka := keepalive.ServerParameters{Time: 60 * time.Second, Timeout: 20 * time.Second}
 	if lim.MaxConnectionAge > 0 {
 		// grpc adds ±10% jitter, so clients of a fleet do not reconnect at once.
@@ -175,7 +175,6 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	opts := append(r.ds.GRPCOptions(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(ka),
-		grpc.StatsHandler(connCounter{r.m.DownstreamConnections}),
 	)
 	if n := lim.MaxStreamsPerConnection; n > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(uint32(n)))
@@ -304,21 +303,6 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 			r.m.UpstreamResponses.WithLabelValues(auth, metrics.TypeLabel(typeURL), metrics.ResultNACK).Inc()
 		},
 	}, syncHook{h})
-}
-
-// connCounter keeps the downstream connection gauge.
-type connCounter struct{ g prometheus.Gauge }
-
-func (c connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
-func (c connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
-func (c connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (c connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
-	switch s.(type) {
-	case *stats.ConnBegin:
-		c.g.Inc()
-	case *stats.ConnEnd:
-		c.g.Dec()
-	}
 }
 
 func protocolMode(p string) upstream.Mode {

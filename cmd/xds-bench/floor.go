@@ -66,8 +66,8 @@ func (c floorCodec) Name() string { return grpcproto.Name }
 // limits (relay.New with config.Default): downstream.ServerOptions (buffers,
 // header table), keepalive, streams per connection and message limit. The
 // floor's codec replaces the relay's (the later option wins); the relay's
-// admission tap and connection-counting stats handler are the relay's own
-// costs and left out.
+// admission tap and connection tracking (downstream.Server.Listener) are the
+// relay's own costs and left out.
 func floorOptions() []grpc.ServerOption {
 	lim := config.Default().Limits
 	return append(downstream.ServerOptions(),

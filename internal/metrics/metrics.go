@@ -42,8 +42,6 @@ type Metrics struct {
 	// StreamsWaiting is xds_relay_downstream_streams_waiting: streams with
 	// changes to send that wait for their client to read what it was sent.
 	StreamsWaiting prometheus.Gauge
-	// DownstreamConnections is xds_relay_downstream_connections.
-	DownstreamConnections prometheus.Gauge
 	// Responses is xds_relay_responses_total{type_url,protocol}.
 	Responses *prometheus.CounterVec
 	// ResponseBytes is xds_relay_response_bytes_total{type_url,protocol}.
@@ -296,6 +294,17 @@ func (m *Metrics) CollectReadiness(ready, synced func() bool) {
 		"1 once the relay has established a stream to an upstream server since it started, else 0 (never connected).", synced)
 }
 
+// CollectConnections registers xds_relay_downstream_connections, whose
+// value open returns at each scrape (counted where the connections are
+// tracked: a stats handler would cost an event per message). open must be
+// safe for concurrent use.
+func (m *Metrics) CollectConnections(open func() int) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "downstream_connections",
+		Help: "Open downstream gRPC connections (transports), each of which may carry many streams.",
+	}, func() float64 { return float64(open()) }))
+}
+
 // New creates every metric on a fresh registry.
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
@@ -311,8 +320,6 @@ func New() *Metrics {
 			"type_url", "protocol"),
 		StreamsWaiting: f.gauge("downstream_streams_waiting",
 			"Streams with changes to send whose client has not read what it was sent (32 KiB unacknowledged): they send nothing more, and their changes coalesce, until it reads. A client that stopped reading (a hung process, a half-open connection) stays here until keepalive closes it."),
-		DownstreamConnections: f.gauge("downstream_connections",
-			"Open downstream gRPC connections (transports), each of which may carry many streams."),
 		Responses: f.counterVec("responses_total",
 			"Discovery responses sent to downstream clients.",
 			"type_url", "protocol"),

@@ -22,7 +22,7 @@ func TestNewRegistersEveryFamily(t *testing.T) {
 
 	m.DownstreamStreams.WithLabelValues(lds, metrics.ProtocolSotW).Inc()
 	m.DownstreamClients.WithLabelValues(metrics.ProtocolSotW).Inc()
-	m.DownstreamConnections.Inc()
+	m.CollectConnections(func() int { return 1 })
 	m.Responses.WithLabelValues(lds, metrics.ProtocolDelta).Inc()
 	m.ResponseBytes.WithLabelValues(lds, metrics.ProtocolSotW).Add(100)
 	m.ACKs.WithLabelValues(lds, metrics.ProtocolSotW).Inc()
