@@ -163,3 +163,20 @@ func (f *fakeSource) publishResources(typeURL string, rs map[string]*downstream.
 		w.Notify(v, nil)
 	}
 }
+
+// publishView is publishResources of rs unchanged but for unsure: the names
+// whose cached copy no live upstream subscription has confirmed
+// (View.Unsure). A View that confirms one goes to every watcher, as the
+// relay's tellSured does.
+func (f *fakeSource) publishView(typeURL string, rs map[string]*downstream.Resource, unsure map[string]struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := &downstream.View{TypeURL: typeURL, Resources: rs, Changed: map[string]struct{}{}, Complete: true, Seq: 1, Unsure: unsure}
+	if prev := f.views[typeURL]; prev != nil {
+		v.Seq = prev.Seq + 1
+	}
+	f.views[typeURL] = v
+	for _, w := range f.ws[typeURL] {
+		w.Notify(v, nil)
+	}
+}

@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -142,4 +143,56 @@ func TestKnownSilenceIsNotTheWord(t *testing.T) {
 	if !v.Known(keying.Wildcard, true) || !v.Known("x", true) {
 		t.Error("the complete wildcard set answers a client that holds config")
 	}
+}
+
+// Make before break when the upstream breaks first (a snapshot's CDS, without
+// c1, before its RDS that moves r5 to c14) for a SotW client that came back
+// holding c1 from elsewhere, past the reconnect's grace: the stream cannot
+// keep c1 (it never sent it), but the move of r5 is already queued behind
+// the CDS, so the CDS waits for it. It went out at once without c1 while the
+// client still held r5 → c1.
+func TestSotWBreakFirstFromElsewhereWaitsForTheQueuedMove(t *testing.T) {
+	src := &deferredSource{}
+	srv := NewServer(src, Options{Metrics: metrics.New()})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	request(keying.RouteType, "v-elsewhere", "r5")
+	st.Notify(rds1, []string{"r5"})
+	st.flush()
+	if len(rec.sent) != 1 {
+		t.Fatalf("%d responses, want r5's", len(rec.sent))
+	}
+
+	request(keying.ClusterType, "v-elsewhere", "*") // it holds c1
+	cds := &View{TypeURL: keying.ClusterType, Seq: 2, Complete: true,
+		Resources: map[string]*Resource{"c14": resourceOf(t, "c14", &clusterv3.Cluster{Name: "c14"})}}
+	st.Notify(cds, []string{keying.Wildcard})
+	rds2 := rds1.Next(3, map[string]struct{}{"r5": {}})
+	rds2.Resources = map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c14"))}
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	movedAt := -1
+	for i, resp := range rec.sent[1:] {
+		switch resp.GetTypeUrl() {
+		case keying.RouteType:
+			movedAt = i
+		case keying.ClusterType:
+			if movedAt < 0 {
+				t.Fatal("the clusters without c1 went out before the move of r5, which refers to it")
+			}
+			return
+		}
+	}
+	t.Fatalf("the clusters were never sent (the move of r5 sent: %v)", movedAt >= 0)
 }

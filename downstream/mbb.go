@@ -27,9 +27,10 @@ import (
 // client holding that resource until the reference goes: the client keeps
 // working, and xds_relay_removals_held_total{reason="referenced"} counts it.
 // One the client brought from elsewhere, which the stream cannot send as the
-// client holds it, is held only during the reconnect (referrerGrace): past
-// it, waiting for such a reference to go would withhold every later update
-// of the type.
+// client holds it, is held only during the reconnect (referrerGrace), or
+// while a queued change of the referrer drops the reference: otherwise
+// waiting for such a reference to go would withhold every later update of
+// the type.
 
 // refs returns what r refers to (keying.References), parsed once per stored
 // variant.
@@ -149,12 +150,15 @@ func (v *View) resource(key string) (*Resource, bool) {
 }
 
 // clientResource returns the resource the client holds at key as far as the
-// stream can tell, nil when unknown. SotW: as this stream sent it (a client
-// that brought it from elsewhere may hold any version). Delta: from the last
-// View sent from or the latest queued, at the version the client holds.
-// Called with mu held.
+// stream can tell, nil when unknown. SotW: as this stream sent it — unknown
+// while it withholds the View's copy from a client that brought its own
+// (ts.brought). Delta: from the last View sent from or the latest queued, at
+// the version the client holds. Called with mu held.
 func (ts *typeState) clientResource(key string) *Resource {
 	if ts.holds == nil {
+		if _, own := ts.brought[key]; own {
+			return nil // the last View sent from has a copy the client was not sent
+		}
 		r, _ := ts.lastView.resource(key)
 		return r
 	}
@@ -207,7 +211,8 @@ func (st *stream) withholdReferenced(ts *typeState, v *View, key string) bool {
 // stream subscribes to and that something the client holds refers to (the
 // client holds it then, or should); nil for one whose content the stream
 // does not have (the client brought it from elsewhere), only within the
-// reconnect's grace (referrerGrace). ok is false when
+// reconnect's grace (referrerGrace) or while a queued change of its referrer
+// drops the reference (referenceLeaving). ok is false when
 // the response must be withheld whole: such a resource, or a referrer the
 // stream cannot read while the client may lose something. Called with mu
 // held.
@@ -255,7 +260,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		if r == nil {
 			r = ts.clientResource(k)
 		}
-		if r == nil && !st.inGrace() {
+		if r == nil && !st.inGrace() && !st.referenceLeaving(v.TypeURL, k) {
 			// The stream cannot keep what it cannot read, and past the
 			// reconnect the reference may be the upstream's own for good:
 			// holding the whole type would freeze every later update.
@@ -267,6 +272,34 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		keep[k] = r
 	}
 	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
+}
+
+// referenceLeaving reports whether a change queued for the client of a type
+// that refers to key (of typeURL) drops its reference: the upstream broke
+// first — a snapshot's CDS without the cluster came before its RDS that
+// moves the route — and the referrer's next response mends it, so holding
+// the response until then cannot freeze the type. Called with mu held.
+func (st *stream) referenceLeaving(typeURL, key string) bool {
+	name, _ := keying.SplitSubscriptionKey(key)
+	for _, rt := range keying.Referrers(typeURL) {
+		rts := st.types[rt]
+		if rts == nil || rts.latest == nil || rts.latest == rts.lastView {
+			continue // nothing queued since the last response
+		}
+		leaving := false
+		rts.eachClientResource(func(r *Resource) bool {
+			if r == nil || !slices.Contains(r.refs(rt)[typeURL], name) {
+				return true
+			}
+			next, ok := rts.latest.Resources[r.key()]
+			leaving = ok && !slices.Contains(next.refs(rt)[typeURL], name)
+			return !leaving
+		})
+		if leaving {
+			return true
+		}
+	}
+	return false
 }
 
 // unlistedHeld reports whether the client holds key, a name of another

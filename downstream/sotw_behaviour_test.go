@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
@@ -212,6 +213,62 @@ func anyClusterNames(t *testing.T, r *discoverypb.DiscoveryResponse) []string {
 			t.Fatal(err)
 		}
 		out = append(out, c.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Make before break for a SotW Envoy that came back holding routes from
+// elsewhere (a relay restart) while the relay's copy of one is unsure: that
+// route is withheld (no rollback), so the client still runs its own version,
+// which may refer to a cluster the upstream has since deleted. The CDS
+// without that cluster waits until the route is sent. It was sent at once:
+// the withheld route was taken to be what the client holds.
+func TestSotWCDSWaitsForARouteWithheldFromElsewhere(t *testing.T) {
+	src := newFakeSource()
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+	routes := map[string]*downstream.Resource{
+		"ra": protoResource(t, "ra", xdstest.GRPCRoute("ra", "c1")),
+		"rb": protoResource(t, "rb", xdstest.GRPCRoute("rb", "c1")), // the client holds rb → c2
+	}
+	src.publishView(keying.RouteType, routes, map[string]struct{}{"rb": {}})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+	src.publish(keying.EndpointType, map[string]string{"c1": "e1"})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType) // (listeners may refer to clusters too: it holds none)
+	c.Ack(c.RecvType(keying.ListenerType))
+	c.Resume(keying.RouteType, "v-before", "ra", "rb")
+	r := c.RecvType(keying.RouteType)
+	wantNames(t, "routes sent while rb is unsure", routeNames(t, r), []string{"ra"})
+	c.Ack(r)
+	c.Resume(keying.ClusterType, "v-before") // it holds c1 and c2
+	// The stream handles requests in order: the EDS answer comes after
+	// whatever the CDS request queued.
+	c.Subscribe(keying.EndpointType, "c1")
+	if r = c.MustRecv(); r.GetTypeUrl() == keying.ClusterType {
+		t.Fatalf("clusters %v sent while the client's own rb may still refer to c2", anyClusterNames(t, r))
+	}
+	c.Ack(r)
+
+	src.publishView(keying.RouteType, routes, nil) // the upstream confirms rb
+	r = c.RecvType(keying.RouteType)
+	wantNames(t, "routes once rb is confirmed", routeNames(t, r), []string{"rb"})
+	c.Ack(r)
+	r = c.RecvType(keying.ClusterType)
+	wantNames(t, "clusters once rb moved", anyClusterNames(t, r), []string{"c1"})
+}
+
+// routeNames returns the names of the RouteConfigurations a SotW response
+// carries.
+func routeNames(t *testing.T, r *discoverypb.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.GetResources() {
+		rc := &routev3.RouteConfiguration{}
+		if err := a.UnmarshalTo(rc); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rc.GetName())
 	}
 	slices.Sort(out)
 	return out

@@ -138,14 +138,20 @@ func (s *state) unconfirm(sc *scope, authority string) {
 }
 
 // speaksFor reports whether authority's servers speak for the cached res:
-// it came from them, or it is their name held from the default servers'
+// it came from them; it is their name held from the default servers'
 // listing whose wildcard subscription has ended (see lapsedListing), which
-// only they can now say is gone.
+// only they can now say is gone; or, for the default servers, another
+// authority's name their subscribed wildcard lists (Resource.Listed), which
+// they say is gone from their set.
 func (tc *typeCache) speaksFor(res *downstream.Resource, authority string) bool {
-	if res.Authority == authority {
+	switch {
+	case res.Authority == authority:
 		return true
+	case authority == "":
+		return res.Listed && tc.up[keying.Wildcard]
+	default:
+		return res.Authority == "" && ofAuthority(res.Name, authority) && !tc.up[keying.Wildcard]
 	}
-	return res.Authority == "" && authority != "" && ofAuthority(res.Name, authority) && !tc.up[keying.Wildcard]
 }
 
 // holds reports whether tc caches or subscribes anything of authority.

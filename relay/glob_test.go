@@ -518,3 +518,49 @@ func ackUntil(t *testing.T, c *xdstest.ADSClient, want []string, failure string)
 		}
 	}
 }
+
+// A glob member its authority's stream delivered, which the default servers'
+// wildcard also lists, is declared in the initial_resource_versions of a new
+// Delta stream of the default servers: deleted while the relay was away from
+// them, after the glob's subscription ended, it is gone once they say so.
+// The default stream declared only its own names, its server never said the
+// member was gone, and a wildcard client kept it for good.
+func TestListedMemberDeclaredToTheDefaultServers(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1, m2))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1, m2)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, "*", globG)
+	ackUntil(t, glob, []string{"c0", m1, m2}, "the glob's subscriber never got the wildcard and the glob")
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := xdstest.DeltaHolds{}
+	for !held.Has(m2) {
+		resp := wild.MustRecv()
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	glob.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+
+	def.Stop()
+	def.SetResources(clusters("c0", m1))
+	def.Restart()
+	for deadline := time.Now().Add(20 * time.Second); held.Has(m2); {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client still holds %s, which the default servers no longer list", m2)
+		}
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+}

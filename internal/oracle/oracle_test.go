@@ -280,6 +280,14 @@ var regressions = []struct {
 		"a Delta gRPC client that moved in holding the newest env=prod variant of an Envoy-spelled endpoint was sent the relay's older one: its key, subscribed again, was answered from a variant stored since the key's evicted selection, as if confirmed (relay's TestNoRollbackFromEvictedTP2Selection always); then a wildcard Envoy was told a cluster the default servers listed was gone: a SotW authority stream reported the name of a TP2 key it had unsubscribed as deleted (upstream's TestSotWUnsubscribedTP2KeyRemovesNothing always)"},
 	{5451, wholeSchedule(44),
 		"a SotW wildcard Envoy was told an Envoy-spelled cluster the default servers listed was gone while its route still referred to it: make before break kept it in the first CDS response after the upstream dropped it, not in the next (downstream's TestSotWListedNameKeptWhileARouteRefersToIt/2_CDS_changes always)"},
+	{5425, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 30, 31, 32, 33, 34},
+		"a glob member its authority's stream had delivered and the default servers listed, deleted while the relay was away from the Delta default servers (the glob's subscription ended meanwhile), was kept for good by a Delta wildcard Envoy: the default stream's new first request declared only the default authority's names, so the server never said the member was gone (fails every run before the fix; relay's TestListedMemberDeclaredToTheDefaultServers always)"},
+	{5490, wholeSchedule(43),
+		"the same as seed 5425 with a SotW wildcard Envoy, a warm-restart file and a forgetful server (fails about three runs in four before the fix, the shrunk schedule about one run in six)"},
+	{160673, []int{3, 5, 11, 15, 16, 17, 20, 21, 33},
+		"a SotW Envoy that came back to a restarted relay (warm-restart file) was sent a CDS without c2 while its own route r15 still referred to it: the relay withheld its newer, unsure r15 (no rollback), and make before break took that unsent copy for the one the client held (fails about three runs in four before the fix; downstream's TestSotWCDSWaitsForARouteWithheldFromElsewhere always)"},
+	{160079, wholeSchedule(49),
+		"the upstream sent a snapshot's CDS without c1 before its RDS that moved r5 off c1; a gRPC client that had moved to the replica, holding c1 from elsewhere, was sent the CDS without c1 past the reconnect's grace while the move of r5 sat queued right behind it (fails about one run in fifty, under the race detector, before the fix; downstream's TestSotWBreakFirstFromElsewhereWaitsForTheQueuedMove always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -295,12 +303,15 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	2019: "glob,auth-servers,invalid,escaped,foreign", 2028: "auth-servers,invalid,escaped,replace,foreign", 4010: "escaped,foreign",
 	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn, 92056: drawn,
 	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob", 5261: "escaped,foreign,glob",
-	5502: "escaped,foreign,glob", 5451: "escaped,foreign,glob"}
+	5502: "escaped,foreign,glob", 5451: "escaped,foreign,glob",
+	5425: "escaped,foreign,glob", 5490: "escaped,foreign,glob",
+	160673: drawn, 160079: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
-	6221: true, 81451: true, 80719: true, 5016: true, 5261: true}
+	6221: true, 81451: true, 80719: true, 5016: true, 5261: true, 5490: true,
+	160673: true, 160079: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
