@@ -12,7 +12,6 @@ import (
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -315,7 +314,7 @@ func TestSotWNoRollbackFromUnsureWildcardMember(t *testing.T) {
 	up := xdstest.StartUpstream(t)
 	old, newer := xdstest.EDSCluster("c1", "eds-old"), xdstest.EDSCluster("c1", "eds-newer")
 	up.SetResources(xdstest.Resources{resource.ClusterType: {old}})
-	r := xdstest.StartRelayLogged(t, zaptest.NewLogger(t), up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.XDSServers[0].Protocol = "sotw"
 		c.Upstream.Linger = 0
 	}))
