@@ -28,6 +28,7 @@ var (
 	all      = flag.Bool("oracle.all", false, "run every seed of the range, past failures (a survey of a new dimension)")
 	large    = flag.Bool("oracle.large", false, "also draw large worlds, more than 10,000 names (oracle.DrawLarge; make soak sets it)")
 	open     = flag.Bool("oracle.open", false, "also draw the dimensions whose failures are known and open (oracle.DrawOpen)")
+	only     = flag.Uint64("oracle.regression", 0, "replay only the regression of this seed (TestOracleRegressions)")
 	dims     = flag.String("oracle.dims", "", "generate schedules with exactly these dimensions (comma-separated, as a schedule prints them; \"none\" for the plain ones) instead of the drawn ones")
 )
 
@@ -327,6 +328,9 @@ func wholeSchedule(n int) []int {
 // TestOracleRegressions replays the shrunk schedules of bugs the oracle found.
 func TestOracleRegressions(t *testing.T) {
 	for _, r := range regressions {
+		if *only != 0 && r.seed != *only {
+			continue
+		}
 		s := oracle.GeneratePlain(r.seed, 40)
 		if dims := foundDims[r.seed]; dims == drawn {
 			s = oracle.Generate(r.seed, 40)
