@@ -185,12 +185,13 @@ func (sw *sotwBuilder) fullKeeping(sel *namedState, b *body, forced bool) *body 
 
 // fullSelection returns what a full-state response of v carries for the
 // stream: shared by every stream of the same interned subscription when it
-// names resources plainly (View.namedFull), else the stream's own.
+// names resources plainly and canonically (View.namedFull), else the
+// stream's own.
 // Called with mu held.
 func (sw *sotwBuilder) fullSelection() *namedState {
 	st, ts, v := sw.st, sw.ts, sw.v
 	w := st.wrapFor(ts)
-	if !ts.wildcard && ts.set != nil && len(ts.denied) == 0 && !ts.hasGlobs && len(w.tp2) == 0 {
+	if !ts.wildcard && ts.set != nil && len(ts.denied) == 0 && !ts.hasGlobs && len(w.tp2) == 0 && len(ts.spelled) == 0 {
 		return v.namedFull(ts.set, w.ttl)
 	}
 	var extra []*Resource // named resources outside the wildcard set
@@ -226,6 +227,7 @@ func (sw *sotwBuilder) fullSelection() *namedState {
 			errs = append(errs, e)
 		}
 	}
+	errs = ts.spellErrors(errs)
 	sortErrors(errs)
 	sel := &namedState{present: len(extra), errors: len(errs), gone: gone, errs: errs, key: "*", sel: extra}
 	if w.ttl && v.wildcardTTL() {
@@ -334,7 +336,7 @@ func (sw *sotwBuilder) partial() *body {
 			delete(ts.brought, n)
 		}
 	}
-	sel, errs := sw.sel, sw.errs
+	sel, errs := sw.sel, ts.spellErrors(sw.errs)
 	if len(sel) == 0 && len(errs) == 0 {
 		return nil
 	}

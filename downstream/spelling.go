@@ -13,7 +13,8 @@ import (
 // it used. A stream keeps the spellings of the names it subscribes to that
 // are not canonical (typeState.spelled), hands them to the Source with the
 // subscription change (Change.Spellings), and names the resources,
-// removals and errors of its Delta responses with them (respell). A name
+// removals and errors of its Delta responses with them (respell), and the
+// errors of its SotW responses (spellErrors). A name
 // the client did not spell (the wildcard or a glob gave it) it gets as the
 // upstream spelled it, the name on the View's shared encodings.
 
@@ -76,8 +77,16 @@ func (ts *typeState) respell(send, beats []*Resource, rms []removal, errs []*Res
 		delete(ts.heldAs, rm.key)
 	}
 	send, beats = ts.respelled(send), ts.respelled(beats)
+	return send, beats, rms, ts.spellErrors(errs)
+}
+
+// spellErrors names errs as the client spelled their keys (SotW and Delta
+// alike): under the canonical key it would match none of its names, and a
+// full-state response without its resource deletes it. Only errors named
+// otherwise are copies. Called with mu held.
+func (ts *typeState) spellErrors(errs []*ResourceError) []*ResourceError {
 	if len(ts.spelled) == 0 {
-		return send, beats, rms, errs
+		return errs
 	}
 	var out []*ResourceError
 	for i, e := range errs {
@@ -88,10 +97,10 @@ func (ts *typeState) respell(send, beats []*Resource, rms []removal, errs []*Res
 			out[i] = &ResourceError{Name: n, Code: e.Code, Message: e.Message}
 		}
 	}
-	if out != nil {
-		errs = out
+	if out == nil {
+		return errs
 	}
-	return send, beats, rms, errs
+	return out
 }
 
 // respelled returns rs, copied only when a resource is to be named

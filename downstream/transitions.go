@@ -60,10 +60,13 @@ func (ts *typeState) losesNothing(v *View, b *body) bool {
 	return true
 }
 
-// staleIn reports whether v's word on any of the stream's subscriptions is
-// unconfirmed (View.Stale). Called with mu held.
+// staleIn reports whether v's copy of what the stream subscribes to may be
+// older than what its client brought from elsewhere: its authority's word
+// is unconfirmed (View.Stale), or a cached name it covers is unsure
+// (View.Unsure). A full-state response cannot leave that name out, so the
+// whole response waits. Called with mu held.
 func (ts *typeState) staleIn(v *View) bool {
-	if len(v.Unconfirmed) == 0 {
+	if len(v.Unconfirmed) == 0 && len(v.Unsure) == 0 {
 		return false
 	}
 	if ts.wildcard && v.Stale(keying.Wildcard) {
@@ -71,6 +74,11 @@ func (ts *typeState) staleIn(v *View) bool {
 	}
 	for k := range ts.names {
 		if v.Stale(k) {
+			return true
+		}
+	}
+	for k := range v.Unsure {
+		if ts.subscribes(v, k) {
 			return true
 		}
 	}

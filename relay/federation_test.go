@@ -496,3 +496,28 @@ func TestListedNameKeepsItsListingAsADefaultVariant(t *testing.T) {
 		}
 	}
 }
+
+// A TP3 error names the resource as the client spelled it: a SotW client
+// that asked for an Envoy-spelled name of an authority that is not
+// configured gets its NOT_FOUND under that name. Under the relay's
+// canonical key (…/svc:8080) the client matches nothing, and a CDS
+// response without its cluster deletes it — also when the error is the
+// relay's own UNAVAILABLE, which should keep it (the oracle's seed 173339,
+// a REST poller).
+func TestEnvoySpelledNameErrorAsSpelled(t *testing.T) {
+	const envoy = "xdstp://unknown.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c1"))
+	r := xdstest.StartRelay(t, up.Addr())
+	s := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "sotw"})
+	s.Subscribe(resource.ClusterType, envoy, "c1")
+	for {
+		resp := s.RecvType(resource.ClusterType)
+		s.Ack(resp)
+		if len(resp.GetResources()) > 0 {
+			wantNames(t, resp, "c1")
+			wantNotFound(t, resp.GetResourceErrors(), envoy)
+			return
+		}
+	}
+}

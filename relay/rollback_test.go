@@ -302,3 +302,39 @@ func TestNoRollbackFromEvictedTP2Selection(t *testing.T) {
 		})
 	}
 }
+
+// The same for a cluster a SotW client from another replica names (the
+// oracle's seed 172663): the relay cached c1 as a member of the wildcard set,
+// whose subscription ended, so the copy is unsure; the upstream changed c1
+// meanwhile. A gRPC-style client that names c1 and brings its CDS version
+// from elsewhere is not sent the older copy. CDS is a full-state type: the
+// whole response waits for the upstream's answer, as it does while the
+// upstream is away.
+func TestSotWNoRollbackFromUnsureWildcardMember(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	old, newer := xdstest.EDSCluster("c1", "eds-old"), xdstest.EDSCluster("c1", "eds-newer")
+	up.SetResources(xdstest.Resources{resource.ClusterType: {old}})
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Linger = 0
+	}))
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	wild.Ack(wild.RecvType(resource.ClusterType))
+	wild.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "", "op": "unsubscribe"}) > 0
+	}, "the wildcard unsubscribed", nil)
+	up.SetResources(xdstest.Resources{resource.ClusterType: {newer}}) // the relay is not told
+
+	moved := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	moved.Resume(resource.ClusterType, "v-elsewhere", "c1")
+	resp := moved.RecvType(resource.ClusterType)
+	moved.Ack(resp)
+	if len(resp.GetResources()) != 1 {
+		t.Fatalf("first response: %d resources, want c1", len(resp.GetResources()))
+	}
+	if got := resp.GetResources()[0].GetValue(); !bytes.Equal(got, bodyOf(t, newer)) {
+		t.Fatalf("sent c1 %x, want the upstream's %x (the relay's unsure copy, a rollback: %x)", got, bodyOf(t, newer), bodyOf(t, old))
+	}
+}

@@ -105,14 +105,20 @@ func TestIdleAuthorityHoldsNoOtherClient(t *testing.T) {
 // subscribes after the restart, so its authority's data stays unconfirmed.
 // A client that comes from another replica with default-authority CDS
 // config is answered once the default upstream has (it was held for good;
-// found by a review).
+// found by a review). The Delta upstream, told the relay holds c1, has
+// nothing newer and says nothing: c1 stays unsure until a does-not-exist
+// wait of that silence confirms it (no rollback).
 func TestWarmRestartIdleAuthorityHoldsNoOtherClient(t *testing.T) {
 	t.Run("fed", func(t *testing.T) { warmRestartIdle(t, true) })
 	t.Run("control", func(t *testing.T) { warmRestartIdle(t, false) })
 }
 
 func warmRestartIdle(t *testing.T, fed bool) {
-	opt := federated(filepath.Join(t.TempDir(), "cache"))
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		federated(path)(c)
+		c.Upstream.DoesNotExistAfter = time.Second
+	})
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters("c1", fedX))
 	held := []string{"c1"}
@@ -124,7 +130,7 @@ func warmRestartIdle(t *testing.T, fed bool) {
 	second := xdstest.StartRelay(t, up.Addr(), opt)
 	moved := xdstest.DialADS(t, second.Addr(), &core.Node{Id: "moved"})
 	moved.Resume(resource.ClusterType, "v-from-another-replica", "c1")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	got, err := moved.Recv(ctx)
 	if err != nil {

@@ -348,3 +348,19 @@ func TestPollNoRollbackFromUnsureCopy(t *testing.T) {
 		t.Fatalf("answered e1 with port %d, want the upstream's 2 (1: the relay's copy from before the subscription ended, a rollback)", port)
 	}
 }
+
+// A poll's TP3 errors name the resources as the poller spelled them (the
+// oracle's seed 173339): under the relay's canonical key the client matches
+// nothing, and a CDS answer without its cluster deletes it.
+func TestPollEnvoySpelledNameErrorAsSpelled(t *testing.T) {
+	const name = "xdstp://unknown.example/envoy.config.cluster.v3.Cluster/svc%3A8080"
+	rr := startREST(t, clusters("c1"), 10*time.Second)
+	r := rr.post(t, "clusters", request("envoy-1", "", "c1", name))
+	if r.code != http.StatusOK {
+		t.Fatalf("CDS poll: %d %q", r.code, r.body)
+	}
+	errs := r.resp.GetResourceErrors()
+	if len(errs) != 1 || errs[0].GetResourceName().GetName() != name {
+		t.Fatalf("resource_errors = %v, want one for %s as spelled", errs, name)
+	}
+}

@@ -100,7 +100,7 @@ func (p *poll) answer(v *downstream.View) answer {
 			add(r)
 			some = true
 		} else if e, ok := v.Errors[k]; ok && (trust(k) || !v.Gone(k)) {
-			a.errs = append(a.errs, e) // TP3: cached errors are answered like resources
+			a.errs = append(a.errs, p.spelled(e)) // TP3: cached errors are answered like resources
 			some = true
 		} else if v.Known(k, holds) && trust(k) {
 			some = true
@@ -117,6 +117,17 @@ func (p *poll) answer(v *downstream.View) answer {
 	slices.SortFunc(a.errs, func(x, y *downstream.ResourceError) int { return strings.Compare(x.Name, y.Name) })
 	a.version = a.versionOf()
 	return a
+}
+
+// spelled returns e named as the poll spelled its key: under the canonical
+// key the client would match none of its names, and a full-state answer
+// without its resource deletes it.
+func (p *poll) spelled(e *downstream.ResourceError) *downstream.ResourceError {
+	n, ok := p.spellings[e.Name]
+	if !ok {
+		return e
+	}
+	return &downstream.ResourceError{Name: n, Code: e.Code, Message: e.Message}
 }
 
 // versionOf derives the answer's version from what it carries: the same
