@@ -310,3 +310,30 @@ func TestStaleDropNamedAgainBeforeTheResponseEDS(t *testing.T) {
 		t.Fatalf("a, dropped by the client, not sent again: %d responses", len(rec.sent))
 	}
 }
+
+// Once a response answered every newly subscribed name, the stream keeps no
+// map of them: a map never shrinks, and every stream of a fleet keeps its
+// typeState for life.
+func TestAnsweredNamesReleased(t *testing.T) {
+	src := &deferredSource{}
+	srv := NewServer(src, Options{Metrics: metrics.New()})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("e%d", i)
+	}
+	if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.EndpointType, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	st.Notify(fuzzView(keying.EndpointType, names...), src.forced[0])
+	st.flush()
+	if len(rec.sent) != 1 || len(rec.sent[0].GetResources()) != len(names) {
+		t.Fatalf("%d responses to the first request", len(rec.sent))
+	}
+	if ts := st.types[keying.EndpointType]; ts.unanswered != nil || ts.answeredWith != nil {
+		t.Fatalf("answered, the stream still keeps unanswered=%v answeredWith=%v", ts.unanswered, ts.answeredWith)
+	}
+}

@@ -74,6 +74,7 @@ func (sw *sotwBuilder) record(b *body) *encoded {
 	}
 	if len(ts.unanswered) > 0 || len(ts.answeredWith) > 0 {
 		ts.noteAnswered(it, b.keys)
+		ts.releaseAnswered()
 	}
 	ts.lastView = v
 	st.endWithholding(ts, v.TypeURL)
@@ -285,6 +286,19 @@ func (ts *typeState) noteAnswered(it item, keys map[string]struct{}) {
 			ts.answeredWith[k] = r.Version
 		}
 		delete(ts.unanswered, k)
+	}
+}
+
+// releaseAnswered drops the maps of newly subscribed names once every name
+// in them was answered: a map never shrinks, and a stream keeps its
+// typeState for life (with 100 names, about 2 KiB a stream of a fleet).
+// Called with mu held.
+func (ts *typeState) releaseAnswered() {
+	if len(ts.unanswered) == 0 {
+		ts.unanswered = nil
+	}
+	if len(ts.answeredWith) == 0 {
+		ts.answeredWith = nil
 	}
 }
 
