@@ -51,22 +51,44 @@ lint:
 # kustomize renders deploy/kubernetes and every other kustomization under
 # deploy/, helm lints the chart deploy/helm/xds-relay, and go test ./deploy/
 # checks what both render (rendered_test.go, helm_test.go: the chart's
-# objects equal the base's); promtool lints deploy/prometheus/alerts.yaml
-# (check rules --lint=all) and runs the alert scenarios of
-# deploy/prometheus/tests (test rules). The tools are built from the Go module proxy into $(TOOLS), outside
-# the clone so that later runs on the machine reuse them, on first use (`make
-# tools`; promtool is the slow one: its service discovery pulls in the cloud
-# SDKs, ~17 CPU-minutes, so ~10 min on an idle 2-core machine; helm takes
-# ~6.5 CPU-minutes) and kept there by version. kustomize v5.8.3 and later need Go 1.27.
+# objects equal the base's); kubeconform -strict validates every rendered
+# set (each kustomization, the chart with default values and with
+# createNamespace=true) against the OpenAPI schemas of each Kubernetes
+# version of KUBERNETES_VERSIONS (the Prometheus operator's PodMonitor and
+# PrometheusRule, CRD objects with no schema there, skipped by name);
+# promtool lints deploy/prometheus/alerts.yaml (check rules --lint=all) and
+# runs the alert scenarios of deploy/prometheus/tests (test rules). The tools
+# are built from the Go module proxy into $(TOOLS), outside the clone so that
+# later runs on the machine reuse them, on first use (`make tools`; promtool
+# is the slow one: its service discovery pulls in the cloud SDKs, ~17
+# CPU-minutes, so ~10 min on an idle 2-core machine; helm takes ~6.5
+# CPU-minutes) and kept there by version. The schemas too, with no other
+# network: scripts/k8s-json-schemas.py makes the standalone-strict JSON
+# schemas kubeconform expects from api/openapi-spec/swagger.json of the
+# module zip k8s.io/kubernetes@vX.Y.Z (~17 MB each), with the converter of the
+# kubeconform module (scripts/openapi2jsonschema.py, run from the module
+# cache), into $(K8S_SCHEMAS)/vX.Y.Z-standalone-strict/ (a few seconds and
+# ~18 MB a version). kustomize v5.8.3 and later need Go 1.27.
 KUSTOMIZE_VERSION ?= v5.8.2
 PROMTOOL_VERSION  ?= v0.316.0
 HELM_VERSION      ?= v3.22.0
+KUBECONFORM_VERSION ?= v0.8.0
+# The Kubernetes minor versions the manifests are validated against, each at
+# a patch release of k8s.io/kubernetes the Go module proxy serves.
+KUBERNETES_VERSIONS ?= 1.29.6 1.30.14 1.31.14 1.32.13
 TOOLS     ?= $(shell $(GO) env GOPATH)/xds-relay-tools
 KUSTOMIZE := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)
 PROMTOOL  := $(TOOLS)/promtool-$(PROMTOOL_VERSION)
 HELM      := $(TOOLS)/helm-$(HELM_VERSION)
+KUBECONFORM := $(TOOLS)/kubeconform-$(KUBECONFORM_VERSION)
+# -g1: what scripts/k8s-json-schemas.py writes; bump it when that changes.
+K8S_SCHEMAS := $(TOOLS)/kubernetes-json-schema-g1
+K8S_SCHEMA_SETS := $(foreach v,$(KUBERNETES_VERSIONS),$(K8S_SCHEMAS)/v$(v)-standalone-strict/.complete)
+# CRD objects (the Prometheus operator's, deploy/prometheus-operator): the
+# Kubernetes API's schemas have none, so kubeconform skips exactly these.
+KUBECONFORM_SKIP := monitoring.coreos.com/v1/PodMonitor,monitoring.coreos.com/v1/PrometheusRule
 
-tools: $(KUSTOMIZE) $(PROMTOOL) $(HELM)
+tools: $(KUSTOMIZE) $(PROMTOOL) $(HELM) $(KUBECONFORM) $(K8S_SCHEMA_SETS)
 
 $(PROMTOOL):
 	@mkdir -p $(TOOLS)/.gobin-promtool
@@ -83,10 +105,33 @@ $(KUSTOMIZE):
 	GOBIN=$(TOOLS)/.gobin-kustomize $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(TOOLS)/.gobin-kustomize/kustomize $@
 
+$(KUBECONFORM):
+	@mkdir -p $(TOOLS)/.gobin-kubeconform
+	GOBIN=$(TOOLS)/.gobin-kubeconform $(GO) install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+	mv $(TOOLS)/.gobin-kubeconform/kubeconform $@
+
+# The converter imports PyYAML (Debian: python3-yaml).
+$(K8S_SCHEMAS)/v%-standalone-strict/.complete:
+	@python3 -c 'import yaml' 2>/dev/null || { echo "make tools: python3 with PyYAML is needed for the Kubernetes schemas (Debian: apt-get install python3-yaml)"; exit 1; }
+	python3 scripts/k8s-json-schemas.py $(GO) $(KUBECONFORM_VERSION) $* $(K8S_SCHEMAS)
+
+# Every rendered set into a temporary directory, then kubeconform over it
+# once per Kubernetes version; any invalid object, or one with no schema
+# (but the skipped CRD kinds), fails the target.
 check-manifests: tools
-	@set -e; for k in $$(find deploy -name kustomization.yaml -o -name kustomization.yml | sort); do \
+	@set -eo pipefail; out=$$(mktemp -d); trap 'rm -rf $$out' EXIT; \
+	for k in $$(find deploy -name kustomization.yaml -o -name kustomization.yml | sort); do \
 	  d=$$(dirname $$k); echo "kustomize build $$d"; \
-	  $(KUSTOMIZE) build $$d > /dev/null; \
+	  $(KUSTOMIZE) build $$d > $$out/kustomize-$$(echo $$d | tr / -).yaml; \
+	done; \
+	echo "helm template deploy/helm/xds-relay (default values; --set createNamespace=true)"; \
+	$(HELM) template xds-relay deploy/helm/xds-relay --namespace xds-relay > $$out/helm-xds-relay.yaml; \
+	$(HELM) template xds-relay deploy/helm/xds-relay --namespace xds-relay --set createNamespace=true > $$out/helm-xds-relay-namespace.yaml; \
+	for v in $(KUBERNETES_VERSIONS); do \
+	  echo "kubeconform -strict, Kubernetes $$v ($$(ls $$out | tr '\n' ' '))"; \
+	  $(KUBECONFORM) -strict -summary -kubernetes-version $$v -skip $(KUBECONFORM_SKIP) \
+	    -schema-location '$(K8S_SCHEMAS)/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json' \
+	    $$out; \
 	done
 	$(HELM) lint --strict deploy/helm/xds-relay
 	XDS_RELAY_KUSTOMIZE=$(KUSTOMIZE) XDS_RELAY_HELM=$(HELM) $(GO) test -count=1 ./deploy/

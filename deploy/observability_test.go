@@ -58,6 +58,7 @@ func registryNames(t *testing.T) map[string]bool {
 	m.CollectReadiness(func() bool { return true }, func() bool { return true })
 	m.CollectCache(func() []metrics.CacheSize { return []metrics.CacheSize{{TypeURL: "x"}} })
 	m.CollectSync(func() []metrics.SyncCount { return []metrics.SyncCount{{TypeURL: "x"}} })
+	m.CollectConnections(func() int { return 0 })
 	fams, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
