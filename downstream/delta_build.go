@@ -279,11 +279,12 @@ func (b *deltaBuilder) answerWildcard() bool {
 		b.sendIfNew(r)
 	}
 	for n := range ts.holds {
-		if _, present := v.Resources[n]; present || ts.watches(v, n) {
+		r, present := v.Resources[n]
+		if present && (r.InWildcard() || ofDefault(n) || keying.HasParams(n)) || ts.watches(v, n) {
 			continue
 		}
-		// Another authority's name the wildcard alone gave: the default
-		// servers' whole set is the word on it.
+		// Another authority's name the wildcard alone gave, cached or not:
+		// the default servers' whole set is the word on it.
 		if (ofDefault(n) && st.checkRemoval(ts, v, n) || !ofDefault(n) && b.unlisted(n)) && !st.withholdReferenced(ts, v, n) {
 			b.drop(n)
 		}

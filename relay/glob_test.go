@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -562,5 +563,59 @@ func TestListedMemberDeclaredToTheDefaultServers(t *testing.T) {
 		}
 		held.Apply(resp)
 		wild.Ack(resp)
+	}
+}
+
+// A glob member the default servers stop listing while its glob's
+// subscription still covers it stays cached, unlisted, once the glob ends; a
+// Delta wildcard client that brings it from elsewhere is told it is gone —
+// the default servers' word on what the wildcard covers, as a client
+// connected at the time was told. It was skipped as cached, and kept for good.
+func TestUnlistedMemberRemovedForWildcardFromElsewhere(t *testing.T) {
+	m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1, m2))
+	g := xdstest.NewGlobADS(m1, m2)
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1, m2}, "the glob's subscriber never got the glob")
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := xdstest.DeltaHolds{}
+	for !held.Has("c0") || !held.Has(m1) || !held.Has(m2) {
+		resp := wild.MustRecv()
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	brought := maps.Clone(held)
+	def.SetResources(clusters("c0", m1))
+	for held.Has(m2) {
+		resp := wild.MustRecv()
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	glob.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+	g.Set(m1) // deleted by its authority too, while nothing subscribes it
+
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: brought})
+	for deadline := time.Now().Add(20 * time.Second); brought.Has(m2); {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the moved wildcard client still holds %s, which the default servers no longer list", m2)
+		}
+		brought.Apply(resp)
+		moved.Ack(resp)
 	}
 }
