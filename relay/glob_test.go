@@ -677,3 +677,35 @@ func TestListedMemberFromTheDefaultServersNotHeldForItsAuthority(t *testing.T) {
 		moved.Ack(resp)
 	}
 }
+
+// While its authority's stream is down, a glob member the default servers
+// list follows their listing: its authority's copy is unconfirmed, and the
+// default servers, which think the relay holds what they sent, never send
+// it again — not when the glob ends before the authority is back. It was
+// taken as a listing only, and a wildcard client kept the older copy for
+// good.
+func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream never ended", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+}
