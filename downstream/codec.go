@@ -25,8 +25,8 @@ func newEncoded(b []byte, nonceField int, nonce string) *encoded {
 
 func (e *encoded) size() int { return len(e.body) + len(e.nonce) }
 
-// codec sends *encoded messages as their bytes and everything else through
-// grpc's proto codec.
+// codec sends *encoded messages as their bytes, decodes SotW requests with
+// their stream's names memo, and everything else through grpc's proto codec.
 type codec struct{ proto encoding.CodecV2 }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
@@ -36,7 +36,15 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.proto.Marshal(v)
 }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*sotwRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return r.unmarshal(buf.ReadOnlyData())
+}
 
 func (c codec) Name() string { return proto.Name }
 

@@ -20,7 +20,9 @@
 // their connections, see drain.go). A stream sends only while its client
 // has acknowledged all but sendBudget of what it was sent, so no send blocks
 // on a client that stopped reading: such a stream holds no sender, and its
-// queue coalesces (bounded) until the client reads again.
+// queue coalesces (bounded) until the client reads again. An ACK repeats
+// its subscription's names: a SotW stream decodes them once and reuses them
+// while their bytes do not change (see recvnames.go).
 //
 // # Concurrency
 //
@@ -30,14 +32,15 @@
 // in Locked is called with stream.mu held and returns with it held. Nothing
 // is sent and no flush handed to the pool under it: flush sends between its
 // two locked steps, and a request reports a canary's verdict and hands its
-// change to the Source after the lock (finish).
+// change to the Source after the lock (finish). The names table's lock
+// (recvnames.go) is a leaf, taken by a handler with no other lock held.
 //
 // # Files
 //
 // server.go, stream.go and typestate.go hold the server, a stream and its
-// per-type state; sotw.go and delta.go read requests; sotw_build.go and
-// delta_build.go build responses; flush.go queues and sends them; ack.go
-// tracks what the client acknowledged; request.go checks and commits a
-// request; mbb.go (make before break) and transitions.go decide which
-// removals a stream withholds.
+// per-type state; sotw.go and delta.go read requests (recvnames.go decodes
+// SotW ones); sotw_build.go and delta_build.go build responses; flush.go
+// queues and sends them; ack.go tracks what the client acknowledged;
+// request.go checks and commits a request; mbb.go (make before break) and
+// transitions.go decide which removals a stream withholds.
 package downstream

@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -195,4 +196,120 @@ func TestSotWBreakFirstFromElsewhereWaitsForTheQueuedMove(t *testing.T) {
 		}
 	}
 	t.Fatalf("the clusters were never sent (the move of r5 sent: %v)", movedAt >= 0)
+}
+
+// fromElsewhereStream returns a SotW ADS stream past its reconnect's grace
+// whose client came back holding r5 → c1 and brought its clusters (c1
+// among them) from elsewhere: the stream sent it r5 from rds, and it
+// subscribes to every cluster.
+func fromElsewhereStream(t *testing.T, rds *View) (*stream, *recorder[*discoverypb.DiscoveryResponse]) {
+	t.Helper()
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New()})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	for _, req := range []*discoverypb.DiscoveryRequest{
+		{TypeUrl: keying.RouteType, ResourceNames: []string{"r5"}, VersionInfo: "v-elsewhere"},
+		{TypeUrl: keying.ClusterType, ResourceNames: []string{"*"}, VersionInfo: "v-elsewhere"},
+	} {
+		if err := st.handleSotW(req); err != nil {
+			t.Fatal(err)
+		}
+		if req.TypeUrl == keying.RouteType {
+			st.Notify(rds, []string{"r5"})
+			st.flush()
+			if len(rec.sent) != 1 {
+				t.Fatalf("%d responses, want r5's", len(rec.sent))
+			}
+		}
+	}
+	return st, rec
+}
+
+// clustersWithout returns a complete CDS View, received at, of c14 and the
+// other names: c1 is gone.
+func clustersWithout(t *testing.T, seq uint64, at time.Time, names ...string) *View {
+	v := &View{TypeURL: keying.ClusterType, Seq: seq, Complete: true, Received: at, Resources: map[string]*Resource{}}
+	for _, n := range append(names, "c14") {
+		v.Resources[n] = resourceOf(t, n, &clusterv3.Cluster{Name: n})
+	}
+	return v
+}
+
+// sentTypes returns the types of the responses sent after the first n.
+func sentTypes(rec *recorder[*discoverypb.DiscoveryResponse], n int) []string {
+	var out []string
+	for _, r := range rec.sent[n:] {
+		out = append(out, r.GetTypeUrl())
+	}
+	return out
+}
+
+// An upstream that sends type by type may send the move of a route off a
+// cluster just after the CDS without it, long after the client came back:
+// the clusters wait for the move (not only within the reconnect's grace).
+func TestSotWBreakFirstFromElsewhereWaitsForTheMoveThatFollows(t *testing.T) {
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st, rec := fromElsewhereStream(t, rds1)
+	st.Notify(clustersWithout(t, 2, time.Now()), []string{keying.Wildcard}) // the removal arrives now
+	st.flush()
+	if got := sentTypes(rec, 1); len(got) != 0 {
+		t.Fatalf("sent %v before the move of r5 off c1, which the upstream sends next", got)
+	}
+	rds2 := rds1.Next(3, map[string]struct{}{"r5": {}})
+	rds2.Resources = map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c14"))}
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the move of r5, then the clusters", got)
+	}
+}
+
+// An upstream whose routes keep referring to a cluster it deleted does not
+// freeze the clusters of a client from elsewhere: once the wait from the
+// removal is over they go, and so do later changes.
+func TestSotWDanglingReferenceFromElsewhereDoesNotFreezeClusters(t *testing.T) {
+	rds := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st, rec := fromElsewhereStream(t, rds)
+	st.Notify(clustersWithout(t, 2, time.Now()), []string{keying.Wildcard})
+	st.flush()
+	// The stream looks again when the wait ends (its timer queues the
+	// type); the flush is by hand here.
+	for deadline := time.Now().Add(20 * time.Second); len(rec.sent) == 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the clusters never went while r5 keeps referring to c1")
+		}
+		st.flush()
+	}
+	st.Notify(clustersWithout(t, 3, time.Now(), "c15"), nil) // a later change
+	st.flush()
+	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.ClusterType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the clusters, then their change", got)
+	}
+}
+
+// While no live upstream confirms the relay's copy of the route the client
+// holds (it reconnected and has not answered yet), the route may have moved
+// off the cluster a CDS dropped long ago: the clusters wait for the
+// upstream's answer on the route, and go once it keeps the route as it was.
+func TestSotWClustersWaitWhileTheRouteIsDoubtful(t *testing.T) {
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st, rec := fromElsewhereStream(t, rds1)
+	rds2 := rds1.Next(2, nil)
+	rds2.Unconfirmed = map[string]bool{"": true} // the upstream went away
+	st.Notify(rds2, nil)
+	st.Notify(clustersWithout(t, 3, time.Now().Add(-time.Minute)), []string{keying.Wildcard})
+	st.flush()
+	if got := sentTypes(rec, 1); len(got) != 0 {
+		t.Fatalf("sent %v while the relay's r5, which refers to c1, is unconfirmed", got)
+	}
+	st.Notify(rds1.Next(4, nil), nil) // confirmed again, unchanged: the upstream's own dangling reference
+	st.flush()
+	st.flush()
+	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.ClusterType}) {
+		t.Fatalf("sent %v once r5 is confirmed, want the clusters", got)
+	}
 }

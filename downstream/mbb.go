@@ -27,8 +27,10 @@ import (
 // client holding that resource until the reference goes: the client keeps
 // working, and xds_relay_removals_held_total{reason="referenced"} counts it.
 // One the client brought from elsewhere, which the stream cannot send as the
-// client holds it, is held only during the reconnect (referrerGrace), or
-// while a queued change of the referrer drops the reference: otherwise
+// client holds it, is held only while the reference may be about to go
+// (mayLeave): during the reconnect, while a queued change of the referrer
+// drops it, while no live upstream confirms the relay's copy of the
+// referrer, or shortly after the removal arrived (referrerGrace): otherwise
 // waiting for such a reference to go would withhold every later update of
 // the type.
 
@@ -210,9 +212,8 @@ func (st *stream) withholdReferenced(ts *typeState, v *View, key string) bool {
 // carry, by key: what v dropped — it is not in b, not in v — that the
 // stream subscribes to and that something the client holds refers to (the
 // client holds it then, or should); nil for one whose content the stream
-// does not have (the client brought it from elsewhere), only within the
-// reconnect's grace (referrerGrace) or while a queued change of its referrer
-// drops the reference (referenceLeaving). ok is false when
+// does not have (the client brought it from elsewhere), only while the
+// reference may be about to go (mayLeave). ok is false when
 // the response must be withheld whole: such a resource, or a referrer the
 // stream cannot read while the client may lose something. Called with mu
 // held.
@@ -244,6 +245,8 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	for n := range refs {
 		cands[n] = true
 	}
+	unread := map[string]bool{}
+	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ time.Time) bool { return !unread[k] }) }()
 	for k := range cands {
 		listed := ts.unlistedHeld(v, k)
 		if _, in := b.keys[k]; in || !ts.subscribes(v, k) && !listed {
@@ -260,11 +263,14 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		if r == nil {
 			r = ts.clientResource(k)
 		}
-		if r == nil && !st.inGrace() && !st.referenceLeaving(v.TypeURL, k) {
-			// The stream cannot keep what it cannot read, and past the
-			// reconnect the reference may be the upstream's own for good:
-			// holding the whole type would freeze every later update.
-			continue
+		if r == nil {
+			unread[k] = true
+			if !st.mayLeave(ts, v, k) {
+				// The stream cannot keep what it cannot read, and the
+				// reference may be the upstream's own for good: holding
+				// the whole type would freeze every later update.
+				continue
+			}
 		}
 		if keep == nil {
 			keep = make(map[string]*Resource)
@@ -272,6 +278,67 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		keep[k] = r
 	}
 	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
+}
+
+// mayLeave reports whether the reference to key (of v's type), which the
+// client holds from elsewhere so that a full-state response cannot keep it,
+// may still be about to go, so the response waits for it: within the
+// reconnect's grace; while a queued change of the referrer drops it
+// (referenceLeaving); while the relay's copy of the referrer is one no live
+// upstream confirms (referrerDoubtful), until the upstream's answer; or
+// within referrerGrace of the removal's arrival (removedLately). Called with
+// mu held.
+func (st *stream) mayLeave(ts *typeState, v *View, key string) bool {
+	lately := st.removedLately(ts, v, key) // (noted always: the wait runs from the removal)
+	return lately || st.inGrace() || st.referenceLeaving(v.TypeURL, key) || st.referrerDoubtful(v.TypeURL, key)
+}
+
+// referrerDoubtful reports whether the client holds a resource referring to
+// key (of typeURL) whose copy in the relay's latest View no live upstream
+// confirms (View.Doubtful): the upstream may have moved it off key already,
+// and its answer, which notifies the stream, tells. Called with mu held.
+func (st *stream) referrerDoubtful(typeURL, key string) bool {
+	name, _ := keying.SplitSubscriptionKey(key)
+	for _, rt := range keying.Referrers(typeURL) {
+		rts := st.types[rt]
+		if rts == nil || rts.latest == nil {
+			continue
+		}
+		doubtful := false
+		rts.eachClientResource(func(r *Resource) bool {
+			doubtful = r != nil && slices.Contains(r.refs(rt)[typeURL], name) && rts.latest.Doubtful(r.key())
+			return !doubtful
+		})
+		if doubtful {
+			return true
+		}
+	}
+	return false
+}
+
+// removedLately reports whether key's removal, as first seen by the stream
+// in v, arrived from upstream within referrerGrace: an upstream that sends
+// type by type — ordered, or not — may send the referrer's move just after
+// the removal, and nothing on a SotW stream says whether one is coming, so
+// only a short wait from the removal (not from the reconnect, which may be
+// long past) tells a move from the upstream's own dangling reference. The
+// stream looks again when the wait ends. Called with mu held.
+func (st *stream) removedLately(ts *typeState, v *View, key string) bool {
+	at, seen := ts.missingSince[key]
+	if !seen {
+		at = v.Received
+		if at.IsZero() {
+			at = time.Now()
+		}
+		if ts.missingSince == nil {
+			ts.missingSince = make(map[string]time.Time)
+		}
+		ts.missingSince[key] = at
+		if wait := time.Until(at.Add(referrerGrace)); wait > 0 {
+			st.recheckAfter(wait)
+		}
+	}
+	return time.Since(at) < referrerGrace
 }
 
 // referenceLeaving reports whether a change queued for the client of a type
@@ -353,8 +420,8 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 // releaseWithheld looks again, after the client's resources of typeURL changed
 // (a response sent, names unsubscribed), at what the stream withholds of
 // the types they refer to: a withheld resource nothing refers to any more is
-// queued for its removal. It reports whether it queued anything. Called
-// with mu held.
+// queued for its removal, and a response withheld whole is looked at again.
+// It reports whether it queued anything. Called with mu held.
 func (st *stream) releaseWithheld(typeURL string) bool {
 	queued := false
 	for _, t := range keying.Referenced(typeURL) {
@@ -368,8 +435,12 @@ func (st *stream) releaseWithheld(typeURL string) bool {
 				free = append(free, k)
 			}
 		}
-		if len(free) > 0 || len(ts.withheldRefs) == 0 {
-			st.q.pushNames(ts.latest, free) // (withheld whole: looked at again)
+		// Withheld whole (nothing kept, or one the stream cannot read: the
+		// referrer's change may be the upstream's answer, see mayLeave):
+		// looked at again.
+		whole := slices.Contains(slices.Collect(maps.Values(ts.withheldRefs)), nil)
+		if len(free) > 0 || len(ts.withheldRefs) == 0 || whole {
+			st.q.pushNames(ts.latest, free)
 			queued = true
 		}
 	}
@@ -380,8 +451,9 @@ func (st *stream) releaseWithheld(typeURL string) bool {
 // elsewhere (a reconnect: version_info, initial_resource_versions) a type it
 // has not asked for yet may still be one it holds: clients send every
 // type's first request at once, but the relay may answer the first before
-// it reads the others. It also bounds how long a full-state response is
-// held for a referenced resource the stream cannot read (withheldFull).
+// it reads the others. It also bounds how long after a removal arrived a
+// full-state response is held for a referenced resource the stream cannot
+// read (removedLately).
 const referrerGrace = time.Second
 
 // inGrace reports whether the stream is within referrerGrace of a client
@@ -397,7 +469,13 @@ func (st *stream) cameBack() {
 		return
 	}
 	st.graceUntil = time.Now().Add(referrerGrace)
-	time.AfterFunc(referrerGrace, func() {
+	st.recheckAfter(referrerGrace)
+}
+
+// recheckAfter looks again at what the stream withholds once d has passed.
+// Called with mu held.
+func (st *stream) recheckAfter(d time.Duration) {
+	time.AfterFunc(d, func() {
 		st.mu.Lock()
 		sched := !st.closed && st.recheckWithheldLocked() && st.claimFlushLocked()
 		st.mu.Unlock()

@@ -107,14 +107,15 @@ type Options struct {
 // a grpc.Server built with its GRPCOptions by Register.
 type Server struct {
 	// set at creation, read-only
-	src  Source
-	opts Options
-	log  *zap.Logger
-	logs serverLogs // per-client events: sampled, or one line per episode
-	m    *metrics.Metrics
-	pool *pool
-	lim  *rate.Limiter // admission of new streams; nil: off
-	sets nameSets      // interned SotW subscriptions
+	src   Source
+	opts  Options
+	log   *zap.Logger
+	logs  serverLogs // per-client events: sampled, or one line per episode
+	m     *metrics.Metrics
+	pool  *pool
+	lim   *rate.Limiter // admission of new streams; nil: off
+	sets  nameSets      // interned SotW subscriptions
+	names namesTable    // SotW requests' names lists, shared by streams (recvnames.go)
 
 	conns    conns       // the connections of Listener, for Drain
 	refusing atomic.Bool // SetRefusing: new streams are refused

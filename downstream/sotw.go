@@ -10,12 +10,13 @@ import (
 
 // runSotW reads State-of-the-World requests until the stream ends.
 func (st *stream) runSotW() error {
+	r := &sotwRequest{memo: &namesMemo{table: &st.srv.names}}
 	for {
-		req := new(discoverypb.DiscoveryRequest)
-		if err := st.ss.RecvMsg(req); err != nil {
+		r.DiscoveryRequest = new(discoverypb.DiscoveryRequest)
+		if err := st.ss.RecvMsg(r); err != nil {
 			return RecvErr(err)
 		}
-		if err := st.handleSotW(req); err != nil {
+		if err := st.handleSotW(r.DiscoveryRequest); err != nil {
 			return err
 		}
 	}

@@ -521,3 +521,35 @@ func TestEnvoySpelledNameErrorAsSpelled(t *testing.T) {
 		}
 	}
 }
+
+// A glob member its authority's stream delivered, which the default servers
+// also list, stays confirmed when their wildcard's subscription ends while
+// the glob's goes on: its own stream still speaks for it. It was marked
+// unsure, nothing confirmed it again, and a SotW client that brought config
+// from elsewhere and subscribed the glob was held back for good.
+func TestListedMemberStaysSureWhileItsGlobIsSubscribed(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got its member")
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	ackUntil(t, wild, []string{"c0", m1}, "the wildcard client never got the listed member")
+	wild.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "", "op": "unsubscribe"}) > 0
+	}, "the wildcard unsubscribed", nil)
+
+	moved := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Resume(resource.ClusterType, "v-elsewhere", globG)
+	ackUntil(t, moved, []string{m1}, "the client from elsewhere was never sent the glob's member")
+}

@@ -152,6 +152,12 @@ func (s *state) moveToOwn(w downstream.Watcher, typeURL string) {
 			// server then says nothing, would never count as answered.
 			if rs.Authority == "" && n == rs.Name {
 				add(n, rs)
+			} else if rs.Listed && n == rs.Name {
+				// Changed all the same, so that the stream looks at it
+				// again: once the own wildcard set is whole, a name it
+				// does not list is gone for a client that held it
+				// through the wildcard alone.
+				seed.change(n)
 			}
 		}
 	}

@@ -307,3 +307,57 @@ func noCacheAnswer(all, names []string) (*discoverygrpc.DiscoveryResponse, error
 	}
 	return resp, nil
 }
+
+// A wildcard client moved to its own scope by a do_not_cache resource is
+// told that another authority's name it held through the wildcard alone is
+// gone when the default servers' first answer to its own scope no longer
+// lists it: the own View is not seeded with such a name (its own authority's
+// stream delivered it to the group scope), never listed it as changed, and
+// the client kept it for good.
+func TestDoNotCacheMoveUnlistsAnotherAuthoritysName(t *testing.T) {
+	x := globAuth + "g/x"
+	var mu sync.Mutex
+	all := []string{"shared", x}
+	f := &fakeCDS{answerNode: func(node *core.Node, names []string) (*discoverygrpc.DiscoveryResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		resp, err := noCacheAnswer(all, names)
+		if slices.Contains(names, "other") {
+			all = []string{"personal", "shared"} // x leaves the listing right after the answer that moves
+		}
+		return resp, err
+	}}
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(x)))
+	r := xdstest.StartRelay(t, startFakeCDS(t, f), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	resp := wild.MustRecv()
+	wantDelta(t, resp, []string{"shared", x}, nil)
+	held := xdstest.DeltaHolds{}
+	held.Apply(resp)
+	wild.Ack(resp)
+	// x's own authority delivers it too: the group scope holds it as its.
+	g := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "g"})
+	g.Subscribe(resource.ClusterType, []string{globG}, nil)
+	wantDelta(t, g.MustRecv(), []string{x}, nil)
+
+	mu.Lock()
+	all = []string{"personal", "shared", x}
+	mu.Unlock()
+	other := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "other"})
+	other.Subscribe(resource.ClusterType, "other") // the shared scope asks again: personal arrives
+	deadline := time.Now().Add(20 * time.Second)
+	for !(len(held) == 2 && held.Has("personal") && held.Has("shared")) {
+		resp, ok := wild.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the wildcard client holds %v, want personal and shared", held)
+		}
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+}

@@ -208,9 +208,9 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 // unsureWildcardMembers: the wildcard's upstream subscription ended, and what
 // only it covered stays cached (unreferenced) but unsure: nothing tells the
 // relay of its deletion any more. So too another authority's name the
-// default servers list (Resource.Listed): its own stream no longer confirms
-// it either, and the default servers, which think the relay holds it, would
-// not send it again. Named later, it is served as cached until the upstream
+// default servers list (Resource.Listed), unless its glob collection is
+// still subscribed: its own stream no longer confirms it either, and the
+// default servers, which think the relay holds it, would not send it again. Named later, it is served as cached until the upstream
 // sends it again or says it is gone — on a SotW stream a response without it
 // proves nothing, as the name was not in the type's first request, so once
 // upstream.does_not_exist_after passes the relay asks on a new stream
@@ -234,7 +234,9 @@ func (s *state) unsureWildcardMembers(tc *typeCache) {
 		if n != res.Name || !res.InWildcard() || tc.up[n] {
 			continue // a TP2 selection, another authority's not listed, or subscribed by name
 		}
-		tc.markUnsure(n)
+		if !tc.globCovered(n) { // (its glob's stream still tells the relay of its deletion)
+			tc.markUnsure(n)
+		}
 		forget = append(forget, n)
 	}
 	if len(forget) > 0 {
