@@ -207,14 +207,19 @@ func (v *View) GlobAnswered(glob string) bool {
 
 // Stale reports whether the View's word on key (a name, a subscription key,
 // a glob collection or the wildcard) is not confirmed by its authority's
-// live upstream stream. Another authority's unconfirmed data does not make
-// it so: an authority that no longer subscribes the type may stay
-// unconfirmed for good.
+// live upstream stream — for a cached copy, the authority whose servers sent
+// it (Resource.Authority): the default servers list another authority's
+// names too. Another authority's unconfirmed data does not make it so: an
+// authority that no longer subscribes the type may stay unconfirmed for
+// good.
 func (v *View) Stale(key string) bool {
 	if len(v.Unconfirmed) == 0 {
 		return false
 	}
 	auth, _ := keying.Authority(key)
+	if r, ok := v.Resources[key]; ok {
+		auth = r.Authority
+	}
 	return v.Unconfirmed[auth]
 }
 

@@ -207,7 +207,10 @@ func (a *applier) resource(e *downstream.Resource) {
 		a.storeVariant(e, again)
 		return
 	}
-	if _, ok := a.owned(e.Name); ok {
+	// While its authority's stream is away its copy is unconfirmed, and
+	// the default servers, which think the relay holds what they sent, may
+	// never send it again: their listing replaces it.
+	if cur, ok := a.owned(e.Name); ok && !tc.unconfirmed[cur.Authority] {
 		a.list(e.Name, true)
 		return
 	}

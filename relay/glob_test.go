@@ -619,3 +619,93 @@ func TestUnlistedMemberRemovedForWildcardFromElsewhere(t *testing.T) {
 		moved.Ack(resp)
 	}
 }
+
+// A glob member the default servers list is theirs once its glob's
+// subscription has ended: their change of it replaces the authority's copy,
+// and a Delta wildcard client that brings the older copy from elsewhere is
+// sent it — the default servers' live stream confirms it, whatever became of
+// the authority's stream since. It was judged by its name's authority, whose
+// stream, gone while nothing subscribed it, stayed unconfirmed for good, and
+// the client kept the older copy.
+func TestListedMemberFromTheDefaultServersNotHeldForItsAuthority(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
+	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := xdstest.DeltaHolds{}
+	for !held.Has("c0") || !held.Has(m1) {
+		resp := wild.MustRecv()
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	brought := maps.Clone(held)
+	glob.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
+	auth.Stop() // the authority's copy is unconfirmed from now on
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream never ended", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	for held[m1] == brought[m1] {
+		resp := wild.MustRecv()
+		held.Apply(resp)
+		wild.Ack(resp)
+	}
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: brought})
+	for deadline := time.Now().Add(20 * time.Second); brought[m1] != held[m1]; {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the moved wildcard client still holds the older %s, which the default servers changed", m1)
+		}
+		brought.Apply(resp)
+		moved.Ack(resp)
+	}
+}
+
+// While its authority's stream is down, a glob member the default servers
+// list follows their listing: its authority's copy is unconfirmed, and the
+// default servers, which think the relay holds what they sent, never send
+// it again — not when the glob ends before the authority is back. It was
+// taken as a listing only, and a wildcard client kept the older copy for
+// good.
+func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream never ended", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+}

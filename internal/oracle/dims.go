@@ -127,16 +127,14 @@ var DrawLarge bool
 // openDims are the dimensions with known, unfixed failures (issue 23):
 // foreign — seed 5496 of escaped,foreign,glob sends a SotW Envoy of the
 // wildcard and a glob an older g/m9 than the relay sent it before (a
-// rollback, about one run in twelve); seeds 5530 and 5585 of foreign,glob
-// end with a wildcard client (Delta; SotW) holding older glob members than
-// the upstream's (5530 about one run in two, 5585 one in five); all three
-// failed before the fix of 5497 too. Seeds 5300-5359 and 5400-5520 of
-// escaped,foreign,glob and 5500-5599 of foreign,glob otherwise ran clean.
-// Seeds 3010 and 3021 of glob,foreign failed now and then under load and
-// were not seen failing since. Seeds 4, 11, 12, 20, 1011, 1018, 1022, 2019,
-// 2028, 2037, 3029, 4010, 5016, 5017, 5026, 5039, 5261, 5304, 5425, 5451,
-// 5490, 5497, 5502, 6204 and 6221 are fixed (the regression table; 5502 of
-// foreign,glob, a TP2 rollback too, with the same fix); 5020 no longer fails.
+// rollback, about one run in twelve; it failed before the fix of 5497 too).
+// Seeds 5300-5359 and 5400-5520 of escaped,foreign,glob and 5500-5599 of
+// foreign,glob otherwise ran clean. Seeds 3010 and 3021 of glob,foreign
+// failed now and then under load and were not seen failing since. Seeds 4,
+// 11, 12, 20, 1011, 1018, 1022, 2019, 2028, 2037, 3029, 4010, 5016, 5017,
+// 5026, 5039, 5261, 5304, 5425, 5451, 5490, 5497, 5502, 5530, 5585, 6204
+// and 6221 are fixed (the regression table; 5502 of foreign,glob, a TP2
+// rollback too, with the same fix); 5020 no longer fails.
 var openDims = Dims{Foreign: true}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the

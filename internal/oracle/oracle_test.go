@@ -287,6 +287,10 @@ var regressions = []struct {
 		"the same as seed 5425 with a SotW wildcard Envoy, a warm-restart file and a forgetful server (fails about three runs in four before the fix, the shrunk schedule about one run in six)"},
 	{5497, wholeSchedule(43),
 		"a glob member the Delta default servers stopped listing while its glob's subscription still covered it stayed cached, unlisted, once the glob ended; a Delta wildcard Envoy that moved in holding it was sent the removals of the other names the default servers no longer listed, never of that one: a cached name was taken for one the wildcard covers (fails about one run in three before the fix; relay's TestUnlistedMemberRemovedForWildcardFromElsewhere always)"},
+	{5530, wholeSchedule(44),
+		"a Delta wildcard Envoy that moved in holding glob members the default servers list was never sent their newer copies: the authority's stream had ended while nothing subscribed it, and the default servers' copies, confirmed by their live stream, were judged by the names' authority, unconfirmed for good (fails about one run in two before the fix; relay's TestListedMemberFromTheDefaultServersNotHeldForItsAuthority always)"},
+	{5585, wholeSchedule(42),
+		"a SotW wildcard Envoy kept an older glob member for good: the Delta default servers' newer listing came while the lingering glob still covered it and its authority's stream was down, was taken as a listing only, and the glob ended before the authority came back; the default servers never sent it again (fails about one run in ten before the fix; relay's TestListedMemberFollowsTheListingWhileItsAuthorityIsDown always)"},
 	{160673, []int{3, 5, 11, 15, 16, 17, 20, 21, 33},
 		"a SotW Envoy that came back to a restarted relay (warm-restart file) was sent a CDS without c2 while its own route r15 still referred to it: the relay withheld its newer, unsure r15 (no rollback), and make before break took that unsent copy for the one the client held (fails about three runs in four before the fix; downstream's TestSotWCDSWaitsForARouteWithheldFromElsewhere always)"},
 	{160079, wholeSchedule(49),
@@ -315,14 +319,14 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	30308: "auth-servers,escaped", 81451: drawn, 80719: drawn, 81638: drawn, 90346: drawn, 80823: drawn, 92056: drawn,
 	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob", 5261: "escaped,foreign,glob",
 	5502: "escaped,foreign,glob", 5451: "escaped,foreign,glob",
-	5425: "escaped,foreign,glob", 5490: "escaped,foreign,glob", 5497: "escaped,foreign,glob",
+	5425: "escaped,foreign,glob", 5490: "escaped,foreign,glob", 5497: "escaped,foreign,glob", 5530: "foreign,glob", 5585: "foreign,glob",
 	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn,
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
-	6221: true, 81451: true, 80719: true, 5016: true, 5261: true, 5490: true, 5497: true,
+	6221: true, 81451: true, 80719: true, 5016: true, 5261: true, 5490: true, 5497: true, 5585: true,
 	160673: true, 160079: true, 180443: true, 180351: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
