@@ -35,9 +35,8 @@ type poll struct {
 	wake      chan struct{}               // one slot: a View arrived or a rollout resolved
 
 	// owned by the handler goroutine
-	watching    bool
-	mem         *memory // set before the poll is listed; its fields guarded by Server.mu
-	nackCurrent bool    // a NACK with nothing remembered: the first version found is rejected
+	watching bool
+	mem      *memory // set before the poll is listed; its fields guarded by Server.mu
 
 	mu sync.Mutex
 	// cur is the View to answer from (guarded by mu); canary the rollout it
@@ -149,10 +148,12 @@ func (p *poll) verdict(req *discoverypb.DiscoveryRequest) {
 	switch {
 	case nack:
 		s.m.NACKs.WithLabelValues(tl, protocolREST).Inc()
+		// xDS: a NACKed version is not resent. With nothing remembered (a
+		// restart, another replica) the NACK does not say which version it
+		// rejected: the current one is sent, and its NACK, if it is the one,
+		// remembered.
 		if mem.sent != "" {
-			mem.nacked = mem.sent // xDS: a NACKed version is not resent
-		} else {
-			p.nackCurrent = true // nothing remembered (a restart): reject what would be sent
+			mem.nacked = mem.sent
 		}
 		report, reportFor = mem.canary, mem.canaryW
 	case p.version != "" && p.version == mem.sent && mem.acked != mem.sent:
@@ -277,10 +278,6 @@ func (s *Server) fresh(p *poll, version string) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p.nackCurrent {
-		p.nackCurrent = false
-		p.mem.nacked = version
-	}
 	return version != p.mem.nacked
 }
 

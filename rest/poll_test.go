@@ -364,3 +364,20 @@ func TestPollEnvoySpelledNameErrorAsSpelled(t *testing.T) {
 		t.Fatalf("resource_errors = %v, want one for %s as spelled", errs, name)
 	}
 }
+
+// A NACK from a node the relay remembers nothing of (it restarted, or the
+// poller comes from another replica) does not say which version was
+// rejected: it is answered with the current one (the oracle's seed 200286:
+// a poller that NACKed before a restart was held for good while the world
+// had changed since). Should that be the rejected one, the next NACK is
+// remembered: one round more, not a loop.
+func TestPollNACKWithNothingRemembered(t *testing.T) {
+	res := clusters("c1", "c2")
+	rr := startREST(t, res, quiet)
+	nack := request("envoy-1", "v-before-the-restart")
+	nack.ErrorDetail = &statuspb.Status{Code: 3, Message: "bad cluster"}
+	wantClusters(t, rr.post(t, "clusters", nack), res)
+	if r := rr.post(t, "clusters", nack); r.code != http.StatusNotModified {
+		t.Fatalf("a second NACK: %d %q, want 304 (the version it rejected is remembered now)", r.code, r.body)
+	}
+}

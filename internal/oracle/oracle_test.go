@@ -297,6 +297,8 @@ var regressions = []struct {
 		"the upstream sent a snapshot's CDS without c1 before its RDS that moved r5 off c1; a gRPC client that had moved to the replica, holding c1 from elsewhere, was sent the CDS without c1 past the reconnect's grace while the move of r5 sat queued right behind it (fails about one run in fifty, under the race detector, before the fix; downstream's TestSotWBreakFirstFromElsewhereWaitsForTheQueuedMove always)"},
 	{170919, wholeSchedule(42),
 		"the same as seed 160673 with a Delta upstream and the authority's own servers: a SotW Envoy that came back to a restarted relay was sent a CDS without c1 while its own route r5 still referred to it (failed on the binary before the m-persist merge, passes 3 of 3 after)"},
+	{200286, wholeSchedule(43),
+		"a REST poller that NACKed a CDS answer before its relay restarted was held for good by the restarted relay, which remembered nothing of what it had sent and took the first version it found for the rejected one, while the world had changed since (fails every run before the fix; rest's TestPollNACKWithNothingRemembered always)"},
 	{172663, wholeSchedule(43),
 		"a gRPC client on per-type streams that moved to the other replica, naming c2 and bringing its CDS version, was sent the replica's copy of c2, older than its own: cached as a member of the wildcard set whose subscription had ended (a do_not_cache cluster had moved the wildcard client to its own scope), so unsure, but a SotW full-state response asked only whether the authority was confirmed (fails about one run in three before the fix; relay's TestSotWNoRollbackFromUnsureWildcardMember always)"},
 	{180443, wholeSchedule(46),
@@ -320,7 +322,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	5039: "escaped,foreign,glob", 5016: "escaped,foreign,glob", 5304: "escaped,foreign,glob", 5026: "escaped,foreign,glob", 5261: "escaped,foreign,glob",
 	5502: "escaped,foreign,glob", 5451: "escaped,foreign,glob",
 	5425: "escaped,foreign,glob", 5490: "escaped,foreign,glob", 5497: "escaped,foreign,glob", 5530: "foreign,glob", 5585: "foreign,glob",
-	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn,
+	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn, 200286: drawn,
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
