@@ -528,13 +528,6 @@ func (r *Run) startRelay(s *relaySlot) error {
 	cfg.Upstream.Linger = 30 * time.Millisecond
 	cfg.Upstream.UnavailableAfter = 200 * time.Millisecond
 	cfg.Upstream.DoesNotExistAfter = 600 * time.Millisecond
-	if !o.Dims.quiet() {
-		// The upstream is never silent here, but on a loaded machine its
-		// answer can come after a short timer: the relay would answer a
-		// name "not found yet" (which only silence may, and the checks
-		// allow only where the world is silent). Long enough for that.
-		cfg.Upstream.DoesNotExistAfter = 5 * time.Second
-	}
 	cfg.Cache.MaxUnreferenced = o.MaxUnreferenced
 	if o.Persist {
 		cfg.Cache.PersistPath = filepath.Join(r.dir, fmt.Sprintf("relay-%d.cache", s.index))
