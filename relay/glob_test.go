@@ -298,9 +298,7 @@ func testGlobMemberDeletedWhileUnsubscribed(t *testing.T, protocol, stream strin
 	wantNames(t, resp, m1, m2)
 	first.Ack(resp)
 	first.Close()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-	}, "the glob unsubscribed", nil)
+	globUnsubscribed(t, r)
 	if stream == "new" {
 		auth.Stop()
 		g.Set(m1)
@@ -339,9 +337,7 @@ func TestGlobMemberDeclaredStaysUnsureUntilAnswered(t *testing.T) {
 	wantNames(t, resp, m1, m2)
 	first.Ack(resp)
 	first.Close()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-	}, "the glob unsubscribed", nil)
+	globUnsubscribed(t, r)
 	g.Set(m1)
 	g.Pause(true) // every stream's answer waits for the test
 
@@ -494,9 +490,7 @@ func TestListedMemberFollowsTheListingOnceTheGlobEnds(t *testing.T) {
 	wild.Subscribe(resource.ClusterType, "*")
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
 	glob.Close()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-	}, "the glob unsubscribed", nil)
+	globUnsubscribed(t, r)
 
 	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
@@ -549,9 +543,7 @@ func TestListedMemberDeclaredToTheDefaultServers(t *testing.T) {
 		wild.Ack(resp)
 	}
 	glob.Close()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-	}, "the glob unsubscribed", nil)
+	globUnsubscribed(t, r)
 
 	def.Stop()
 	def.SetResources(clusters("c0", m1))
@@ -602,9 +594,7 @@ func TestUnlistedMemberRemovedForWildcardFromElsewhere(t *testing.T) {
 		wild.Ack(resp)
 	}
 	glob.Close()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-	}, "the glob unsubscribed", nil)
+	globUnsubscribed(t, r)
 	g.Set(m1) // deleted by its authority too, while nothing subscribes it
 
 	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
@@ -651,9 +641,7 @@ func TestListedMemberFromTheDefaultServersNotHeldForItsAuthority(t *testing.T) {
 	}
 	brought := maps.Clone(held)
 	glob.Close()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
-	}, "the glob unsubscribed", nil)
+	globUnsubscribed(t, r)
 	auth.Stop() // the authority's copy is unconfirmed from now on
 	xdstest.Eventually(t, func() bool {
 		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
@@ -708,4 +696,13 @@ func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
 
 	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+}
+
+// globUnsubscribed waits until r has unsubscribed something of the "auth"
+// authority upstream: its glob, once the glob's last subscriber left.
+func globUnsubscribed(t *testing.T, r *xdstest.Relay) {
+	t.Helper()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
+	}, "the glob unsubscribed", nil)
 }
