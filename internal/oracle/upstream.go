@@ -41,10 +41,10 @@ type Upstream struct {
 	done    chan struct{}
 	rng     *rand.Rand
 	streams map[*ustream]struct{}
-	sent    map[string]map[string]*window // node id (a relay scope) → type → what it was told
+	sent    map[string]map[string]*window   // node id (a relay scope) → type → what it was told
 	told    map[string]map[string]time.Time // relay instance → "type name" → first sent
-	faults                                // silences and invalid responses (Dims)
-	gcp     *gcpServer                    // go-control-plane serves instead (Dims.GCP)
+	faults                                  // silences and invalid responses (Dims)
+	gcp     *gcpServer                      // go-control-plane serves instead (Dims.GCP)
 }
 
 // window is what a relay scope's streams told it of one type: low is the
