@@ -161,7 +161,11 @@ func (ts *typeState) clientResource(key string) *Resource {
 		if _, own := ts.brought[key]; own {
 			return nil // the last View sent from has a copy the client was not sent
 		}
-		r, _ := ts.lastView.resource(key)
+		v := ts.lastView
+		if ts.nackedSent && ts.ackedView != nil {
+			v = ts.ackedView // it rejected the last: it holds what it ACKed
+		}
+		r, _ := v.resource(key)
 		return r
 	}
 	for _, v := range []*View{ts.lastView, ts.latest} {
@@ -178,6 +182,17 @@ func (ts *typeState) clientResource(key string) *Resource {
 		return r
 	}
 	return nil
+}
+
+// keepAccepted: a SotW client rejected the last response, so the copies
+// make before break keeps are the ones it last ACKed, where it ACKed one.
+// Called with mu held.
+func (ts *typeState) keepAccepted() {
+	for k := range ts.withheldRefs {
+		if r, ok := ts.ackedView.resource(k); ok {
+			ts.withheldRefs[k] = r
+		}
+	}
 }
 
 // subscribesKey reports whether the stream subscribes to key by name or by

@@ -61,6 +61,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 			// on its way).
 			st.recordNACK(ts, typeURL, nonce, d.GetMessage())
 			ts.ackedVersion = req.GetVersionInfo()
+			ts.keepAccepted()
 		} else {
 			st.recordACK(ts, req.GetVersionInfo())
 			ts.ackedView, ts.ackedKeys = ts.lastView, ts.holdsKeys

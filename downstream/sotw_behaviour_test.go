@@ -2,6 +2,7 @@ package downstream_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -272,4 +273,76 @@ func routeNames(t *testing.T, r *discoverypb.DiscoveryResponse) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Make before break keeps a cluster as the client holds it — after a NACK,
+// the version it last ACKed, not the rejected one. The upstream dropped c1
+// while its own route still refers to it (the relay keeps c1 with the
+// client); the client rejected c1's last version, before the drop came or
+// with it. It was kept at that rejected version, so a client that rejects
+// a response whole (the oracle's picky SotW client; seed 221355) NACKed
+// every later CDS and never got c2.
+func TestSotWKeptClusterIsTheVersionTheClientAccepted(t *testing.T) {
+	for _, nackFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nack before the drop=%v", nackFirst), func(t *testing.T) { testKeptAccepted(t, nackFirst) })
+	}
+}
+
+func testKeptAccepted(t *testing.T, nackFirst bool) {
+	src := newFakeSource()
+	clusters := func(c1 string, more ...string) map[string]*downstream.Resource {
+		out := map[string]*downstream.Resource{}
+		if c1 != "" {
+			out["c1"] = protoResource(t, "c1", xdstest.EDSCluster("c1", c1))
+		}
+		for _, n := range more {
+			out[n] = protoResource(t, n, xdstest.EDSCluster(n, n))
+		}
+		return out
+	}
+	src.publishResources(keying.ClusterType, clusters("good"))
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", "c1"))})
+	src.publishResources(keying.EndpointType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.Endpoints("c1", "127.0.0.1:1"))})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	c.Ack(c.RecvType(keying.ClusterType))
+	c.Subscribe(keying.RouteType, "r")
+	c.Ack(c.RecvType(keying.RouteType))
+	nack := func(r *discoverypb.DiscoveryResponse) {
+		c.Nack(r, "bad cluster")
+		c.Subscribe(keying.EndpointType, "c1")
+		c.Ack(c.RecvType(keying.EndpointType)) // (the stream has read the NACK)
+	}
+	src.publishResources(keying.ClusterType, clusters("rejected"))
+	rejected := c.RecvType(keying.ClusterType)
+	if nackFirst {
+		nack(rejected)
+	}
+	src.publishResources(keying.ClusterType, clusters("", "c2")) // c1 dropped; the route still refers to it
+	if !nackFirst {
+		nack(c.RecvType(keying.ClusterType)) // c1 kept at the version it rejects, and c2
+		src.publishResources(keying.ClusterType, clusters("", "c2", "c3"))
+	}
+	want := map[string]string{"c1": "good", "c2": "c2"}
+	if !nackFirst {
+		want["c3"] = "c3"
+	}
+	if got := clusterServices(t, c.RecvType(keying.ClusterType)); !maps.Equal(got, want) {
+		t.Fatalf("clusters (name: EDS service) %v, want %v: c1 kept as the client holds it", got, want)
+	}
+}
+
+// clusterServices returns the Clusters a SotW response carries, each with
+// its EDS service name.
+func clusterServices(t *testing.T, r *discoverypb.DiscoveryResponse) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, a := range r.GetResources() {
+		cl := &clusterv3.Cluster{}
+		if err := a.UnmarshalTo(cl); err != nil {
+			t.Fatal(err)
+		}
+		got[cl.GetName()] = cl.GetEdsClusterConfig().GetServiceName()
+	}
+	return got
 }

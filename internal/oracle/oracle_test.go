@@ -307,6 +307,8 @@ var regressions = []struct {
 		"a gRPC client that came back to a restarted relay with the CDS version it held elsewhere was never sent the glob's members: when the default servers' wildcard subscription ended (a do_not_cache cluster had moved the wildcard client to its own scope), the members they listed were marked unsure although the glob's own stream still confirmed them, and the client, held back while a name it subscribes is unsure, waited for good (fails about one run in six before the fix; relay's TestListedMemberStaysSureWhileItsGlobIsSubscribed always)"},
 	{210205, []int{0, 1, 2, 3, 4, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39},
 		"a glob member the default servers list, left unsure when its glob's subscription ended, was never confirmed again — the default servers think the relay holds it — and, with its authority's stream back from a fallback server, stale for good: a REST wildcard poller that held config waited for good (fails about two runs in three before the fix; rest's TestPollWildcardAnsweredOnceAListedGlobEnds always)"},
+	{221355, wholeSchedule(44),
+		"a picky SotW Envoy from elsewhere rejected a cluster whose default variant the upstream then replaced by a constrained one while its own route still referred to it: make before break kept the cluster at the version the client had rejected, not the one it held, so the client rejected every later CDS whole and never got the new clusters (fails every run before the fix; downstream's TestSotWKeptClusterIsTheVersionTheClientAccepted always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -326,13 +328,13 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	5425: "escaped,foreign,glob", 5490: "escaped,foreign,glob", 5497: "escaped,foreign,glob", 5530: "foreign,glob", 5585: "foreign,glob",
 	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn, 200286: drawn,
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
-	210205: "glob,auth-servers,escaped,foreign,rest"}
+	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
 	6221: true, 81451: true, 80719: true, 5016: true, 5261: true, 5490: true, 5497: true, 5585: true,
-	160673: true, 160079: true, 180443: true, 180351: true}
+	160673: true, 160079: true, 180443: true, 180351: true, 221355: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
