@@ -166,6 +166,17 @@ func (a *applier) listsAbsent(name string) bool {
 	return absent
 }
 
+// endedOverListing reports whether the authority's stream sent its name
+// in answer to a subscription since ended while the cache holds the copy
+// that the default servers' live wildcard lists: no subscription of the
+// authority covers it any more, so the default servers alone speak of it,
+// and the late answer may be older than their copy that clients hold.
+func (a *applier) endedOverListing(name string) bool {
+	cur, ok := a.edit.res[name]
+	return ok && a.authority != "" && cur.Authority == "" && ofAuthority(name, a.authority) &&
+		!a.tc.subscribedUpstream(name) && a.tc.up[keying.Wildcard] && !a.tc.unconfirmed[""]
+}
+
 // list marks another authority's name as listed, or not, by the default
 // servers.
 func (a *applier) list(name string, listed bool) {
@@ -204,6 +215,10 @@ func (a *applier) resource(e *downstream.Resource) {
 	a.seen[e.Name] = struct{}{}
 	if a.listsAbsent(e.Name) {
 		tc.entry(e.Name).listedAbsent = true
+		return
+	}
+	if a.endedOverListing(e.Name) {
+		a.uncovered = append(a.uncovered, e.Name)
 		return
 	}
 	a.confirm(e)
