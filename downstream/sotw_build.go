@@ -74,8 +74,8 @@ func (sw *sotwBuilder) record(b *body) *encoded {
 	}
 	if len(ts.unanswered) > 0 || len(ts.answeredWith) > 0 {
 		ts.noteAnswered(it, b.keys)
-		ts.releaseAnswered()
 	}
+	ts.releaseAnswered() // also when the wildcard, just deleted, was all it held
 	ts.lastView = v
 	st.endWithholding(ts, v.TypeURL)
 	if it.canary != nil {

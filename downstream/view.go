@@ -83,6 +83,14 @@ func (r *Resource) WithListed(listed bool) *Resource {
 	return c
 }
 
+// FromDefaultServers returns a copy of the plain resource r as the default
+// servers', which list it: its own authority no longer speaks of it.
+func (r *Resource) FromDefaultServers() *Resource {
+	c := r.WithTTL(r.Version, r.TTL)
+	c.Authority, c.Listed = "", false
+	return c
+}
+
 // plain reports whether r is keyed by its name: what wildcard and glob
 // subscriptions select (selections for TP2 parameters are not).
 func (r *Resource) plain() bool { return r.Key == "" || r.Key == r.Name }

@@ -61,7 +61,10 @@ func (a *applier) deltaGlobs() {
 // what it has and says nothing of a member deleted meanwhile. They are
 // forgotten upstream too (upstream.Client.Forget). Subscribed again, the glob
 // arms the wait for each (ref): the server sends it, or a new stream, which
-// declares it, has the server say it is gone.
+// declares it, has the server say it is gone. A member the default servers'
+// subscribed wildcard lists is handed to them instead, sure: they speak of
+// it from now on (applier.owned), and would never confirm it, thinking the
+// relay holds it.
 func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 	if !keying.IsGlob(glob) {
 		return
@@ -72,16 +75,37 @@ func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 	}
 	auth, _ := keying.Authority(glob)
 	var forget []string
+	var handed []*downstream.Resource
 	for n, res := range tc.view.Resources {
 		if n != res.Name || res.Constraints != "" || !inSet(res, glob) || tc.up[n] || !tc.speaksFor(res, auth) {
 			continue // a TP2 selection, another glob's, subscribed by name, or the default servers' listing
 		}
-		tc.markUnsure(n)
 		forget = append(forget, n)
+		if res.Listed && tc.up[keying.Wildcard] {
+			handed = append(handed, res)
+			continue
+		}
+		tc.markUnsure(n)
 	}
 	if len(forget) > 0 {
 		c.Forget(tc.typeURL, forget...)
 	}
+	s.handToDefaultServers(tc, handed)
+}
+
+// handToDefaultServers makes the cached listed members theirs: their
+// authority's unconfirmed streams no longer make them stale (View.Stale).
+// Streams that held back for them look again (tellSured).
+func (s *state) handToDefaultServers(tc *typeCache, listed []*downstream.Resource) {
+	if len(listed) == 0 {
+		return
+	}
+	e := editOf(tc.view)
+	for _, res := range listed {
+		e.put(res.Name, res.FromDefaultServers())
+		tc.sured = append(tc.sured, res.Name)
+	}
+	s.publish(tc, e.view(s.nextSeq()))
 }
 
 // inSet reports whether the cached res is a member of the set of the

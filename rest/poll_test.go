@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
@@ -380,4 +381,36 @@ func TestPollNACKWithNothingRemembered(t *testing.T) {
 	if r := rr.post(t, "clusters", nack); r.code != http.StatusNotModified {
 		t.Fatalf("a second NACK: %d %q, want 304 (the version it rejected is remembered now)", r.code, r.body)
 	}
+}
+
+// A glob member the default servers' wildcard lists is theirs to speak of
+// once its glob's subscription ends (the oracle's seed 210205): a wildcard
+// poll with a version, which is not sent a copy that may be older than its
+// own, is answered. The member was left unsure, and nothing would ever
+// confirm it — the default servers think the relay holds it — so the poll
+// was held for good.
+func TestPollWildcardAnsweredOnceAListedGlobEnds(t *testing.T) {
+	const auth = "xdstp://auth/envoy.config.cluster.v3.Cluster/"
+	glob, m1 := auth+"g/*", auth+"g/m1"
+	up := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	rr := startREST(t, clusters("c0", m1), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: up.Addr(), Protocol: "delta"}}}}
+	}))
+	g := xdstest.DialADS(t, rr.Addr(), &core.Node{Id: "glob"})
+	g.Subscribe(resource.ClusterType, glob)
+	g.Ack(g.RecvType(resource.ClusterType))
+	w := xdstest.DialADS(t, rr.Addr(), &core.Node{Id: "wild"})
+	w.Subscribe(resource.ClusterType, "*")
+	for resp := w.RecvType(resource.ClusterType); len(resp.GetResources()) < 2; resp = w.RecvType(resource.ClusterType) {
+		w.Ack(resp) // until the default servers list m1
+	}
+	g.Close()
+	xdstest.Eventually(t, func() bool {
+		return xdstest.Metric(t, rr.Registry(), `xds_relay_upstream_requests_total{authority="auth",op="unsubscribe"}`) > 0
+	}, "the glob unsubscribed", nil)
+
+	wantClusters(t, rr.post(t, "clusters", request("moved", "v-elsewhere")), clusters("c0", m1))
 }

@@ -99,7 +99,7 @@ Flags:
 const runsUsage = "runs, comma-separated: limit (TCP writes), floor (issue 26: a bare " +
 	"grpc-go server writing the same pre-encoded response, with Envoy-like clients, and with gRPC-like ones when grpc runs), " +
 	"sotw (baseline and relay, " +
-	"targets 1-4), delta (target 6), streams (target 5; takes minutes), profile (a relay run with CPU and heap profiles); " +
+	"targets 1-4), delta (target 6; beside floor and limit, issue 26's Delta rows), streams (target 5; takes minutes; with a heap profile), profile (a relay run with CPU and heap profiles); " +
 	"the fleet shapes of issue 13: grpc (proxyless-gRPC clients, baseline and relay), stuck (clients that stop reading " +
 	"beside healthy ones), latency (a new client and the admin page during a fan-out), tiered (democp → relay → 2 relays " +
 	"→ clients); shapes is limit,floor,sotw,grpc,stuck,latency,tiered; lrs (issue 24: --lrs-clients clients through one relay, " +
@@ -374,6 +374,7 @@ func planRuns(o options, s *suiteResult) []plannedRun {
 	if o.runs["streams"] {
 		rc := sotwRun("relay-streams", true, o.streams)
 		rc.StreamsPerConn, rc.Change = o.streamsPerConn, false
+		rc.Profile = true // a heap profile of the streams once synced, taken after their RSS is read
 		runs = append(runs, plannedRun{&s.Streams, rc})
 	}
 	if o.runs["grpc"] {

@@ -144,6 +144,26 @@ func (s *suiteResult) floorRows() []floorRow {
 		}
 		rows = append(rows, s.floorShapeRows(sh.name, sh.relay, sh.floor, sh.mem)...)
 	}
+	if s.RelayDelta != nil && (s.FloorSotW != nil || s.Limit != nil) {
+		rows = append(rows, s.deltaRows()...)
+	}
+	return rows
+}
+
+// deltaRows are the Delta clients' rows beside the SotW floor and limit
+// (Delta's one resource on the wire has no floor of its own), their CPU set
+// against the SotW relay's, as issue 26 asks; its other targets are SotW's.
+func (s *suiteResult) deltaRows() []floorRow {
+	rows := s.floorShapeRows("Delta, Envoy-like (floor, limit: SotW's)", s.RelayDelta, s.FloorSotW, targetMemEnvoy)
+	for i := range rows {
+		rows[i].Target, rows[i].Met = dash, dash
+	}
+	rows[0].Target = "well under the SotW relay's"
+	d, okD := cpuPerClient(s.RelayDelta, false)
+	so, okS := cpuPerClient(s.Relay, false)
+	if okD && okS && so > 0 {
+		rows[0].Met = fmt.Sprintf("%s the SotW relay's %s", fmtRatio(float64(d)/float64(so)), fmtDur(so))
+	}
 	return rows
 }
 

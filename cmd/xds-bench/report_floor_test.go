@@ -14,6 +14,7 @@ func TestFloorRows(t *testing.T) {
 	s.FloorSotW = &runResult{Config: runConfig{Name: "floor-sotw", Floor: true, Protocol: "sotw", Mode: modeEnvoy,
 		Clients: 1000, StreamsPerConn: 1, Change: true}, Change: &latencies{Samples: 1000, P50: 40, Max: 60},
 		ServerRSSBefore: 20 << 20, ServerRSSAfter: 40 << 20, ChangeWindow: time.Second, ServerCPU: 160 * time.Millisecond}
+	s.RelayDelta = nil // its rows are checked below
 	rows := s.floorRows()
 	if len(rows) != 4 {
 		t.Fatalf("%d rows, want the 4 of the Envoy-like shape: %+v", len(rows), rows)
@@ -36,7 +37,23 @@ func TestFloorRows(t *testing.T) {
 	s.writeFloors(&b)
 	checkTables(t, b.String())
 
-	s.Relay, s.Limit = nil, nil
+	// Delta clients: beside the SotW floor and limit, CPU against the SotW relay's 200 µs.
+	s.RelayDelta = &runResult{Config: runConfig{Name: "relay-delta", Relay: true, Protocol: "delta", Mode: modeEnvoy,
+		Clients: 1000, StreamsPerConn: 1, Change: true}, Change: &latencies{Samples: 1000, P50: 20, Max: 30},
+		ServerRSSBefore: 20 << 20, ServerRSSAfter: 50 << 20, ChangeWindow: time.Second, ServerCPU: 50 * time.Millisecond}
+	rows = s.floorRows()
+	if len(rows) != 8 {
+		t.Fatalf("%d rows, want 4 Envoy-like and 4 Delta: %+v", len(rows), rows)
+	}
+	if d := rows[4]; d.Relay != "50.0 µs" || d.VsFloor != "0.31×" || d.VsLimit != "2.5×" ||
+		d.Met != "0.25× the SotW relay's 200 µs" {
+		t.Errorf("Delta CPU row = %+v", d)
+	}
+	if m := rows[7]; m.Relay != "30.7 KiB" || m.Target != dash || m.Met != dash {
+		t.Errorf("Delta memory row = %+v", m)
+	}
+
+	s.Relay, s.Limit, s.RelayDelta = nil, nil, nil
 	if rows := s.floorRows(); len(rows) != 4 || rows[0].Relay != dash || rows[0].VsFloor != dash {
 		t.Errorf("floor alone: %+v", rows)
 	}

@@ -140,14 +140,14 @@ func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 				// nothing of the type's state (seed 7009 with -oracle.dims gcp).
 				return
 			}
-			g.response(u, gcpStreamID{id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+			g.response(u, gcpStreamID{id: id}, resp, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoverypb.DeltaDiscoveryRequest) error {
 			g.request(u, gcpStreamID{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce())
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoverypb.DeltaDiscoveryRequest, resp *discoverypb.DeltaDiscoveryResponse) {
-			g.response(u, gcpStreamID{delta: true, id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+			g.response(u, gcpStreamID{delta: true, id: id}, resp, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
 		},
 		StreamClosedFunc:      func(id int64, _ *core.Node) { g.closed(gcpStreamID{id: id}) },
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { g.closed(gcpStreamID{delta: true, id: id}) },
@@ -188,7 +188,7 @@ func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeUR
 
 // response records a response about to be sent: its version names the
 // World's snapshot it holds.
-func (g *gcpServer) response(u *Upstream, id gcpStreamID, typeURL, nonce, version string) {
+func (g *gcpServer) response(u *Upstream, id gcpStreamID, resp proto.Message, typeURL, nonce, version string) {
 	index, err := strconv.Atoi(strings.TrimPrefix(version, "i"))
 	if err != nil {
 		return
@@ -202,6 +202,7 @@ func (g *gcpServer) response(u *Upstream, id gcpStreamID, typeURL, nonce, versio
 	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index})
 	u.mu.Lock()
 	u.sentLocked(p.node, typeURL, index)
+	u.toldLocked(p.node, resp)
 	u.mu.Unlock()
 }
 

@@ -309,6 +309,8 @@ var regressions = []struct {
 		"a SotW Envoy of the wildcard and a glob was sent an older g/m9 than it held: the glob's Delta stream had delivered m9's newer copies and then its deletion, and the Delta default servers, behind, listed an older copy after that; not cached any more, the name was stored as the default servers' copy (fails about one run in twenty before the fix, its replay 4 of 10 times; relay's TestListingAfterItsAuthorityDeletedItIsNotARollback always)"},
 	{190215, wholeSchedule(46),
 		"a SotW wildcard Envoy that came back to a replica kept a glob member the default servers had listed and its authority had deleted: left unsure when the wildcard's subscription ended while the default servers' stream was down, it was asked of its authority's servers once the wildcard came back on the default servers' new stream, whose subscriptions did not cover it, and that silence kept it for good; the default servers, whose wildcard alone covered it, were never asked (fails about one run in five before the fix; relay's TestListedMemberAskedOfTheDefaultServers always)"},
+	{210205, []int{0, 1, 2, 3, 4, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39},
+		"a glob member the default servers list, left unsure when its glob's subscription ended, was never confirmed again — the default servers think the relay holds it — and, with its authority's stream back from a fallback server, stale for good: a REST wildcard poller that held config waited for good (fails about two runs in three before the fix; rest's TestPollWildcardAnsweredOnceAListedGlobEnds always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -328,7 +330,8 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	5425: "escaped,foreign,glob", 5490: "escaped,foreign,glob", 5497: "escaped,foreign,glob", 5530: "foreign,glob", 5585: "foreign,glob",
 	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn, 200286: drawn,
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
-	190215: "glob,auth-servers,silence,foreign"}
+	190215: "glob,auth-servers,silence,foreign",
+	210205: "glob,auth-servers,escaped,foreign,rest"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.

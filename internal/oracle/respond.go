@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
@@ -168,10 +169,11 @@ func (c *Client) onDelta(s *cstream, resp *discoverypb.DeltaDiscoveryResponse) {
 		h := ct.held[k]
 		if h == nil {
 			// "It does not exist": only for what the upstream has not got —
-			// or, where the upstream may be silent past the relay's
-			// does-not-exist time, "not found yet" for what the client
-			// does not hold.
-			if ct.names[rm.name] && !c.run.sched.Opts.Dims.quiet() && !c.justified(t, &held{name: rm.name, env: c.env(t)}) {
+			// or "not found yet", for what the client does not hold, where
+			// the upstream may be silent past the relay's does-not-exist
+			// time or had not yet told the relay of it.
+			if ct.names[rm.name] && !c.run.sched.Opts.Dims.quiet() && !c.notFoundYet(t, rm.name) &&
+				!c.justified(t, &held{name: rm.name, env: c.env(t)}) {
 				return
 			}
 			continue
@@ -254,6 +256,21 @@ func (c *Client) accept(t string, it item) (*held, bool) {
 	}
 	return &held{name: it.name, env: it.env, hash: it.hash, version: it.version, refs: c.run.world.refsOf(t, it.name, it.env, it.hash),
 		gen: c.gen}, true
+}
+
+// notFoundYet reports whether the relay may not yet have heard of name
+// of t from its upstreams: none had sent it a second before now. A loaded
+// machine may delay the upstream's first answer past the relay's
+// does-not-exist time (seeds 190025, 181215, 140161); the second covers an
+// answer sent while the relay's timer was firing.
+func (c *Client) notFoundYet(t, name string) bool {
+	inst := c.run.instance(c.target)
+	for _, u := range c.run.ups {
+		if at, ok := u.ToldAt(inst, t, name); ok && time.Since(at) > time.Second {
+			return false
+		}
+	}
+	return true
 }
 
 // justified reports (and otherwise fails the run) whether the client may be

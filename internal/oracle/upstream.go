@@ -41,9 +41,10 @@ type Upstream struct {
 	done    chan struct{}
 	rng     *rand.Rand
 	streams map[*ustream]struct{}
-	sent    map[string]map[string]*window // node id (a relay scope) → type → what it was told
-	faults                                // silences and invalid responses (Dims)
-	gcp     *gcpServer                    // go-control-plane serves instead (Dims.GCP)
+	sent    map[string]map[string]*window   // node id (a relay scope) → type → what it was told
+	told    map[string]map[string]time.Time // relay instance → "type name" → first sent
+	faults                                  // silences and invalid responses (Dims)
+	gcp     *gcpServer                      // go-control-plane serves instead (Dims.GCP)
 }
 
 // window is what a relay scope's streams told it of one type: low is the
@@ -92,7 +93,7 @@ type usub struct {
 
 func newUpstream(w *World, ordered, forgetful bool, seed uint64) *Upstream {
 	return &Upstream{world: w, ordered: ordered, forgetful: forgetful, rng: rand.New(rand.NewPCG(seed, 3)),
-		streams: map[*ustream]struct{}{}, sent: map[string]map[string]*window{}}
+		streams: map[*ustream]struct{}{}, sent: map[string]map[string]*window{}, told: map[string]map[string]time.Time{}}
 }
 
 // start serves on addr (port 0 the first time, the same address on a
@@ -260,6 +261,7 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 	s.u.mu.Lock()
 	defer s.u.mu.Unlock()
 	s.u.sentLocked(s.node, typeURL, index)
+	s.u.toldLocked(s.node, m)
 }
 
 // ackedLocked records that the relay acknowledged (ACK or NACK) the

@@ -1,5 +1,12 @@
 package oracle
 
+import (
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+)
+
 // sentLocked records that relay scope node was sent the state of typeURL
 // at snapshot index. Called with u.mu held.
 func (u *Upstream) sentLocked(node, typeURL string, index int) {
@@ -19,4 +26,48 @@ func (u *Upstream) ackedIndexLocked(node, typeURL string, index int) {
 	if w := u.sent[node][typeURL]; w != nil {
 		w.low = max(w.low, index)
 	}
+}
+
+// toldLocked records when relay scope node was first sent each resource
+// of resp. Called with u.mu held.
+func (u *Upstream) toldLocked(node string, resp proto.Message) {
+	inst := instanceOf(node)
+	if u.told[inst] == nil {
+		u.told[inst] = map[string]time.Time{}
+	}
+	now := time.Now()
+	for _, k := range toldKeys(resp) {
+		if _, ok := u.told[inst][k]; !ok {
+			u.told[inst][k] = now
+		}
+	}
+}
+
+// toldKeys returns "type name" of each resource resp carries.
+func toldKeys(resp proto.Message) []string {
+	var out []string
+	switch m := resp.(type) {
+	case *discoverypb.DiscoveryResponse:
+		for _, a := range m.GetResources() {
+			if it, err := decodeAny(m.GetTypeUrl(), a.GetValue(), a.GetTypeUrl()); err == nil && !it.beat {
+				out = append(out, m.GetTypeUrl()+" "+it.name)
+			}
+		}
+	case *discoverypb.DeltaDiscoveryResponse:
+		for _, w := range m.GetResources() {
+			if it := fromWrapper(w); !it.beat {
+				out = append(out, m.GetTypeUrl()+" "+it.name)
+			}
+		}
+	}
+	return out
+}
+
+// ToldAt returns when relay instance was first sent name of typeURL, and
+// whether it was.
+func (u *Upstream) ToldAt(instance, typeURL, name string) (time.Time, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	at, ok := u.told[instance][typeURL+" "+name]
+	return at, ok
 }
