@@ -153,6 +153,30 @@ func (a *applier) owned(name string) (*downstream.Resource, bool) {
 	return cur, ok && a.authority == "" && cur.Authority != "" && cur.Authority != a.authority && a.tc.subscribedUpstream(name)
 }
 
+// listsAbsent reports whether the default servers list another authority's
+// name that a live subscription of its authority said is gone: the two
+// streams are not ordered, so the listing may be older than that word, and
+// stored it would send clients older content than they hold.
+func (a *applier) listsAbsent(name string) bool {
+	auth, _ := keying.Authority(name)
+	if a.authority != "" || auth == "" || a.tc.unconfirmed[auth] || !a.tc.subscribedUpstream(name) {
+		return false
+	}
+	_, absent := a.edit.absent[name]
+	return absent
+}
+
+// endedOverListing reports whether the authority's stream sent its name
+// in answer to a subscription since ended while the cache holds the copy
+// that the default servers' live wildcard lists: no subscription of the
+// authority covers it any more, so the default servers alone speak of it,
+// and the late answer may be older than their copy that clients hold.
+func (a *applier) endedOverListing(name string) bool {
+	cur, ok := a.edit.res[name]
+	return ok && a.authority != "" && cur.Authority == "" && ofAuthority(name, a.authority) &&
+		!a.tc.subscribedUpstream(name) && a.tc.up[keying.Wildcard] && !a.tc.unconfirmed[""]
+}
+
 // list marks another authority's name as listed, or not, by the default
 // servers.
 func (a *applier) list(name string, listed bool) {
@@ -189,6 +213,14 @@ func (a *applier) resource(e *downstream.Resource) {
 	tc := a.tc
 	_, again := a.seen[e.Name] // this response carried the name already
 	a.seen[e.Name] = struct{}{}
+	if a.listsAbsent(e.Name) {
+		tc.entry(e.Name).listedAbsent = true
+		return
+	}
+	if a.endedOverListing(e.Name) {
+		a.uncovered = append(a.uncovered, e.Name)
+		return
+	}
 	a.confirm(e)
 	if a.in.noCache[e.Name] && a.noCache(e) {
 		return

@@ -364,7 +364,7 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.get(name).wait != nil || tc.knows(name) {
 		return
 	}
-	auth, _ := keying.Authority(name)
+	auth := tc.speaker(name)
 	d := s.cfg.Upstream.DoesNotExistAfter
 	if !tc.sc.connected[auth] {
 		d = s.cfg.Upstream.UnavailableAfter
@@ -381,6 +381,8 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 		if tc.knows(name) || !tc.covers(name) {
 			return
 		}
+		// The subscriptions that cover it may have changed meanwhile.
+		auth := tc.speaker(name)
 		_, cached := tc.view.Resources[name] // unsure (see wordUnsure)
 		switch {
 		case !tc.sc.connected[auth] && cached:
@@ -425,8 +427,22 @@ func (a *applier) wildcardUnfound(complete bool) bool {
 // askUpstream has the upstream client ask the server for its word on name
 // on a new stream (upstream.Client.Resync), and reports whether it will.
 func (s *state) askUpstream(tc *typeCache, name string) bool {
-	c := tc.clientFor(name)
+	c := tc.sc.upstreams[tc.speaker(name)]
 	return c != nil && c.Resync(tc.typeURL, name)
+}
+
+// speaker returns the authority whose servers' subscription covers name: its
+// own, unless only the default servers' wildcard covers it (another
+// authority's name they list), whose servers alone can then say it is gone.
+func (tc *typeCache) speaker(name string) string {
+	auth, _ := keying.Authority(name)
+	if auth == "" || tc.up[name] || tc.globCovered(name) || tc.keySubscribed(name) || !tc.up[keying.Wildcard] {
+		return auth
+	}
+	if res, ok := tc.view.Resources[name]; ok && res.InWildcard() {
+		return ""
+	}
+	return auth
 }
 
 // silent: the upstream said nothing of name for does_not_exist_after, and
@@ -437,7 +453,7 @@ func (s *state) askUpstream(tc *typeCache, name string) bool {
 // upstream's word: a name the cache lacks is not found yet (View.Unfound),
 // answering clients that hold none of it, and a cached copy stays.
 func (s *state) silent(tc *typeCache, name string, cached bool) {
-	c := tc.clientFor(name)
+	c := tc.sc.upstreams[tc.speaker(name)]
 	gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
 	if cached && !gone {
 		if _, declared := tc.declaring[name]; declared {

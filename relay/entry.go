@@ -49,6 +49,11 @@ type entry struct {
 	// with its parameters. Set by addParamKey at a key's first watcher;
 	// cleared by dropParamKey once nothing watches or caches the key.
 	params map[string]map[string]string
+	// listedAbsent: the default servers listed the name, another
+	// authority's, while a subscription of its authority said it was gone,
+	// and the listing was not stored (listsAbsent). Set then; cleared when
+	// its glob's subscription ends (forgetGlobSet asks them again).
+	listedAbsent bool
 }
 
 // word is what the relay knows of a name's value or error in the View, and
@@ -101,7 +106,7 @@ func (e entry) unreachable() bool { return e.word == wordUnreachable }
 // isEmpty reports whether nothing is left in e.
 func (e *entry) isEmpty() bool {
 	return e.word == wordHeard && e.wait == nil && e.halted == "" && !e.noCache && e.ttl == nil &&
-		!e.variantMode && e.variants == nil && len(e.params) == 0
+		!e.variantMode && e.variants == nil && len(e.params) == 0 && !e.listedAbsent
 }
 
 // get returns what the relay knows of name, the zero entry for nothing. It

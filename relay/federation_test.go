@@ -140,6 +140,140 @@ func TestWildcardListsAnotherAuthoritysName(t *testing.T) {
 	wantNames(t, resp, "c1")
 }
 
+// The default servers' listing of another authority's name is not ordered
+// with its authority's stream: a listing that comes after the authority
+// said the name is gone may be older than what clients hold, and is not
+// sent to them. It was stored as the default servers' copy, and a client
+// that held the authority's newer copy was sent the older one.
+func TestListingAfterItsAuthorityDeletedItIsNotARollback(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", x))
+	auth := xdstest.StartUpstream(t)
+	auth.SetResources(clusters(x))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	envoy.Subscribe(resource.ClusterType, "*", x)
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", x: "eds-" + x})
+	auth.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster(x, "eds-x-v3")}})
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", x: "eds-x-v3"})
+	auth.SetResources(clusters())
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0"})
+
+	// The default servers, behind, list the version before the deletion.
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"),
+		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster(x, "eds-x-v2")}})
+	for {
+		resp := envoy.RecvType(resource.ClusterType)
+		envoy.Ack(resp)
+		got := edsNames(t, resp)
+		if v, ok := got[x]; ok {
+			t.Fatalf("sent %s at %s, older than the eds-x-v3 the client held before its authority deleted it", x, v)
+		}
+		if _, ok := got["c1"]; ok {
+			return
+		}
+	}
+}
+
+// A listing the default servers sent while the glob's subscription said its
+// member was gone (not stored, see above) is the default servers' word once
+// the glob ends: a Delta server, which thinks the relay holds it, is made to
+// send it again, and a wildcard client gets it.
+func TestListingOfADeletedMemberTakenOnceTheGlobEnds(t *testing.T) {
+	m1 := "xdstp://auth/envoy.config.cluster.v3.Cluster/g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	g := xdstest.NewGlobADS(m1)
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*")
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	envoy.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	g.Set()
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0"})
+	applied := func() float64 {
+		return metricValue(t, r.Relay, "xds_relay_upstream_responses_total",
+			map[string]string{"authority": "", "type_url": resource.ClusterType, "result": "ack"})
+	}
+	before := applied()
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"),
+		xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	xdstest.Eventually(t, func() bool { return applied() > before }, "the default servers' listing never came", nil)
+
+	glob.Close()
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+}
+
+// An answer of the authority's stream to a glob subscription since ended
+// does not replace the copy of a member that the default servers' live
+// wildcard lists: the default servers alone speak of it now, and the late
+// answer may be older than what clients hold. It replaced it, and a wildcard
+// client was sent the older copy.
+func TestLateGlobAnswerDoesNotReplaceTheListing(t *testing.T) {
+	m1, other := "xdstp://auth/envoy.config.cluster.v3.Cluster/g/m1", "xdstp://auth/envoy.config.cluster.v3.Cluster/other"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"),
+		xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	f, authAddr := startScripted(t)
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: authAddr, Protocol: "sotw"}}}}
+	}))
+	// Another name of the authority keeps its CDS subscription on.
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, other)
+	as := f.stream(t)
+	as.nextNames(resource.ClusterType, other)
+	as.send(resource.ClusterType, "1", xdstest.EDSCluster(other, "eds-other"))
+	ackUntil(t, named, []string{other}, "the named client never got "+other)
+	applied := func() float64 {
+		return metricValue(t, r.Relay, "xds_relay_upstream_responses_total",
+			map[string]string{"authority": "auth", "type_url": resource.ClusterType, "result": "ack"})
+	}
+	before := applied()
+
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*")
+	as.nextNames(resource.ClusterType, other, "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*")
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	envoy.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+	glob.Close()
+	as.nextNames(resource.ClusterType, other)
+
+	// The authority's answer to the glob, in flight when it ended: older.
+	as.send(resource.ClusterType, "2", xdstest.EDSCluster(other, "eds-other"), xdstest.EDSCluster(m1, "eds-m1-v1"))
+	xdstest.Eventually(t, func() bool { return applied() > before }, "the late answer never came", nil)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"),
+		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
+	for {
+		resp := envoy.RecvType(resource.ClusterType)
+		envoy.Ack(resp)
+		got := edsNames(t, resp)
+		if got[m1] != "eds-m1-v2" {
+			t.Fatalf("sent %s at %q, older than the eds-m1-v2 the default servers listed", m1, got[m1])
+		}
+		if _, ok := got["c1"]; ok {
+			return
+		}
+	}
+}
+
 // Envoy percent-encodes ':' (and % ? # [ ]) in xdstp ids, and control
 // planes match names exactly: the relay keys its cache canonically, but
 // subscribes upstream with the spelling of the client that asked first, and

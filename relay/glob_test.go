@@ -698,6 +698,52 @@ func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
 }
 
+// Another authority's name the default servers listed, left unsure when
+// the wildcard's subscription ended while their stream was down, is asked of
+// the default servers once the wildcard is subscribed again on their new
+// stream (which declared only a named cluster): they alone cover it, and
+// their new stream knows nothing of it. Deleted meanwhile, it is gone for a
+// wildcard client once they say so. The relay asked the name's authority,
+// whose subscriptions do not cover it, took that for silence, and the
+// wildcard client kept it for good.
+func TestListedMemberAskedOfTheDefaultServers(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, "c0")
+	ackUntil(t, named, []string{"c0"}, "the named client never got c0")
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	ackUntil(t, wild, []string{"c0", m1}, "the wildcard client never got the default servers' listing")
+
+	def.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": ""}) > 0
+	}, "the default servers' stream never ended", nil)
+	wild.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "", "op": "unsubscribe"}) > 0
+	}, "the wildcard unsubscribed", nil)
+	def.SetResources(clusters("c0", "c1")) // m1 deleted while the relay was away
+	def.Restart()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_connected", map[string]string{"scope": "shared", "server": def.Addr(), "authority": ""}) == 1
+	}, "the default servers' stream never came back", nil)
+
+	back := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "back"})
+	back.Subscribe(resource.ClusterType, "*")
+	ackUntil(t, back, []string{"c0", "c1"}, "the wildcard client still holds "+m1+", which the default servers no longer list")
+}
+
 // globUnsubscribed waits until r has unsubscribed something of the "auth"
 // authority upstream: its glob, once the glob's last subscriber left.
 func globUnsubscribed(t *testing.T, r *xdstest.Relay) {

@@ -248,7 +248,11 @@ func (s *state) unsureWildcardMembers(tc *typeCache) {
 // the upstream said of its set goes stale — that it answered the set, and
 // that members only the glob covered do not exist.
 func (s *state) forgetGlobSet(tc *typeCache, glob string) {
-	if !keying.IsGlob(glob) || (!tc.view.GlobAnswered(glob) && len(tc.view.Absent) == 0) {
+	if !keying.IsGlob(glob) {
+		return
+	}
+	s.askListedAbsent(tc, glob)
+	if !tc.view.GlobAnswered(glob) && len(tc.view.Absent) == 0 {
 		return
 	}
 	e := editOf(tc.view)
@@ -262,6 +266,24 @@ func (s *state) forgetGlobSet(tc *typeCache, glob string) {
 	}
 	if stale {
 		s.publish(tc, e.view(s.nextSeq()))
+	}
+}
+
+// askListedAbsent: the glob's subscription ended, so the default servers'
+// listings of its members that were not stored while it said they were gone
+// (listsAbsent) are their word again. A Delta server thinks the relay holds
+// them: it is made to send them again, or say they are gone.
+func (s *state) askListedAbsent(tc *typeCache, glob string) {
+	var ask []string
+	for n, en := range tc.names {
+		if en.listedAbsent && keying.GlobOf(n) == glob {
+			en.listedAbsent = false
+			tc.tidy(n)
+			ask = append(ask, n)
+		}
+	}
+	if c := tc.sc.upstreams[""]; c != nil && len(ask) > 0 {
+		c.Forget(tc.typeURL, ask...)
 	}
 }
 

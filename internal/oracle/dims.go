@@ -124,18 +124,14 @@ var DrawOpen bool
 // soak sets it) and to -oracle.dims large.
 var DrawLarge bool
 
-// openDims are the dimensions with known, unfixed failures (issue 23):
-// foreign — seed 5496 of escaped,foreign,glob sends a SotW Envoy of the
-// wildcard and a glob an older g/m9 than the relay sent it before (a
-// rollback, about one run in twelve; it failed before the fix of 5497 too).
-// Seeds 5300-5359 and 5400-5520 of escaped,foreign,glob and 5500-5599 of
-// foreign,glob otherwise ran clean. Seeds 3010 and 3021 of glob,foreign
-// failed now and then under load and were not seen failing since. Seeds 4,
-// 11, 12, 20, 1011, 1018, 1022, 2019, 2028, 2037, 3029, 4010, 5016, 5017,
-// 5026, 5039, 5261, 5304, 5425, 5451, 5490, 5497, 5502, 5530, 5585, 6204
-// and 6221 are fixed (the regression table; 5502 of foreign,glob, a TP2
-// rollback too, with the same fix); 5020 no longer fails.
-var openDims = Dims{Foreign: true}
+// openDims are the dimensions with known, unfixed failures (issue 23), each
+// named here with its seed: none now. foreign was open until seeds 5496 and
+// 190215 (and seed 5502's occasional rollback) were fixed; seeds 4, 11, 12,
+// 20, 1011, 1018, 1022, 2019, 2028, 2037, 3029, 4010, 5016, 5017, 5026,
+// 5039, 5261, 5304, 5425, 5451, 5490, 5497, 5502, 5530, 5585, 6204 and 6221
+// of foreign worlds were fixed before (the regression table); 5020 no longer
+// fails.
+var openDims = Dims{}
 
 // drawDims draws the dimensions of a seed: each is rare enough that the
 // plain world keeps most of the coverage.
