@@ -50,8 +50,9 @@ type Dims struct {
 	// no Glob, Escaped, Foreign, AuthServers). In ADS mode a SotW request
 	// that names resources is answered only when it names every resource
 	// of its type, which a relay of clients naming a subset never does: the
-	// SotW worlds' clients are Envoys (they name every route and endpoint),
-	// without REST pollers. (Drawn from a stream of its own: the other
+	// SotW worlds' clients are Envoys (they name every route and endpoint
+	// once they read what names it; the watch go-control-plane drops
+	// meanwhile is kept: keptWatches), without REST pollers. (Drawn from a stream of its own: the other
 	// dimensions' draws, and the steps they add, stay as they were.)
 	GCP bool
 }

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ import (
 // version is the World's index ("i3"). The server's callbacks record the
 // relay scopes' windows as the Upstream's own streams do.
 type gcpServer struct {
-	cache   cache.SnapshotCache
+	cache   *keptWatches
 	ordered bool // sotw.WithOrderedADS: SotW responses in xDS order
 
 	mu      sync.Mutex
@@ -59,7 +60,8 @@ func (oneSnapshot) ID(*core.Node) string { return worldKey }
 func (u *Upstream) useGCP() {
 	quiet := func(string, ...any) {}
 	log := gcplog.LoggerFuncs{DebugFunc: quiet, InfoFunc: quiet, WarnFunc: quiet, ErrorFunc: quiet}
-	u.gcp = &gcpServer{cache: explicitWildcard{cache.NewSnapshotCache(true, oneSnapshot{}, log)}, ordered: u.ordered,
+	inner := explicitWildcard{cache.NewSnapshotCache(true, oneSnapshot{}, log)}
+	u.gcp = &gcpServer{cache: &keptWatches{explicitWildcard: inner, watches: map[*keptWatch]bool{}}, ordered: u.ordered,
 		streams: map[gcpStreamID]*gcpPending{}}
 }
 
@@ -76,6 +78,132 @@ func (w explicitWildcard) CreateWatch(req *cache.Request, sub cache.Subscription
 		req.ResourceNames = nil
 	}
 	return w.SnapshotCache.CreateWatch(req, sub, ch)
+}
+
+// keptWatches keeps open a named SotW watch that go-control-plane v0.14
+// drops unanswered. In ADS mode it answers a request only when it names
+// every resource of its type, and a new snapshot holding a name the request
+// does not discards the watch all the same (cache/v3/simple.go: respond
+// returns without sending, respondSOTWWatches deletes the watch): the stream
+// hears nothing more of the type, whatever later snapshots hold, until its
+// client asks again. An Envoy asks again once it reads the listener that
+// names the new route; a relay asks what its clients ask, and when the one
+// that would have asked leaves first, it never does: no relay could work
+// around that. Kept, the watch is answered by the first snapshot it can be.
+type keptWatches struct {
+	explicitWildcard
+	mu      sync.Mutex
+	watches map[*keptWatch]bool // named watches go-control-plane holds or dropped unanswered
+}
+
+// keptWatch is one named SotW watch the server has open.
+type keptWatch struct {
+	req      *cache.Request
+	sub      cache.Subscription
+	ch       chan cache.Response
+	cancel   func() // go-control-plane's, while it holds the watch
+	stranded bool   // dropped by go-control-plane without an answer
+}
+
+// CreateWatch opens the server's watch, keeping it if named. Its cancel
+// takes mu too, so that go-control-plane's count of watches moves only
+// under it.
+func (k *keptWatches) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	w := &keptWatch{req: req, sub: sub, ch: ch}
+	if sub.IsWildcard() || len(req.GetResourceNames()) == 0 {
+		cancel, err := k.explicitWildcard.CreateWatch(req, sub, ch)
+		w.cancel = cancel // not kept: go-control-plane answers it
+		return k.canceller(w), err
+	}
+	if err := k.watchLocked(w); err != nil {
+		return nil, err
+	}
+	return k.canceller(w), nil
+}
+
+// canceller returns the server's cancel of w.
+func (k *keptWatches) canceller(w *keptWatch) func() {
+	return func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		delete(k.watches, w)
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+}
+
+// watchLocked hands w to go-control-plane and notes what became of it: held,
+// answered (forgotten: the client's next request replaces it) or dropped.
+// Called with mu held, which every SotW watch's creation and cancellation
+// takes: the number of watches go-control-plane holds changes only here.
+func (k *keptWatches) watchLocked(w *keptWatch) error {
+	held := k.heldWatches()
+	cancel, err := k.explicitWildcard.CreateWatch(w.req, w.sub, w.ch)
+	switch {
+	case err != nil:
+		return err
+	case k.heldWatches() > held:
+		w.cancel, w.stranded = cancel, false
+		k.watches[w] = true
+	case k.answerable(w):
+		delete(k.watches, w)
+	default:
+		w.cancel, w.stranded = nil, true
+		k.watches[w] = true
+	}
+	return nil
+}
+
+// setSnapshot serves s, notes the watches go-control-plane answered or
+// dropped for it, and hands it again those it dropped that s answers.
+func (k *keptWatches) setSnapshot(s *cache.Snapshot) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.SetSnapshot(context.Background(), worldKey, s); err != nil {
+		return err
+	}
+	for w := range k.watches {
+		switch {
+		case !w.stranded && w.req.GetVersionInfo() == s.GetVersion(w.req.GetTypeUrl()):
+			// still held: go-control-plane answers a new version only
+		case !k.answerable(w):
+			w.cancel, w.stranded = nil, true
+		case w.stranded:
+			if err := k.watchLocked(w); err != nil {
+				return err
+			}
+		default:
+			delete(k.watches, w) // answered
+		}
+	}
+	return nil
+}
+
+// heldWatches is the number of SotW watches go-control-plane holds.
+func (k *keptWatches) heldWatches() int {
+	if info := k.GetStatusInfo(worldKey); info != nil {
+		return info.GetNumWatches()
+	}
+	return 0
+}
+
+// answerable reports whether go-control-plane answers w's request from its
+// snapshot: it names every resource of its type (ADS mode).
+func (k *keptWatches) answerable(w *keptWatch) bool {
+	snap, err := k.GetSnapshot(worldKey)
+	if err != nil {
+		return false
+	}
+	names := w.req.GetResourceNames()
+	for n := range snap.GetResources(w.req.GetTypeUrl()) {
+		if !slices.Contains(names, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // register serves go-control-plane's ADS on srv, with the World's latest
@@ -118,7 +246,7 @@ func (g *gcpServer) set(snap *Snapshot) {
 	}
 	s, err := cache.NewSnapshot(version(snap), res)
 	if err == nil {
-		err = g.cache.SetSnapshot(context.Background(), worldKey, s)
+		err = g.cache.setSnapshot(s)
 	}
 	if err != nil {
 		panic(err)

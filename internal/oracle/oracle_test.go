@@ -313,6 +313,8 @@ var regressions = []struct {
 		"a glob member the default servers list, left unsure when its glob's subscription ended, was never confirmed again — the default servers think the relay holds it — and, with its authority's stream back from a fallback server, stale for good: a REST wildcard poller that held config waited for good (fails about two runs in three before the fix; rest's TestPollWildcardAnsweredOnceAListedGlobEnds always)"},
 	{221355, wholeSchedule(44),
 		"a picky SotW Envoy from elsewhere rejected a cluster whose default variant the upstream then replaced by a constrained one while its own route still referred to it: make before break kept the cluster at the version the client had rejected, not the one it held, so the client rejected every later CDS whole and never got the new clusters (fails every run before the fix; downstream's TestSotWKeptClusterIsTheVersionTheClientAccepted always)"},
+	{221757, wholeSchedule(42),
+		"the oracle's mistake: go-control-plane in ADS mode dropped a relay's RDS watch for [r5 r7] unanswered when a new listener's r14 came, and answered no later RDS on that stream; the slow Envoy that would have asked for r14 left first, so the relay never asked again and its clients kept r7 (fails about one run in two on a loaded machine without the fix; TestGCPKeepsADroppedWatch always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -333,7 +335,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn, 200286: drawn,
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
 	190215: "glob,auth-servers,silence,foreign",
-	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace"}
+	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
