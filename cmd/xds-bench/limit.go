@@ -45,42 +45,16 @@ type limitResult struct {
 // runLimit measures the TCP limit with conns connections over rounds rounds.
 func runLimit(ctx context.Context, e env, self string, conns, rounds int, p payload) (*limitResult, error) {
 	res := &limitResult{Conns: conns, PayloadBytes: len(p.SotW)}
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	defer func() { _ = stdinW.Close() }()
-	lines := make(chan string, 16)
-	w, err := startChild("limit-tcp-writer", e.logDir, self, []string{
-		"tcp-writer", "--conns", itoa(conns), "--clusters", itoa(e.clusters),
-	}, childIO{Stdin: stdinR, Stdout: &lineWriter{w: io.Discard, fn: func(l string) { lines <- l }}})
-	_ = stdinR.Close()
+	tw, err := startTCPWriter(e, self, conns)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = w.stop(syscall.SIGKILL, 10*time.Second) }()
-	expect := func(prefix string) (string, error) {
-		t := time.NewTimer(5 * time.Minute)
-		defer t.Stop()
-		select {
-		case l := <-lines:
-			if !strings.HasPrefix(l, prefix) {
-				return "", fmt.Errorf("bench: tcp-writer said %q, want %q", l, prefix)
-			}
-			return strings.TrimSpace(strings.TrimPrefix(l, prefix)), nil
-		case <-w.done:
-			return "", fmt.Errorf("bench: tcp-writer exited (%v):\n%s", w.err, w.logTail(2000))
-		case <-ctx.Done():
-			return "", fmt.Errorf("bench: %w", ctx.Err())
-		case <-t.C:
-			return "", fmt.Errorf("bench: tcp-writer: no %q within 5m", prefix)
-		}
-	}
-	addr, err := expect("listening ")
+	defer tw.stop()
+	addr, err := tw.expect(ctx, "listening ")
 	if err != nil {
 		return nil, err
 	}
-	s0, err := sampleProc(w.pid())
+	s0, err := sampleProc(tw.c.pid())
 	if err != nil {
 		return nil, err
 	}
@@ -88,90 +62,179 @@ func runLimit(ctx context.Context, e env, self string, conns, rounds int, p payl
 
 	e.logf("limit: %d TCP connections to one writer", conns)
 	start := time.Now()
-	cs := make([]net.Conn, conns)
+	lc, err := dialLimit(ctx, addr, conns)
+	if err != nil {
+		return nil, err
+	}
+	defer lc.close()
+	if _, err := tw.expect(ctx, "accepted"); err != nil {
+		return nil, err
+	}
+	res.ConnectAll = time.Since(start)
+	s1, err := quiesce(ctx, []int{tw.c.pid()}, 300*time.Millisecond, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	res.WriterRSSAfter = s1[0].RSS
+
+	if err := measureRounds(ctx, tw, lc, rounds, int64(len(p.SotW)), res); err != nil {
+		return nil, err
+	}
+	_, _ = io.WriteString(tw.stdin, "exit\n")
+	return res, nil
+}
+
+// tcpWriterProc is the tcp-writer child, driven by lines on its stdin and
+// answering with lines on its stdout.
+type tcpWriterProc struct {
+	c     *child
+	stdin *os.File
+	lines chan string
+}
+
+// startTCPWriter starts the tcp-writer child, which accepts conns
+// connections and writes the CDS response of e's clusters.
+func startTCPWriter(e env, self string, conns int) (*tcpWriterProc, error) {
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	lines := make(chan string, 16)
+	c, err := startChild("limit-tcp-writer", e.logDir, self, []string{
+		"tcp-writer", "--conns", itoa(conns), "--clusters", itoa(e.clusters),
+	}, childIO{Stdin: stdinR, Stdout: &lineWriter{w: io.Discard, fn: func(l string) { lines <- l }}})
+	_ = stdinR.Close()
+	if err != nil {
+		_ = stdinW.Close()
+		return nil, err
+	}
+	return &tcpWriterProc{c: c, stdin: stdinW, lines: lines}, nil
+}
+
+// stop kills the writer and closes its stdin.
+func (t *tcpWriterProc) stop() {
+	_ = t.c.stop(syscall.SIGKILL, 10*time.Second)
+	_ = t.stdin.Close()
+}
+
+// expect waits for the writer's next line, which must start with prefix,
+// and returns the rest of it.
+func (t *tcpWriterProc) expect(ctx context.Context, prefix string) (string, error) {
+	timer := time.NewTimer(5 * time.Minute)
+	defer timer.Stop()
+	select {
+	case l := <-t.lines:
+		if !strings.HasPrefix(l, prefix) {
+			return "", fmt.Errorf("bench: tcp-writer said %q, want %q", l, prefix)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(l, prefix)), nil
+	case <-t.c.done:
+		return "", fmt.Errorf("bench: tcp-writer exited (%v):\n%s", t.c.err, t.c.logTail(2000))
+	case <-ctx.Done():
+		return "", fmt.Errorf("bench: %w", ctx.Err())
+	case <-timer.C:
+		return "", fmt.Errorf("bench: tcp-writer: no %q within 5m", prefix)
+	}
+}
+
+// limitConns are the bench side's connections to the writer and the
+// goroutines that read the writer's payload from them.
+type limitConns struct {
+	cs      []net.Conn
+	readers sync.WaitGroup
+	// done[r] is released once every connection has read round r.
+	done []sync.WaitGroup
+	errs chan error
+}
+
+// dialLimit opens conns connections to addr at once.
+func dialLimit(ctx context.Context, addr string, conns int) (*limitConns, error) {
+	lc := &limitConns{cs: make([]net.Conn, conns)}
 	dialErrs := make(chan error, conns)
 	var dials sync.WaitGroup
 	var d net.Dialer
-	for i := range cs {
+	for i := range lc.cs {
 		dials.Go(func() {
 			c, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {
 				dialErrs <- err
 				return
 			}
-			cs[i] = c
+			lc.cs[i] = c
 		})
 	}
 	dials.Wait()
 	close(dialErrs)
-	var readers sync.WaitGroup
-	defer func() {
-		// Closing the connections ends the readers.
-		for _, c := range cs {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-		readers.Wait()
-	}()
 	if err := <-dialErrs; err != nil {
+		lc.close()
 		return nil, fmt.Errorf("bench: limit dial: %w", err)
 	}
-	if _, err := expect("accepted"); err != nil {
-		return nil, err
-	}
-	res.ConnectAll = time.Since(start)
-	s1, err := quiesce(ctx, []int{w.pid()}, 300*time.Millisecond, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	res.WriterRSSAfter = s1[0].RSS
+	return lc, nil
+}
 
-	// One reader goroutine per connection, through every round.
-	size := int64(len(p.SotW))
-	total := rounds + 1 // the first round warms up and is not counted
-	done := make([]sync.WaitGroup, total)
-	for r := range done {
-		done[r].Add(conns)
+// startReading starts one reader goroutine per connection, which reads size
+// bytes in each of total rounds.
+func (lc *limitConns) startReading(total int, size int64) {
+	lc.done = make([]sync.WaitGroup, total)
+	for r := range lc.done {
+		lc.done[r].Add(len(lc.cs))
 	}
-	readErrs := make(chan error, conns)
-	for _, c := range cs {
-		readers.Go(func() {
+	lc.errs = make(chan error, len(lc.cs))
+	for _, c := range lc.cs {
+		lc.readers.Go(func() {
 			for r := range total {
 				if _, err := io.CopyN(io.Discard, c, size); err != nil {
-					readErrs <- err
+					lc.errs <- err
 					// Release the waiters of this and later rounds.
 					for ; r < total; r++ {
-						done[r].Done()
+						lc.done[r].Done()
 					}
 					return
 				}
-				done[r].Done()
+				lc.done[r].Done()
 			}
 		})
 	}
+}
+
+// close closes the connections, which ends the readers, and waits for them.
+func (lc *limitConns) close() {
+	for _, c := range lc.cs {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	lc.readers.Wait()
+}
+
+// measureRounds has the writer write size bytes to every connection in a
+// warm-up round and then rounds counted ones, and records their times and
+// the writer's CPU and socket writes in res.
+func measureRounds(ctx context.Context, tw *tcpWriterProc, lc *limitConns, rounds int, size int64, res *limitResult) error {
+	total := rounds + 1 // the first round warms up and is not counted
+	lc.startReading(total, size)
 	var cpu time.Duration
 	for r := range total {
-		a, err := sampleProc(w.pid())
+		a, err := sampleProc(tw.c.pid())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		t0 := time.Now()
-		if _, err := io.WriteString(stdinW, "write\n"); err != nil {
-			return nil, fmt.Errorf("bench: tcp-writer: %w", err)
+		if _, err := io.WriteString(tw.stdin, "write\n"); err != nil {
+			return fmt.Errorf("bench: tcp-writer: %w", err)
 		}
-		done[r].Wait()
+		lc.done[r].Wait()
 		took := time.Since(t0)
-		if _, err := expect("written"); err != nil {
-			return nil, err
+		if _, err := tw.expect(ctx, "written"); err != nil {
+			return err
 		}
-		b, err := sampleProc(w.pid())
+		b, err := sampleProc(tw.c.pid())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		select {
-		case err := <-readErrs:
-			return nil, fmt.Errorf("bench: limit read: %w", err)
+		case err := <-lc.errs:
+			return fmt.Errorf("bench: limit read: %w", err)
 		default:
 		}
 		if r == 0 {
@@ -185,8 +248,7 @@ func runLimit(ctx context.Context, e env, self string, conns, rounds int, p payl
 	sorted := slices.Clone(res.Rounds)
 	slices.Sort(sorted)
 	res.Median = sorted[len(sorted)/2]
-	_, _ = io.WriteString(stdinW, "exit\n")
-	return res, nil
+	return nil
 }
 
 // tcpWriter is the hidden "tcp-writer" command: see runLimit. It speaks on

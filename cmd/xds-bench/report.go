@@ -153,89 +153,103 @@ func metCell(ok bool, miss string) string {
 	return "**no** (" + miss + ")"
 }
 
-// rows builds the results table.
+// cellIf formats a known value with f, and an unknown one as a dash.
+func cellIf(ok bool, f func() string) string {
+	if !ok {
+		return dash
+	}
+	return f()
+}
+
+// rows builds the results table: one group of rows per target, in order.
 func (s *suiteResult) rows() []row {
-	n := s.Clients
 	var rows []row
-	cell := func(ok bool, f func() string) string {
-		if !ok {
-			return dash
-		}
-		return f()
-	}
+	rows = append(rows, s.propagationRows()...)
+	rows = append(rows, s.cpuRows()...)
+	rows = append(rows, s.memoryRows()...)
+	rows = append(rows, s.connectRows()...)
+	rows = append(rows, s.streamsRow())
+	rows = append(rows, s.wireRows()...)
+	return rows
+}
 
-	// 1. Time until the last client has the change.
-	bp, okB := propMax(s.Baseline)
-	rp, okR := propMax(s.Relay)
-	r1 := row{
-		Target:   fmt.Sprintf("1. last of %s SotW clients has a 1-cluster change (≤ %g× limit)", fmtCount(n), targetPropVsLimit),
-		Baseline: cell(okB, func() string { return fmtDur(bp) }),
-		Relay:    cell(okR, func() string { return fmtDur(rp) }),
+// propagationRows are target 1: the time until the last client has the
+// change, and until the serving process has written it to all of them.
+func (s *suiteResult) propagationRows() []row {
+	n := s.Clients
+	bp, okBP := propMax(s.Baseline)
+	rp, okRP := propMax(s.Relay)
+	bw, okBW := writtenAll(s.Baseline)
+	rw, okRW := writtenAll(s.Relay)
+	return []row{
+		s.vsLimitRow(fmt.Sprintf("1. last of %s SotW clients has a 1-cluster change (≤ %g× limit)", fmtCount(n), targetPropVsLimit),
+			bp, rp, okBP, okRP),
+		s.vsLimitRow(fmt.Sprintf("1b. serving process has written it to all %s (server side; ≤ %g× limit)", fmtCount(n), targetPropVsLimit),
+			bw, rw, okBW, okRW),
+	}
+}
+
+// vsLimitRow is a row of durations judged against the TCP limit's median,
+// with the relay's ratio to the baseline beside it for information.
+func (s *suiteResult) vsLimitRow(target string, base, relay time.Duration, okB, okR bool) row {
+	r := row{
+		Target:   target,
+		Baseline: cellIf(okB, func() string { return fmtDur(base) }),
+		Relay:    cellIf(okR, func() string { return fmtDur(relay) }),
 		Limit:    dash, Ratio: dash, Met: dash,
 	}
 	if s.Limit != nil {
-		r1.Limit = fmtDur(s.Limit.Median)
-		r1.Ratio, r1.Met = ratioCell(float64(rp), float64(s.Limit.Median), okR, true, "limit", targetPropVsLimit)
-		if okR && okB && bp > 0 {
-			r1.Ratio += ", " + fmtRatio(float64(rp)/float64(bp)) + " baseline"
+		r.Limit = fmtDur(s.Limit.Median)
+		r.Ratio, r.Met = ratioCell(float64(relay), float64(s.Limit.Median), okR, true, "limit", targetPropVsLimit)
+		if okR && okB && base > 0 {
+			r.Ratio += ", " + fmtRatio(float64(relay)/float64(base)) + " baseline"
 		}
 	}
-	rows = append(rows, r1)
-	bw1, okB := writtenAll(s.Baseline)
-	rw1, okR := writtenAll(s.Relay)
-	r1b := row{
-		Target:   fmt.Sprintf("1b. serving process has written it to all %s (server side; ≤ %g× limit)", fmtCount(n), targetPropVsLimit),
-		Baseline: cell(okB, func() string { return fmtDur(bw1) }),
-		Relay:    cell(okR, func() string { return fmtDur(rw1) }),
-		Limit:    dash, Ratio: dash, Met: dash,
-	}
-	if s.Limit != nil {
-		r1b.Limit = fmtDur(s.Limit.Median)
-		r1b.Ratio, r1b.Met = ratioCell(float64(rw1), float64(s.Limit.Median), okR, true, "limit", targetPropVsLimit)
-		if okR && okB && bw1 > 0 {
-			r1b.Ratio += ", " + fmtRatio(float64(rw1)/float64(bw1)) + " baseline"
-		}
-	}
-	rows = append(rows, r1b)
+	return r
+}
 
-	// 2. CPU per change per client.
+// cpuRows are target 2: CPU per change per client, of the serving process
+// and of the relay and democp together, against the baseline.
+func (s *suiteResult) cpuRows() []row {
 	bc, okB := cpuPerClient(s.Baseline, false)
 	rc, okR := cpuPerClient(s.Relay, false)
 	r2 := row{
 		Target:   fmt.Sprintf("2. serving process CPU per change per client (≤ %g× baseline)", targetCPUVsBaseline),
-		Baseline: cell(okB, func() string { return fmtDur(bc) }),
-		Relay:    cell(okR, func() string { return fmtDur(rc) }),
+		Baseline: cellIf(okB, func() string { return fmtDur(bc) }),
+		Relay:    cellIf(okR, func() string { return fmtDur(rc) }),
 		Limit:    dash,
 	}
 	if s.Limit != nil {
 		r2.Limit = fmtDur(time.Duration(perClient(float64(s.Limit.WriterCPU), s.Limit.Conns)))
 	}
 	r2.Ratio, r2.Met = ratioCell(float64(rc), float64(bc), okR, okB, "baseline", targetCPUVsBaseline)
-	rows = append(rows, r2)
-	rcb, okR := cpuPerClient(s.Relay, true)
+	rcb, okRB := cpuPerClient(s.Relay, true)
 	r2b := row{
 		Target:   fmt.Sprintf("2b. relay + democp CPU per change per client (≤ %g× baseline)", targetCPUVsBaseline),
 		Baseline: r2.Baseline,
-		Relay:    cell(okR, func() string { return fmtDur(rcb) }),
+		Relay:    cellIf(okRB, func() string { return fmtDur(rcb) }),
 		Limit:    r2.Limit,
 	}
-	r2b.Ratio, r2b.Met = ratioCell(float64(rcb), float64(bc), okR, okB, "baseline", targetCPUVsBaseline)
-	rows = append(rows, r2b)
+	r2b.Ratio, r2b.Met = ratioCell(float64(rcb), float64(bc), okRB, okB, "baseline", targetCPUVsBaseline)
+	return []row{r2, r2b}
+}
 
-	// 3. Memory per connected client.
+// memoryRows are target 3: the serving process's RSS per connected client
+// against the baseline, and the relay's Go heap per client when measured.
+func (s *suiteResult) memoryRows() []row {
 	bm, okB := rssPerClient(s.Baseline)
 	rm, okR := rssPerClient(s.Relay)
 	r3 := row{
 		Target:   fmt.Sprintf("3. serving process RSS per connected client (≤ %g× baseline)", targetMemVsBaseline),
-		Baseline: cell(okB, func() string { return fmtBytes(bm) }),
-		Relay:    cell(okR, func() string { return fmtBytes(rm) }),
+		Baseline: cellIf(okB, func() string { return fmtBytes(bm) }),
+		Relay:    cellIf(okR, func() string { return fmtBytes(rm) }),
 		Limit:    dash,
 	}
 	if s.Limit != nil {
 		r3.Limit = fmtBytes(perClient(float64(s.Limit.WriterRSSAfter)-float64(s.Limit.WriterRSSBefore), s.Limit.Conns))
 	}
 	r3.Ratio, r3.Met = ratioCell(rm, bm, okR, okB, "baseline", targetMemVsBaseline)
-	rows = append(rows, r3)
+	rows := []row{r3}
 	if s.Relay != nil && s.Relay.RelayHeapAfter > 0 {
 		rows = append(rows, row{
 			Target:   "3b. relay Go heap in use per connected client (information)",
@@ -244,21 +258,25 @@ func (s *suiteResult) rows() []row {
 			Limit:    dash, Ratio: dash, Met: dash,
 		})
 	}
+	return rows
+}
 
-	// 4. Connection storm.
+// connectRows are target 4: the connection storm, how long until every
+// client synced, and how many connections reached the control plane.
+func (s *suiteResult) connectRows() []row {
+	n := s.Clients
 	bs, okB := syncAll(s.Baseline)
 	rs, okR := syncAll(s.Relay)
 	r4 := row{
 		Target:   fmt.Sprintf("4. %s clients connect at once: all synced (≤ %g× baseline)", fmtCount(n), targetSyncVsBaseline),
-		Baseline: cell(okB, func() string { return fmtDur(bs) }),
-		Relay:    cell(okR, func() string { return fmtDur(rs) }),
+		Baseline: cellIf(okB, func() string { return fmtDur(bs) }),
+		Relay:    cellIf(okR, func() string { return fmtDur(rs) }),
 		Limit:    dash,
 	}
 	if s.Limit != nil {
 		r4.Limit = fmtDur(s.Limit.ConnectAll) + " (TCP connect)"
 	}
 	r4.Ratio, r4.Met = ratioCell(float64(rs), float64(bs), okR, okB, "baseline", targetSyncVsBaseline)
-	rows = append(rows, r4)
 	r4b := row{Target: fmt.Sprintf("4b. connections to the control plane for %s clients (= 1)", fmtCount(n)),
 		Baseline: dash, Relay: dash, Limit: "1", Ratio: dash, Met: dash}
 	if s.Baseline != nil {
@@ -269,47 +287,54 @@ func (s *suiteResult) rows() []row {
 		r4b.Met = metCell(s.Relay.DemocpConns == 1 && s.Relay.UpstreamConnected == 1,
 			fmt.Sprintf("%d connections", s.Relay.DemocpConns))
 	}
-	rows = append(rows, r4b)
+	return []row{r4, r4b}
+}
 
-	// 5. Many streams on one relay.
+// streamsRow is target 5: the RSS of one relay holding many streams, 10 per
+// connection, against a fixed budget; every stream must have synced.
+func (s *suiteResult) streamsRow() row {
 	r5 := row{Target: fmt.Sprintf("5. one relay holding many streams, 10 per connection: RSS (≤ %s)",
 		fmtBytes(targetStreamsRSS)), Baseline: "not run", Relay: "skipped (--streams 0)", Limit: dash, Ratio: dash, Met: dash}
-	if st := s.Streams; st != nil {
-		r5.Target = fmt.Sprintf("5. one relay holding %s streams on %s connections: RSS (≤ %s)",
-			fmtCount(st.Config.Clients), fmtCount(st.Config.Clients/max(st.Config.StreamsPerConn, 1)), fmtBytes(targetStreamsRSS))
-		r5.Relay = fmt.Sprintf("%s (%s per stream)", fmtBytes(float64(st.ServerRSSAfter)),
-			fmtBytes(perClient(float64(st.ServerRSSAfter)-float64(st.ServerRSSBefore), st.Config.Clients)))
-		synced := st.Loadgen != nil && st.Loadgen.Failed == 0
-		r5.Ratio = fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS) + " target"
-		r5.Met = metCell(synced && st.ServerRSSAfter <= targetStreamsRSS,
-			fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS)+" over")
-		if !synced {
-			r5.Met = "**no** (not all streams synced)"
-		}
+	st := s.Streams
+	if st == nil {
+		return r5
 	}
-	rows = append(rows, r5)
+	r5.Target = fmt.Sprintf("5. one relay holding %s streams on %s connections: RSS (≤ %s)",
+		fmtCount(st.Config.Clients), fmtCount(st.Config.Clients/max(st.Config.StreamsPerConn, 1)), fmtBytes(targetStreamsRSS))
+	r5.Relay = fmt.Sprintf("%s (%s per stream)", fmtBytes(float64(st.ServerRSSAfter)),
+		fmtBytes(perClient(float64(st.ServerRSSAfter)-float64(st.ServerRSSBefore), st.Config.Clients)))
+	synced := st.Loadgen != nil && st.Loadgen.Failed == 0
+	r5.Ratio = fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS) + " target"
+	r5.Met = metCell(synced && st.ServerRSSAfter <= targetStreamsRSS,
+		fmtRatio(float64(st.ServerRSSAfter)/targetStreamsRSS)+" over")
+	if !synced {
+		r5.Met = "**no** (not all streams synced)"
+	}
+	return r5
+}
 
-	// 6. Delta versus SotW, bytes on the wire per client per change.
+// wireRows are target 6: bytes on the wire per client per change, SotW for
+// information and Delta against SotW.
+func (s *suiteResult) wireRows() []row {
 	bw, okBS := writePerClient(s.Baseline)
 	rw, okRS := writePerClient(s.Relay)
-	rows = append(rows, row{
+	r6a := row{
 		Target:   "6a. SotW: bytes written per client per change (information)",
-		Baseline: cell(okBS, func() string { return fmtBytes(bw) }),
-		Relay:    cell(okRS, func() string { return fmtBytes(rw) }),
+		Baseline: cellIf(okBS, func() string { return fmtBytes(bw) }),
+		Relay:    cellIf(okRS, func() string { return fmtBytes(rw) }),
 		Limit:    fmtBytes(float64(s.PayloadBytes)) + " (response)",
 		Ratio:    dash, Met: dash,
-	})
+	}
 	bd, okB := writePerClient(s.BaselineDelta)
 	rd, okR := writePerClient(s.RelayDelta)
 	r6 := row{
 		Target:   fmt.Sprintf("6. Delta: bytes written per client per change (≤ %g× SotW)", targetDeltaVsSotW),
-		Baseline: cell(okB, func() string { return fmtBytes(bd) }),
-		Relay:    cell(okR, func() string { return fmtBytes(rd) }),
+		Baseline: cellIf(okB, func() string { return fmtBytes(bd) }),
+		Relay:    cellIf(okR, func() string { return fmtBytes(rd) }),
 		Limit:    fmtBytes(float64(s.ClusterBytes)) + " (cluster)",
 	}
 	r6.Ratio, r6.Met = ratioCell(rd, rw, okR, okRS, "SotW", targetDeltaVsSotW)
-	rows = append(rows, r6)
-	return rows
+	return []row{r6a, r6}
 }
 
 // writeMarkdown prints the header, the results table and the per-run details.

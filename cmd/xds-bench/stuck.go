@@ -90,6 +90,14 @@ func changeAndSettle(ctx context.Context, controlAddr string, pids []int, n int)
 	return nil
 }
 
+// quietMemory waits for a quiet spell of pids and then samples r's memory.
+func quietMemory(ctx context.Context, pids []int, r *relayProc) (relayMemory, error) {
+	if _, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second); err != nil {
+		return relayMemory{}, err
+	}
+	return memoryOf(ctx, r)
+}
+
 // runStuck runs the stuck shape: stuck clients beside healthy ones; fill
 // changes (0: enough to fill every stuck stream's windows) before the
 // second measured change; responseBytes is one SotW CDS response.
@@ -103,7 +111,6 @@ func runStuck(ctx context.Context, e env, stuck, healthy, fill, responseBytes in
 		return nil, err
 	}
 	defer srv.stop()
-	relay := srv.relay
 	hl, err := startClients(e, "stuck-healthy-loadgen", srv.target(), healthy, 1, modeEnvoy, "sotw")
 	if err != nil {
 		return nil, err
@@ -113,23 +120,9 @@ func runStuck(ctx context.Context, e env, stuck, healthy, fill, responseBytes in
 	if err := waitSynced(ctx, e, "stuck (healthy)", hl, healthy); err != nil {
 		return nil, err
 	}
-	pids := []int{relay.c.pid(), hl.c.pid(), srv.democp.pid()}
-	// A first change, not measured, so that neither measured change is the
-	// relay's first after the sync (the second follows the fill changes).
-	if err := changeAndSettle(ctx, srv.controlAddr, pids, 1); err != nil {
-		return nil, err
-	}
-	alone, err := measureWindow(ctx, e, windowSpec{name: "stuck (healthy alone)", controlAddr: srv.controlAddr,
-		pids: pids, expect: []expect{{hl, healthy}}, confirmWithin: 3 * time.Minute})
+	pids := []int{srv.relay.c.pid(), hl.c.pid(), srv.democp.pid()}
+	alone, err := measureHealthyAlone(ctx, e, srv, hl, pids, res)
 	if err != nil {
-		return nil, err
-	}
-	if alone.Missing > 0 {
-		return nil, fmt.Errorf("bench: stuck: %d of %d healthy clients did not report the change within 3m",
-			alone.Missing, healthy)
-	}
-	res.RelayCPUAlone = alone.CPU[0]
-	if res.Healthy0, err = memoryOf(ctx, relay); err != nil {
 		return nil, err
 	}
 
@@ -143,44 +136,87 @@ func runStuck(ctx context.Context, e env, stuck, healthy, fill, responseBytes in
 		return nil, err
 	}
 	pids = append(pids, sl.c.pid())
-	if _, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second); err != nil {
+	if res.Synced, err = quietMemory(ctx, pids, srv.relay); err != nil {
 		return nil, err
 	}
-	if res.Synced, err = memoryOf(ctx, relay); err != nil {
+	if res.FillWritten, err = fillStuckWindows(ctx, e, srv, pids, fill); err != nil {
 		return nil, err
 	}
-
-	e.logf("stuck: %d changes to fill the stuck streams' windows", fill)
-	f0, err := sampleProc(relay.c.pid())
+	with, err := measureWithStuck(ctx, e, srv, hl, pids, res)
 	if err != nil {
 		return nil, err
+	}
+	if err := finishStuck(hl, sl, alone, with, res); err != nil {
+		return nil, err
+	}
+	e.logf("stuck: done")
+	return res, nil
+}
+
+// measureHealthyAlone measures a change at the healthy clients before any
+// stuck client joins, and records the relay's CPU over it and its memory.
+func measureHealthyAlone(ctx context.Context, e env, srv *servers, hl *loadgen, pids []int, res *stuckResult) (*window, error) {
+	// A first change, not measured, so that neither measured change is the
+	// relay's first after the sync (the second follows the fill changes).
+	if err := changeAndSettle(ctx, srv.controlAddr, pids, 1); err != nil {
+		return nil, err
+	}
+	alone, err := measureWindow(ctx, e, windowSpec{name: "stuck (healthy alone)", controlAddr: srv.controlAddr,
+		pids: pids, expect: []expect{{hl, res.Healthy}}, confirmWithin: 3 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	if alone.Missing > 0 {
+		return nil, fmt.Errorf("bench: stuck: %d of %d healthy clients did not report the change within 3m",
+			alone.Missing, res.Healthy)
+	}
+	res.RelayCPUAlone = alone.CPU[0]
+	if res.Healthy0, err = memoryOf(ctx, srv.relay); err != nil {
+		return nil, err
+	}
+	return alone, nil
+}
+
+// fillStuckWindows makes fill changes, enough to fill the stuck streams'
+// windows, and returns what the relay wrote over them.
+func fillStuckWindows(ctx context.Context, e env, srv *servers, pids []int, fill int) (uint64, error) {
+	e.logf("stuck: %d changes to fill the stuck streams' windows", fill)
+	f0, err := sampleProc(srv.relay.c.pid())
+	if err != nil {
+		return 0, err
 	}
 	if err := changeAndSettle(ctx, srv.controlAddr, pids, fill); err != nil {
-		return nil, err
+		return 0, err
 	}
-	f1, err := sampleProc(relay.c.pid())
+	f1, err := sampleProc(srv.relay.c.pid())
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	res.FillWritten = f1.Wchr - f0.Wchr
+	return f1.Wchr - f0.Wchr, nil
+}
 
+// measureWithStuck measures a change at the healthy clients beside the
+// blocked stuck streams, and records the relay's CPU over it and its memory.
+func measureWithStuck(ctx context.Context, e env, srv *servers, hl *loadgen, pids []int, res *stuckResult) (*window, error) {
 	with, err := measureWindow(ctx, e, windowSpec{name: "stuck (with stuck clients)", controlAddr: srv.controlAddr,
-		pids: pids, expect: []expect{{hl, healthy}}, confirmWithin: healthyWait})
+		pids: pids, expect: []expect{{hl, res.Healthy}}, confirmWithin: healthyWait})
 	if err != nil {
 		return nil, err
 	}
 	res.Missing = with.Missing
 	res.RelayCPUWithStuck = with.CPU[0]
-	if _, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second); err != nil {
+	if res.Held, err = quietMemory(ctx, pids, srv.relay); err != nil {
 		return nil, err
 	}
-	if res.Held, err = memoryOf(ctx, relay); err != nil {
-		return nil, err
-	}
+	return with, nil
+}
 
+// finishStuck ends both loadgens and records the healthy clients'
+// propagation of the two measured changes and how many stuck clients synced.
+func finishStuck(hl, sl *loadgen, alone, with *window, res *stuckResult) error {
 	hs, err := hl.finish(2 * time.Minute)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if l, ok := hs.change(alone.Created); ok {
 		res.Alone = &l
@@ -190,9 +226,8 @@ func runStuck(ctx context.Context, e env, stuck, healthy, fill, responseBytes in
 	}
 	ss, err := sl.finish(2 * time.Minute)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.StuckSynced = ss.Synced
-	e.logf("stuck: done")
-	return res, nil
+	return nil
 }

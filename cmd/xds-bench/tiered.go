@@ -52,43 +52,24 @@ func runTiered(ctx context.Context, e env, clients int) (*tieredResult, error) {
 		return nil, errors.New("bench: tiered: want at least 2 clients (one per tier-2 relay)")
 	}
 	res := &tieredResult{Clients: clients}
-	srv, err := startServers(ctx, e, "tiered", true, modeEnvoy)
+	t, err := startTieredTree(ctx, e, clients)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	relays := []*relayProc{srv.relay}
-	for _, n := range []string{"a", "b"} {
-		r, err := startRelay(ctx, e, "tiered-relay-2"+n, srv.relay.addr)
-		if err != nil {
-			return nil, err
-		}
-		defer r.stop()
-		relays = append(relays, r)
-	}
-	leaves := []int{clients - clients/2, clients / 2}
-	var lgs []*loadgen
-	for i, n := range leaves {
-		lg, err := startClients(e, fmt.Sprintf("tiered-loadgen-2%c", 'a'+i), relays[1+i].addr, n, 1, modeEnvoy, "sotw")
-		if err != nil {
-			return nil, err
-		}
-		defer lg.stopQuietly() // a no-op once finished
-		lgs = append(lgs, lg)
-	}
+	defer t.stop()
 	e.logf("tiered: %d clients connecting to two tier-2 relays", clients)
-	for i, lg := range lgs {
-		if err := waitSynced(ctx, e, fmt.Sprintf("tiered (tier-2%c)", 'a'+i), lg, leaves[i]); err != nil {
+	for i, lg := range t.lgs {
+		if err := waitSynced(ctx, e, fmt.Sprintf("tiered (tier-2%c)", 'a'+i), lg, t.leaves[i]); err != nil {
 			return nil, err
 		}
 	}
 
 	// Processes by index: the relays (tier 1, 2a, 2b), democp, the loadgens.
 	var pids []int
-	for _, r := range relays {
+	for _, r := range t.relays {
 		pids = append(pids, r.c.pid())
 	}
-	pids = append(pids, srv.democp.pid(), lgs[0].c.pid(), lgs[1].c.pid())
+	pids = append(pids, t.srv.democp.pid(), t.lgs[0].c.pid(), t.lgs[1].c.pid())
 	synced, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second)
 	if err != nil {
 		return nil, err
@@ -96,22 +77,17 @@ func runTiered(ctx context.Context, e env, clients int) (*tieredResult, error) {
 	res.Tiers = []tierResult{
 		{Name: "democp", Serves: 1, RSS: synced[3].RSS},
 		{Name: "tier-1", Serves: 2, RSS: synced[0].RSS},
-		{Name: "tier-2a", Serves: leaves[0], RSS: synced[1].RSS},
-		{Name: "tier-2b", Serves: leaves[1], RSS: synced[2].RSS},
+		{Name: "tier-2a", Serves: t.leaves[0], RSS: synced[1].RSS},
+		{Name: "tier-2b", Serves: t.leaves[1], RSS: synced[2].RSS},
 	}
-	tierOf := []int{1, 2, 3} // relay i is res.Tiers[tierOf[i]]
 
-	m0 := make([]metrics, len(relays))
-	before := func() error {
-		for i, r := range relays {
-			if m0[i], err = r.metrics(ctx); err != nil {
-				return err
-			}
-		}
-		return nil
+	var m0 []metrics
+	before := func() (err error) {
+		m0, err = scrapeRelays(ctx, t.relays)
+		return err
 	}
-	w, err := measureWindow(ctx, e, windowSpec{name: "tiered", controlAddr: srv.controlAddr, pids: pids,
-		expect: []expect{{lgs[0], leaves[0]}, {lgs[1], leaves[1]}}, confirmWithin: 3 * time.Minute, beforeChange: before})
+	w, err := measureWindow(ctx, e, windowSpec{name: "tiered", controlAddr: t.srv.controlAddr, pids: pids,
+		expect: []expect{{t.lgs[0], t.leaves[0]}, {t.lgs[1], t.leaves[1]}}, confirmWithin: 3 * time.Minute, beforeChange: before})
 	if err != nil {
 		return nil, err
 	}
@@ -121,12 +97,92 @@ func runTiered(ctx context.Context, e env, clients int) (*tieredResult, error) {
 	res.ChangeWindow = w.Length
 	res.Tiers[0].CPU = w.CPU[3]
 	res.LoadgenCPU = w.CPU[4] + w.CPU[5]
-	for i, r := range relays {
-		m1, err := r.metrics(ctx)
+	if err := recordRelays(ctx, t.relays, m0, w, res.Tiers[1:]); err != nil {
+		return nil, err
+	}
+	if res.Leaves, err = finishLeaves(t.lgs, w.Created); err != nil {
+		return nil, err
+	}
+	e.logf("tiered: done")
+	return res, nil
+}
+
+// tieredTree is the processes of the tiered run, tier by tier.
+type tieredTree struct {
+	// srv is democp and the tier-1 relay.
+	srv *servers
+	// relays are the tier-1 relay and the tier-2 relays a and b.
+	relays []*relayProc
+	// lgs are the clients of tier-2 relay a and b; leaves their numbers.
+	lgs    []*loadgen
+	leaves []int
+}
+
+// startTieredTree starts democp, the tier-1 relay, two tier-2 relays below
+// it and clients Envoy-like clients split between those; it stops what it
+// started when a start fails.
+func startTieredTree(ctx context.Context, e env, clients int) (_ *tieredTree, err error) {
+	srv, err := startServers(ctx, e, "tiered", true, modeEnvoy)
+	if err != nil {
+		return nil, err
+	}
+	t := &tieredTree{srv: srv, relays: []*relayProc{srv.relay}, leaves: []int{clients - clients/2, clients / 2}}
+	defer func() {
+		if err != nil {
+			t.stop()
+		}
+	}()
+	for _, n := range []string{"a", "b"} {
+		r, err := startRelay(ctx, e, "tiered-relay-2"+n, srv.relay.addr)
 		if err != nil {
 			return nil, err
 		}
-		t := &res.Tiers[tierOf[i]]
+		t.relays = append(t.relays, r)
+	}
+	for i, n := range t.leaves {
+		lg, err := startClients(e, fmt.Sprintf("tiered-loadgen-2%c", 'a'+i), t.relays[1+i].addr, n, 1, modeEnvoy, "sotw")
+		if err != nil {
+			return nil, err
+		}
+		t.lgs = append(t.lgs, lg)
+	}
+	return t, nil
+}
+
+// stop stops the processes in the reverse order of their start: the
+// loadgens (a no-op once finished), the tier-2 relays, then the servers.
+func (t *tieredTree) stop() {
+	for i := len(t.lgs) - 1; i >= 0; i-- {
+		t.lgs[i].stopQuietly()
+	}
+	for i := len(t.relays) - 1; i >= 1; i-- {
+		t.relays[i].stop()
+	}
+	t.srv.stop()
+}
+
+// scrapeRelays reads every relay's metrics.
+func scrapeRelays(ctx context.Context, relays []*relayProc) ([]metrics, error) {
+	ms := make([]metrics, len(relays))
+	for i, r := range relays {
+		var err error
+		if ms[i], err = r.metrics(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
+// recordRelays records in tiers[i] what relay i did over the window w: its
+// CPU, when its upstream delivered the change, its upstream streams and the
+// responses it sent since m0 was scraped.
+func recordRelays(ctx context.Context, relays []*relayProc, m0 []metrics, w *window, tiers []tierResult) error {
+	for i, r := range relays {
+		m1, err := r.metrics(ctx)
+		if err != nil {
+			return err
+		}
+		t := &tiers[i]
 		t.CPU = w.CPU[i]
 		if at, ok := m1.max("xds_relay_upstream_last_update_timestamp_seconds"); ok {
 			t.Received = time.Duration(at*1e9 - float64(w.Created))
@@ -136,17 +192,23 @@ func runTiered(ctx context.Context, e env, clients int) (*tieredResult, error) {
 		r1, _ := m1.sum("xds_relay_responses_total", nil)
 		t.Responses = r1 - r0
 	}
+	return nil
+}
+
+// finishLeaves ends the loadgens and returns each one's propagation of the
+// change created at created, nil where it has none.
+func finishLeaves(lgs []*loadgen, created int64) ([]*latencies, error) {
+	var leaves []*latencies
 	for _, lg := range lgs {
 		s, err := lg.finish(2 * time.Minute)
 		if err != nil {
 			return nil, err
 		}
 		var l *latencies
-		if c, ok := s.change(w.Created); ok {
+		if c, ok := s.change(created); ok {
 			l = &c
 		}
-		res.Leaves = append(res.Leaves, l)
+		leaves = append(leaves, l)
 	}
-	e.logf("tiered: done")
-	return res, nil
+	return leaves, nil
 }

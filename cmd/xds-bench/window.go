@@ -76,16 +76,7 @@ func makeChange(ctx context.Context, controlAddr string) (int64, error) {
 // measureWindow makes one CDS change and measures the processes until every
 // expected client has it and they are quiet again.
 func measureWindow(ctx context.Context, e env, ws windowSpec) (*window, error) {
-	pids := ws.pids
-	// Idle rates, to take out of a window that has to run to the confirmation.
-	idle0, err := sampleAll(pids)
-	if err != nil {
-		return nil, err
-	}
-	if err := pause(ctx, time.Second); err != nil {
-		return nil, err
-	}
-	idle1, err := sampleAll(pids)
+	idle, err := sampleIdle(ctx, ws.pids)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +84,7 @@ func measureWindow(ctx context.Context, e env, ws windowSpec) (*window, error) {
 	// processes went quiet: an older one may miss the last change's updates.
 	base := make([]int64, len(ws.expect))
 	for i, x := range ws.expect {
-		p, err := x.lg.lineSince(ctx, idle0[0].At)
+		p, err := x.lg.lineSince(ctx, idle.a[0].At)
 		if err != nil {
 			return nil, err
 		}
@@ -106,15 +97,64 @@ func measureWindow(ctx context.Context, e env, ws windowSpec) (*window, error) {
 	}
 
 	w := &window{}
-	writes := startSampler(pids[0], 10*time.Millisecond)
-	c0, err := sampleAll(pids)
+	c0, c1, series, err := w.changeUntilQuiet(ctx, e, ws)
 	if err != nil {
-		writes.stop()
 		return nil, err
+	}
+	if err := w.confirm(ctx, e, ws, base); err != nil {
+		return nil, err
+	}
+	end := c1
+	runToConfirmation := false
+	if w.Missing == 0 {
+		if end, runToConfirmation, err = quietAfterConfirmation(ctx, e, ws, c1, idle); err != nil {
+			return nil, err
+		}
+	}
+	w.measure(c0, end, series, idle, runToConfirmation)
+	return w, nil
+}
+
+// idleSamples are two samples of the measured processes, quiet, a second
+// apart: their idle rates, to take out of a window that has to run to the
+// confirmation.
+type idleSamples struct {
+	a, b []procSample
+}
+
+// sampleIdle samples pids twice, a second apart.
+func sampleIdle(ctx context.Context, pids []int) (idleSamples, error) {
+	a, err := sampleAll(pids)
+	if err != nil {
+		return idleSamples{}, err
+	}
+	if err := pause(ctx, time.Second); err != nil {
+		return idleSamples{}, err
+	}
+	b, err := sampleAll(pids)
+	if err != nil {
+		return idleSamples{}, err
+	}
+	return idleSamples{a: a, b: b}, nil
+}
+
+// cpu is the CPU process i spends over d at its idle rate.
+func (s idleSamples) cpu(i int, d time.Duration) time.Duration {
+	return idleCPU(s.a[i], s.b[i], d)
+}
+
+// changeUntilQuiet makes the change and returns samples of the processes
+// just before it and once they are quiet again, and the serving process's
+// samples in between.
+func (w *window) changeUntilQuiet(ctx context.Context, e env, ws windowSpec) (c0, c1, series []procSample, err error) {
+	writes := startSampler(ws.pids[0], 10*time.Millisecond)
+	if c0, err = sampleAll(ws.pids); err != nil {
+		writes.stop()
+		return nil, nil, nil, err
 	}
 	if w.Created, err = makeChange(ctx, ws.controlAddr); err != nil {
 		writes.stop()
-		return nil, err
+		return nil, nil, nil, err
 	}
 	want := 0
 	for _, x := range ws.expect {
@@ -123,12 +163,18 @@ func measureWindow(ctx context.Context, e env, ws windowSpec) (*window, error) {
 	e.logf("%s: one cluster changed; waiting for %d clients", ws.name, want)
 	// The window ends when every process is quiet again (300 ms with at most
 	// one clock tick each): the responses are sent, read and ACKed.
-	c1, err := quiesce(ctx, pids, 300*time.Millisecond, 3*time.Minute)
-	series := writes.stop()
+	c1, err = quiesce(ctx, ws.pids, 300*time.Millisecond, 3*time.Minute)
+	series = writes.stop()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	// The loadgens confirm that every client has the change.
+	return c0, c1, series, nil
+}
+
+// confirm waits up to ws.confirmWithin for the loadgens to confirm that
+// every client has the change (their updates beyond base), and records the
+// updates and the clients missing.
+func (w *window) confirm(ctx context.Context, e env, ws windowSpec, base []int64) error {
 	wctx, cancel := context.WithTimeout(ctx, ws.confirmWithin)
 	defer cancel()
 	for i, x := range ws.expect {
@@ -140,43 +186,53 @@ func measureWindow(ctx context.Context, e env, ws windowSpec) (*window, error) {
 			w.Missing += x.clients - int(min(p.Updates-base[i], int64(x.clients)))
 			e.logf("%s: %d clients did not report the change within %v", ws.name, w.Missing, ws.confirmWithin)
 		} else if err != nil {
-			return nil, err
+			return err
 		}
 		w.Updates += p.Updates - base[i]
 	}
-	end := c1
-	runToConfirmation := false
-	if w.Missing == 0 {
-		c2, err := quiesce(ctx, pids, 500*time.Millisecond, 30*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		for i := range pids {
-			if late := c2[i].CPU - c1[i].CPU - idleCPU(idle0[i], idle1[i], c2[i].At.Sub(c1[i].At)); late > 3*clockTick {
-				// Busy again after the quiet spell: count until the confirmation, less the idle rate.
-				e.logf("%s: process %d used %v more CPU after the quiet spell; the window runs to the confirmation",
-					ws.name, pids[i], late)
-				runToConfirmation = true
-			}
-		}
-		if runToConfirmation {
-			end = c2
+	return nil
+}
+
+// quietAfterConfirmation waits for another quiet spell after the
+// confirmation and returns where the window ends: at the first quiet spell
+// c1, or, when some process was busy again after it, at the second, and
+// then runToConfirmation is true.
+func quietAfterConfirmation(ctx context.Context, e env, ws windowSpec, c1 []procSample, idle idleSamples) (
+	end []procSample, runToConfirmation bool, err error) {
+	c2, err := quiesce(ctx, ws.pids, 500*time.Millisecond, 30*time.Second)
+	if err != nil {
+		return nil, false, err
+	}
+	for i := range ws.pids {
+		if late := c2[i].CPU - c1[i].CPU - idle.cpu(i, c2[i].At.Sub(c1[i].At)); late > 3*clockTick {
+			// Busy again after the quiet spell: count until the confirmation, less the idle rate.
+			e.logf("%s: process %d used %v more CPU after the quiet spell; the window runs to the confirmation",
+				ws.name, ws.pids[i], late)
+			runToConfirmation = true
 		}
 	}
+	if runToConfirmation {
+		return c2, true, nil
+	}
+	return c1, false, nil
+}
+
+// measure sets the window's length, CPU and writes from the samples at its
+// start and end, less the idle rate when it ran to the confirmation.
+func (w *window) measure(c0, end, series []procSample, idle idleSamples, runToConfirmation bool) {
 	w.Length = end[0].At.Sub(c0[0].At)
 	if at, ok := writtenBy(series, 0.99); ok {
 		w.WrittenAll = at.Sub(c0[0].At)
 	}
-	w.CPU = make([]time.Duration, len(pids))
-	for i := range pids {
+	w.CPU = make([]time.Duration, len(c0))
+	for i := range c0 {
 		d := end[i].CPU - c0[i].CPU
 		if runToConfirmation {
-			d -= idleCPU(idle0[i], idle1[i], end[i].At.Sub(c0[i].At))
+			d -= idle.cpu(i, end[i].At.Sub(c0[i].At))
 		}
 		w.CPU[i] = max(d, 0)
 	}
 	w.Write = end[0].Wchr - c0[0].Wchr
-	return w, nil
 }
 
 // idleCPU is the CPU a process spends over d at the idle rate measured
