@@ -102,6 +102,7 @@ func (s *state) evict() {
 			}
 			e.drop(n)
 			tc.clearUnsure(n)
+			tc.setListing(n, nil)
 			e.change(n)
 		}
 		if len(e.changed) == 0 {
