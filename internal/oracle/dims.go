@@ -126,7 +126,10 @@ var DrawOpen bool
 var DrawLarge bool
 
 // openDims are the dimensions with known, unfixed failures (issue 23), each
-// named here with its seed: none that make test's seeds draw. Seed 253808
+// named here with its seed: none that make test's seeds draw. Open in the
+// soak: seed 260000 (auth-servers,silence,escaped,foreign; about one run in
+// two), make before break for a SotW client from elsewhere broken when the
+// servers are silent on RDS past the relay's 1 s grace. Seed 253808
 // (glob,escaped,foreign; a listed glob member rolled back by the default
 // servers' late listing while its authority's stream was down) is fixed
 // and not in the table: its replay never failed (0 of 24; the relay's
