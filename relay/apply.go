@@ -180,9 +180,6 @@ func (a *applier) endedOverListing(name string) bool {
 // list marks another authority's name as listed, or not, by the default
 // servers.
 func (a *applier) list(name string, listed bool) {
-	if !listed {
-		a.tc.setListing(name, nil)
-	}
 	if cur, ok := a.owned(name); ok && cur.Listed != listed {
 		a.edit.put(name, cur.WithListed(listed))
 		a.edit.change(name)
@@ -242,18 +239,12 @@ func (a *applier) resource(e *downstream.Resource) {
 		a.storeVariant(e, again)
 		return
 	}
-	if cur, ok := a.owned(e.Name); ok {
-		// While its authority's stream is away, the listing may be older
-		// than the authority's copy: it is kept aside, for the default
-		// servers, who think the relay holds it, may never send it again.
-		if tc.unconfirmed[cur.Authority] || tc.get(e.Name).listing != nil {
-			tc.setListing(e.Name, e)
-		}
+	// While its authority's stream is away its copy is unconfirmed, and
+	// the default servers, which think the relay holds what they sent, may
+	// never send it again: their listing replaces it.
+	if cur, ok := a.owned(e.Name); ok && !tc.unconfirmed[cur.Authority] {
 		a.list(e.Name, true)
 		return
-	}
-	if a.authority != "" {
-		tc.setListing(e.Name, nil) // the authority's own word
 	}
 	a.s.armTTL(tc, e.Name, e.TTL)
 	a.answerGlob(e)
@@ -312,7 +303,6 @@ func (a *applier) noCache(e *downstream.Resource) bool {
 	if _, had := a.edit.res[e.Name]; had {
 		a.edit.drop(e.Name)
 		tc.clearUnsure(e.Name)
-		tc.setListing(e.Name, nil)
 		a.s.unref.forget(tc.lruKey(e.Name))
 	}
 	a.moveNames = append(a.moveNames, e.Name)

@@ -476,7 +476,6 @@ func (s *state) silent(tc *typeCache, name string, cached bool) {
 			e.drop(name)
 		}
 		tc.clearUnsure(name)
-		tc.setListing(name, nil)
 		s.unref.forget(tc.lruKey(name))
 	}
 	if tc.up[name] && gone {

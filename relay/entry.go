@@ -3,8 +3,6 @@ package relay
 import (
 	"fmt"
 	"time"
-
-	"github.com/xds-relay/xds-relay/downstream"
 )
 
 // entry is what the relay knows of one name of a type besides the View, and
@@ -56,16 +54,6 @@ type entry struct {
 	// and the listing was not stored (listsAbsent). Set then; cleared when
 	// its glob's subscription ends (forgetGlobSet asks them again).
 	listedAbsent bool
-	// listing is the default servers' latest listing of another
-	// authority's name that the cache holds from that authority, received
-	// while the authority's stream was away and one of its subscriptions
-	// still covered the name: the authority's copy stays (a listing on its
-	// way when the streams ended may be older), and this one is what the
-	// default servers hold, handed to them with the name when its glob's
-	// subscription ends (handToDefaultServers). Set by applier.resource;
-	// cleared by the authority's answer, the name leaving the cache and the
-	// default servers unlisting it (setListing).
-	listing *downstream.Resource
 }
 
 // word is what the relay knows of a name's value or error in the View, and
@@ -118,8 +106,7 @@ func (e entry) unreachable() bool { return e.word == wordUnreachable }
 // isEmpty reports whether nothing is left in e.
 func (e *entry) isEmpty() bool {
 	return e.word == wordHeard && e.wait == nil && e.halted == "" && !e.noCache && e.ttl == nil &&
-		!e.variantMode && e.variants == nil && len(e.params) == 0 && !e.listedAbsent &&
-		e.listing == nil
+		!e.variantMode && e.variants == nil && len(e.params) == 0 && !e.listedAbsent
 }
 
 // get returns what the relay knows of name, the zero entry for nothing. It
@@ -149,17 +136,6 @@ func (tc *typeCache) entry(name string) *entry {
 func (tc *typeCache) tidy(name string) {
 	if e := tc.names[name]; e != nil && e.isEmpty() {
 		delete(tc.names, name)
-	}
-}
-
-// setListing stores res as the default servers' listing of name kept
-// aside (entry.listing), or clears it for nil.
-func (tc *typeCache) setListing(name string, res *downstream.Resource) {
-	if res != nil {
-		tc.entry(name).listing = res
-	} else if e := tc.names[name]; e != nil && e.listing != nil {
-		e.listing = nil
-		tc.tidy(name)
 	}
 }
 

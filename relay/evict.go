@@ -102,7 +102,6 @@ func (s *state) evict() {
 			}
 			e.drop(n)
 			tc.clearUnsure(n)
-			tc.setListing(n, nil)
 			e.change(n)
 		}
 		if len(e.changed) == 0 {

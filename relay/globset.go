@@ -85,7 +85,6 @@ func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 			handed = append(handed, res)
 			continue
 		}
-		tc.setListing(n, nil) // nor do the default servers speak of it
 		tc.markUnsure(n)
 	}
 	if len(forget) > 0 {
@@ -96,32 +95,17 @@ func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 
 // handToDefaultServers makes the cached listed members theirs: their
 // authority's unconfirmed streams no longer make them stale (View.Stale).
-// A member whose listing was kept aside (entry.listing) becomes that
-// listing, the default servers' own latest word. Streams that held back for
-// them look again (tellSured).
+// Streams that held back for them look again (tellSured).
 func (s *state) handToDefaultServers(tc *typeCache, listed []*downstream.Resource) {
 	if len(listed) == 0 {
 		return
 	}
 	e := editOf(tc.view)
-	changed := false
 	for _, res := range listed {
-		if aside := tc.get(res.Name).listing; aside != nil {
-			tc.setListing(res.Name, nil)
-			e.put(res.Name, aside)
-			e.change(res.Name)
-			s.armTTL(tc, res.Name, aside.TTL)
-			changed = true
-		} else {
-			e.put(res.Name, res.FromDefaultServers())
-		}
+		e.put(res.Name, res.FromDefaultServers())
 		tc.sured = append(tc.sured, res.Name)
 	}
-	v := e.view(s.nextSeq())
-	s.publish(tc, v)
-	if changed {
-		s.notify(tc, v)
-	}
+	s.publish(tc, e.view(s.nextSeq()))
 }
 
 // inSet reports whether the cached res is a member of the set of the

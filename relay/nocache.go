@@ -207,7 +207,6 @@ func (s *state) dropNow(tc *typeCache, name string) {
 	e := editOf(tc.view)
 	e.drop(name)
 	tc.clearUnsure(name)
-	tc.setListing(name, nil)
 	e.change(name)
 	s.publish(tc, e.view(s.nextSeq()))
 }

@@ -60,7 +60,6 @@ func (s *state) expireTTL(tc *typeCache, name string, t *time.Timer) {
 	e := editOf(tc.view)
 	e.drop(name)
 	tc.clearUnsure(name)
-	tc.setListing(name, nil)
 	e.change(name)
 	if tc.up[name] {
 		e.markAbsent(name)
