@@ -190,12 +190,7 @@ func TestListingOfADeletedMemberTakenOnceTheGlobEnds(t *testing.T) {
 	def.SetResources(clusters("c0", m1))
 	g := xdstest.NewGlobADS(m1)
 	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
-	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = 0
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
-	}))
+	r := startDeltaFederation(t, def, auth)
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*")
 	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
@@ -666,12 +661,7 @@ func TestListedMemberStaysSureWhileItsGlobIsSubscribed(t *testing.T) {
 	def := xdstest.StartUpstream(t)
 	def.SetResources(clusters("c0", m1))
 	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
-	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = 0
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
-	}))
+	r := startDeltaFederation(t, def, auth)
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, globG)
 	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got its member")

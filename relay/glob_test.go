@@ -525,12 +525,7 @@ func TestListedMemberDeclaredToTheDefaultServers(t *testing.T) {
 	def := xdstest.StartUpstream(t)
 	def.SetResources(clusters("c0", m1, m2))
 	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1, m2)))
-	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = 0
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
-	}))
+	r := startDeltaFederation(t, def, auth)
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, "*", globG)
 	ackUntil(t, glob, []string{"c0", m1, m2}, "the glob's subscriber never got the wildcard and the glob")
@@ -569,12 +564,7 @@ func TestUnlistedMemberRemovedForWildcardFromElsewhere(t *testing.T) {
 	def.SetResources(clusters("c0", m1, m2))
 	g := xdstest.NewGlobADS(m1, m2)
 	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
-	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = 0
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
-	}))
+	r := startDeltaFederation(t, def, auth)
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, globG)
 	ackUntil(t, glob, []string{m1, m2}, "the glob's subscriber never got the glob")
@@ -622,12 +612,7 @@ func TestListedMemberFromTheDefaultServersNotHeldForItsAuthority(t *testing.T) {
 	def := xdstest.StartUpstream(t)
 	def.SetResources(clusters("c0", m1))
 	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
-	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = 0
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
-	}))
+	r := startDeltaFederation(t, def, auth)
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, globG)
 	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
@@ -677,12 +662,7 @@ func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
 	def := xdstest.StartUpstream(t)
 	def.SetResources(clusters("c0", m1))
 	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
-	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = 0
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Authorities = map[string]config.Authority{"auth": {
-			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
-	}))
+	r := startDeltaFederation(t, def, auth)
 	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
 	glob.Subscribe(resource.ClusterType, globG)
 	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
@@ -751,4 +731,17 @@ func globUnsubscribed(t *testing.T, r *xdstest.Relay) {
 	xdstest.Eventually(t, func() bool {
 		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "unsubscribe"}) > 0
 	}, "the glob unsubscribed", nil)
+}
+
+// startDeltaFederation starts a relay whose default servers are def and
+// whose authority "auth" is served by auth, both over Delta, with no linger:
+// a subscription ends upstream as soon as its last watcher goes.
+func startDeltaFederation(t *testing.T, def, auth *xdstest.Upstream) *xdstest.Relay {
+	t.Helper()
+	return xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
 }
