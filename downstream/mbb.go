@@ -388,16 +388,18 @@ func (st *stream) referenceLeaving(typeURL, key string) bool {
 // authority, because the stream's wildcard gave it while the default servers
 // listed it (Resource.InWildcard), and v lists it no more: the wildcard
 // dropped it as it drops a plain name, and make before break keeps it as
-// long. Called with mu held.
+// long. A client from elsewhere that was sent nothing yet may hold any such
+// name. Called with mu held.
 func (ts *typeState) unlistedHeld(v *View, key string) bool {
 	if !ts.wildcard || ts.watches(v, key) {
 		return false
 	}
-	if _, held := ts.holdsKeys[key]; !held {
-		return false
-	}
 	if r, ok := v.Resources[key]; ok && r.InWildcard() {
 		return false
+	}
+	if _, held := ts.holdsKeys[key]; !held {
+		auth, _ := keying.Authority(key)
+		return ts.fromElsewhere && ts.holdsKeys == nil && auth != ""
 	}
 	r := ts.withheldRefs[key] // kept by make before break: not in the View last sent
 	if r == nil {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -345,4 +346,45 @@ func clusterServices(t *testing.T, r *discoverypb.DiscoveryResponse) map[string]
 		got[cl.GetName()] = cl.GetEdsClusterConfig().GetServiceName()
 	}
 	return got
+}
+
+// A SotW Envoy comes back holding x, another authority's cluster its
+// wildcard CDS gave it while the default servers listed x, and a route r
+// that refers to x. The default servers list x no more, and the upstream's
+// move of r off x comes just after: the CDS answer waits for it, as it
+// would for a plain cluster, rather than tell the client x is gone while
+// its r still refers to it (seed 260000: a cluster the wildcard does not
+// select by its name was not looked at).
+func TestSotWListedClusterFromElsewhereWaitsForTheRouteMove(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	src := newFakeSource()
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", x))})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+	src.publish(keying.EndpointType, map[string]string{"c1": "e1"})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType)
+	c.Ack(c.RecvType(keying.ListenerType))
+	c.Resume(keying.RouteType, "v-before", "r")
+	c.Ack(c.RecvType(keying.RouteType)) // r → x, as the client holds it
+	resumed := time.Now()
+	c.Resume(keying.ClusterType, "v-before") // it holds c1 and x
+	// The stream handles requests in order: the EDS answer comes after
+	// whatever the CDS request queued.
+	c.Subscribe(keying.EndpointType, "c1")
+	if r := c.MustRecv(); r.GetTypeUrl() == keying.ClusterType {
+		if time.Since(resumed) >= time.Second {
+			t.Skip("the machine took longer than the reconnect's grace (1 s) to answer: too slow to tell")
+		}
+		t.Fatalf("clusters %v sent while the client's r still refers to %s", anyClusterNames(t, r), x)
+	} else {
+		c.Ack(r)
+	}
+
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", "c1"))})
+	r := c.RecvType(keying.RouteType)
+	wantNames(t, "routes", routeNames(t, r), []string{"r"})
+	c.Ack(r)
+	r = c.RecvType(keying.ClusterType)
+	wantNames(t, "clusters once r moved", anyClusterNames(t, r), []string{"c1"})
 }

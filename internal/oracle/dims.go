@@ -126,11 +126,7 @@ var DrawOpen bool
 var DrawLarge bool
 
 // openDims are the dimensions with known, unfixed failures (issue 23), each
-// named here with its seed: none that make test's seeds draw. Open in the
-// soak: seed 260000 (auth-servers,silence,escaped,foreign; about one run in
-// two): a SotW Envoy that came back while the servers were silent on RDS
-// and CDS is sent a CDS without a cluster the route it was just sent still
-// refers to (make before break; cause not found yet). Rare (0 of 24
+// named here with its seed: none that make test's seeds draw. Rare (0 of 24
 // replays): seed 253808 (glob,escaped,foreign), a listed glob member rolled
 // back by the default servers' late listing while its authority's stream
 // was down (the rule of seed 5585). foreign was open until seeds 5496 and

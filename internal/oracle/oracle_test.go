@@ -315,6 +315,8 @@ var regressions = []struct {
 		"a picky SotW Envoy from elsewhere rejected a cluster whose default variant the upstream then replaced by a constrained one while its own route still referred to it: make before break kept the cluster at the version the client had rejected, not the one it held, so the client rejected every later CDS whole and never got the new clusters (fails every run before the fix; downstream's TestSotWKeptClusterIsTheVersionTheClientAccepted always)"},
 	{221757, wholeSchedule(42),
 		"the oracle's mistake: go-control-plane in ADS mode dropped a relay's RDS watch for [r5 r7] unanswered when a new listener's r14 came, and answered no later RDS on that stream; the slow Envoy that would have asked for r14 left first, so the relay never asked again and its clients kept r7 (fails about one run in two on a loaded machine without the fix; TestGCPKeepsADroppedWatch always)"},
+	{260000, wholeSchedule(44),
+		"a SotW Envoy that came back to its relay held r8, referring to svc%3A22, another authority's cluster its wildcard CDS had given it while the default servers listed it; they listed it no more and the upstream's move of r8 came 2 ms later, but the CDS answer was sent at once without svc%3A22: make before break looked only at names the wildcard selects by their own name (the seed failed 6 of 12 runs before the fix, this entry 4 of 4 replays; downstream's TestSotWListedClusterFromElsewhereWaitsForTheRouteMove always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -335,13 +337,14 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	160673: drawn, 160079: drawn, 170919: drawn, 172663: drawn, 200286: drawn,
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
 	190215: "glob,auth-servers,silence,foreign",
-	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp"}
+	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
+	260000: "auth-servers,silence,escaped,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
 	6221: true, 81451: true, 80719: true, 5016: true, 5261: true, 5490: true, 5497: true, 5585: true,
-	160673: true, 160079: true, 180443: true, 180351: true, 190215: true, 221355: true}
+	160673: true, 160079: true, 180443: true, 180351: true, 190215: true, 221355: true, 260000: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
