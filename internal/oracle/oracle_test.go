@@ -374,7 +374,14 @@ func TestOracleRegressions(t *testing.T) {
 		s = s.Keep(r.keep)
 		s.Opts.Forgetful = foundForgetful[r.seed] // as they were found
 		for range 3 {
-			if err := oracle.Execute(s, t.TempDir(), zap.NewNop()); err != nil {
+			log, buf := zap.NewNop(), &syncBuffer{}
+			if *logTo != "" {
+				log = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), buf, zap.DebugLevel))
+			}
+			if err := oracle.Execute(s, t.TempDir(), log); err != nil {
+				if *logTo != "" {
+					_ = os.WriteFile(*logTo, buf.bytes(), 0o644)
+				}
 				t.Errorf("%s: %v\nschedule:\n%s", r.found, err, s)
 				break
 			}
