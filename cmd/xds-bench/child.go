@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -153,6 +154,26 @@ func freePort() (string, error) {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr, nil
+}
+
+// withFreePorts calls start with n loopback addresses whose ports were free
+// a moment ago, and again with new ones (three tries in all) when start
+// failed because another process bound one first: on a busy machine a port
+// is taken between the pick and the child's bind.
+func withFreePorts(n int, start func(addrs []string) error) error {
+	var err error
+	for range 3 {
+		addrs := make([]string, n)
+		for i := range addrs {
+			if addrs[i], err = freePort(); err != nil {
+				return err
+			}
+		}
+		if err = start(addrs); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+	}
+	return err
 }
 
 // newHTTPClient returns the client for the admin and control endpoints:

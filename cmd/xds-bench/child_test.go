@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -37,5 +38,26 @@ func TestQuietSince(t *testing.T) {
 	}
 	if quietSince(from, []procSample{{CPU: 0}, {CPU: 100*time.Millisecond + 2*clockTick}}) {
 		t.Error("two ticks: quiet")
+	}
+}
+
+// A child that lost its port to another process between the pick and its
+// bind is started again on new ports; any other failure is final.
+func TestWithFreePortsRetriesATakenPort(t *testing.T) {
+	var seen [][]string
+	err := withFreePorts(2, func(a []string) error {
+		seen = append(seen, a)
+		if len(seen) == 1 {
+			return errors.New("bench: democp exited: listen tcp " + a[0] + ": bind: address already in use")
+		}
+		return nil
+	})
+	if err != nil || len(seen) != 2 || len(seen[1]) != 2 {
+		t.Fatalf("withFreePorts: err %v after %d tries (%v), want success on the second", err, len(seen), seen)
+	}
+	tries := 0
+	err = withFreePorts(1, func([]string) error { tries++; return errors.New("bench: democp exited: no such file") })
+	if err == nil || tries != 1 {
+		t.Fatalf("withFreePorts: err %v after %d tries, want the first failure", err, tries)
 	}
 }

@@ -167,29 +167,25 @@ func (r *relayProc) stop() { _ = r.c.stop(syscall.SIGTERM, 20*time.Second) }
 // and waits until they serve.
 func startServers(ctx context.Context, e env, name string, relay bool, mode string, democpArgs ...string) (*servers, error) {
 	s := &servers{}
-	var err error
-	for _, a := range []*string{&s.democpAddr, &s.controlAddr} {
-		if *a, err = freePort(); err != nil {
-			return nil, err
-		}
-	}
 	style := string(fleet.StyleEnvoy)
 	if mode == modeGRPC {
 		style = string(fleet.StyleGRPC)
 	}
-	// One route configuration: it routes to every cluster, so that a
-	// grpc-mode client watches all of them and their endpoints by name.
-	s.democp, err = startChild(name+"-democp", e.logDir, filepath.Join(e.bin, "xds-democp"), append([]string{
-		"--listen", s.democpAddr, "--control", s.controlAddr, "--clusters", itoa(e.clusters), "--routes", "1",
-		"--style", style, "--log-level", "warn",
-	}, democpArgs...), childIO{})
+	err := withFreePorts(2, func(a []string) error {
+		s.democpAddr, s.controlAddr = a[0], a[1]
+		// One route configuration: it routes to every cluster, so that a
+		// grpc-mode client watches all of them and their endpoints by name.
+		var err error
+		s.democp, err = startChild(name+"-democp", e.logDir, filepath.Join(e.bin, "xds-democp"), append([]string{
+			"--listen", s.democpAddr, "--control", s.controlAddr, "--clusters", itoa(e.clusters), "--routes", "1",
+			"--style", style, "--log-level", "warn",
+		}, democpArgs...), childIO{})
+		if err != nil {
+			return err
+		}
+		return s.waitServing(ctx, s.democp)
+	})
 	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := waitHTTP(wctx, newHTTPClient(), "http://"+s.controlAddr+"/healthz", s.democp); err != nil {
-		s.stop()
 		return nil, err
 	}
 	if !relay {
@@ -200,6 +196,18 @@ func startServers(ctx context.Context, e env, name string, relay bool, mode stri
 		return nil, err
 	}
 	return s, nil
+}
+
+// waitServing waits until c, democp or the floor, answers on the control
+// address; it stops the servers when c does not.
+func (s *servers) waitServing(ctx context.Context, c *child) error {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := waitHTTP(wctx, newHTTPClient(), "http://"+s.controlAddr+"/healthz", c); err != nil {
+		s.stop()
+		return err
+	}
+	return nil
 }
 
 // democpConns counts democp's established TCP connections (none in a floor run).
@@ -222,25 +230,21 @@ func startSubject(ctx context.Context, e env, rc runConfig) (*servers, error) {
 // waits until it serves.
 func startFloor(ctx context.Context, e env, name, mode string) (*servers, error) {
 	s := &servers{}
-	var err error
-	for _, a := range []*string{&s.democpAddr, &s.controlAddr} {
-		if *a, err = freePort(); err != nil {
-			return nil, err
-		}
-	}
 	style := string(fleet.StyleEnvoy)
 	if mode == modeGRPC {
 		style = string(fleet.StyleGRPC)
 	}
-	s.floor, err = startChild(name, e.logDir, e.self, []string{floorCommand, "--listen", s.democpAddr,
-		"--control", s.controlAddr, "--clusters", itoa(e.clusters), "--style", style}, childIO{})
+	err := withFreePorts(2, func(a []string) error {
+		s.democpAddr, s.controlAddr = a[0], a[1]
+		var err error
+		s.floor, err = startChild(name, e.logDir, e.self, []string{floorCommand, "--listen", s.democpAddr,
+			"--control", s.controlAddr, "--clusters", itoa(e.clusters), "--style", style}, childIO{})
+		if err != nil {
+			return err
+		}
+		return s.waitServing(ctx, s.floor)
+	})
 	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := waitHTTP(wctx, newHTTPClient(), "http://"+s.controlAddr+"/healthz", s.floor); err != nil {
-		s.stop()
 		return nil, err
 	}
 	return s, nil
@@ -250,22 +254,24 @@ func startFloor(ctx context.Context, e env, name, mode string) (*servers, error)
 // ready.
 func startRelay(ctx context.Context, e env, name, upstream string) (*relayProc, error) {
 	r := &relayProc{}
-	var err error
-	for _, a := range []*string{&r.addr, &r.admin} {
-		if *a, err = freePort(); err != nil {
-			return nil, err
+	err := withFreePorts(2, func(a []string) error {
+		r.addr, r.admin = a[0], a[1]
+		var err error
+		r.c, err = startChild(name, e.logDir, filepath.Join(e.bin, "xds-relay"), []string{
+			"--listen", r.addr, "--admin", r.admin, "--upstream", upstream, "--log-level", "warn",
+		}, childIO{})
+		if err != nil {
+			return err
 		}
-	}
-	r.c, err = startChild(name, e.logDir, filepath.Join(e.bin, "xds-relay"), []string{
-		"--listen", r.addr, "--admin", r.admin, "--upstream", upstream, "--log-level", "warn",
-	}, childIO{})
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := waitHTTP(wctx, newHTTPClient(), "http://"+r.admin+"/readyz", r.c); err != nil {
+			r.stop()
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := waitHTTP(wctx, newHTTPClient(), "http://"+r.admin+"/readyz", r.c); err != nil {
-		r.stop()
 		return nil, err
 	}
 	return r, nil
