@@ -240,10 +240,12 @@ func (a *applier) resource(e *downstream.Resource) {
 		a.storeVariant(e, again)
 		return
 	}
-	if cur, ok := a.owned(e.Name); ok {
-		if tc.unconfirmed[cur.Authority] {
-			tc.setAside(e.Name, e) // see aside.go
-		}
+	if cur, ok := a.edit.res[e.Name]; ok && a.authority == "" && tc.awaitsAuthority(e.Name, cur) {
+		tc.setAside(e.Name, e) // see aside.go
+		a.list(e.Name, true)
+		return
+	}
+	if _, ok := a.owned(e.Name); ok {
 		a.list(e.Name, true)
 		return
 	}

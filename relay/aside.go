@@ -7,11 +7,13 @@ import (
 
 // The default servers may list another authority's name in their wildcard
 // answer. While a subscription of that authority covers the name, they only
-// list it (applier.owned); while the authority's stream is also away, their
-// listing may be newer than its copy (the authority changed it meanwhile)
-// or older (it was on its way when the authority's stream ended: the two
-// streams are not ordered). So it is kept aside (entry.aside), and
-// settleAside alone decides what becomes of it.
+// list it (applier.owned). Their listing and the authority's word travel on
+// two streams that are not ordered, so while the authority's word is in
+// doubt their listing may be newer than the cached copy or older: it is kept
+// aside (entry.aside), and settleAside alone decides what becomes of it. In
+// doubt: the authority's stream is away (its copy is unconfirmed), or the
+// cached copy is the default servers' and the authority has not answered
+// the glob that covers it yet (its answer, on its way, may be older).
 
 // setAside keeps res aside as the default servers' listing of name, or
 // clears it for nil.
@@ -32,13 +34,13 @@ func (tc *typeCache) setAside(name string, res *downstream.Resource) {
 }
 
 // settleAside decides, after anything that may have changed it, what
-// becomes of each listing kept aside. It goes once it no longer stands for
-// what the default servers hold beside the authority's unconfirmed copy:
-// that copy left the cache or is no longer listed, their wildcard ended, or
-// the authority's stream answered (its copy is its word). Once no
-// subscription of the authority covers the name, the authority no longer
-// speaks of it: the listing — what the default servers think the relay
-// holds, and may never send again — replaces its copy.
+// becomes of each listing kept aside: it stays while the authority's word
+// is in doubt and a subscription of the authority covers the name. It goes
+// once the authority's word holds (its stream answered, or the name left
+// the cache or is no longer listed) or the default servers' wildcard ended;
+// it replaces the cached copy once nothing of the authority covers the
+// name, or its glob's answer did not claim it: the default servers think the
+// relay holds their listing, and may never send it again.
 func (s *state) settleAside(tc *typeCache) {
 	if tc.asides == 0 {
 		return
@@ -50,13 +52,13 @@ func (s *state) settleAside(tc *typeCache) {
 			continue
 		}
 		cur, ok := tc.view.Resources[n]
-		inDoubt := ok && cur.Listed && cur.Authority != "" && tc.unconfirmed[cur.Authority] && tc.up[keying.Wildcard] &&
-			!tc.variantMode(n)
-		if inDoubt && tc.subscribedUpstream(n) {
+		theirs := ok && tc.up[keying.Wildcard] && !tc.variantMode(n) &&
+			(cur.Authority == "" || cur.Listed && tc.unconfirmed[cur.Authority])
+		if theirs && tc.awaitsAuthority(n, cur) {
 			continue
 		}
 		tc.setAside(n, nil)
-		if inDoubt {
+		if theirs {
 			e.put(n, aside)
 			e.change(n)
 			tc.confirmed(n) // the default servers' word
@@ -69,4 +71,15 @@ func (s *state) settleAside(tc *typeCache) {
 		s.notify(tc, v)
 		s.tellSured(tc, v)
 	}
+}
+
+// awaitsAuthority reports whether the cached copy cur of another
+// authority's name waits for that authority's word: its stream is away and
+// a subscription of it covers the name, or cur is the default servers' and
+// the authority has not answered the subscribed glob that covers it.
+func (tc *typeCache) awaitsAuthority(n string, cur *downstream.Resource) bool {
+	if cur.Authority != "" {
+		return tc.unconfirmed[cur.Authority] && tc.subscribedUpstream(n)
+	}
+	return !ofAuthority(n, "") && cur.Glob != "" && tc.up[cur.Glob] && !tc.view.GlobAnswered(cur.Glob)
 }

@@ -696,6 +696,46 @@ func TestListingKeptAsideWhileItsAuthorityIsDown(t *testing.T) {
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"}) // the default servers' word
 }
 
+// A glob member cached from the default servers' listing keeps that copy
+// while its authority's answer to the glob is awaited: their next listing
+// is kept aside, as the authority's answer, on another stream, may be older
+// (it was built before their change) and would roll back clients that got
+// the listing. The listing was served, and the authority's late answer then
+// replaced it (oracle seed 253808).
+func TestListingKeptAsideWhileTheGlobIsUnanswered(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	g := xdstest.NewGlobADS(m1)
+	g.Pause(true) // the authority's answer is late
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := startDeltaFederation(t, def, auth)
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1}) // the default servers' copy
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "subscribe"}) > 0
+	}, "the glob was never subscribed upstream", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		if got["c0"] != "eds-c0-v2" {
+			continue
+		}
+		if got[m1] != "eds-"+m1 {
+			t.Fatalf("the wildcard client was sent the default servers' listing of %s while its authority's answer to the glob was awaited: %v", m1, got)
+		}
+		break
+	}
+	g.Pause(false)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the authority's answer")
+}
+
 // Another authority's name the default servers listed, left unsure when
 // the wildcard's subscription ended while their stream was down, is asked of
 // the default servers once the wildcard is subscribed again on their new
