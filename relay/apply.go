@@ -138,6 +138,7 @@ func (a *applier) apply() {
 	a.holdHalted()
 	a.declaredAnswered()
 	a.publish()
+	a.s.settleAside(a.tc)
 }
 
 // owned reports whether name, cached, belongs to another authority than the
@@ -239,10 +240,12 @@ func (a *applier) resource(e *downstream.Resource) {
 		a.storeVariant(e, again)
 		return
 	}
-	// While its authority's stream is away its copy is unconfirmed, and
-	// the default servers, which think the relay holds what they sent, may
-	// never send it again: their listing replaces it.
-	if cur, ok := a.owned(e.Name); ok && !tc.unconfirmed[cur.Authority] {
+	if cur, ok := a.edit.res[e.Name]; ok && a.authority == "" && tc.awaitsAuthority(e.Name, cur) {
+		tc.setAside(e.Name, e) // see aside.go
+		a.list(e.Name, true)
+		return
+	}
+	if _, ok := a.owned(e.Name); ok {
 		a.list(e.Name, true)
 		return
 	}

@@ -48,6 +48,9 @@ type typeCache struct {
 	// (nocache.go).
 	noCaches    int
 	noCacheWild bool
+	// asides counts the entries with a listing kept aside (a quick "none"
+	// for settleAside).
+	asides int
 	// ro is the pending guarded rollout of this type, if any.
 	ro *rollout
 	// unconfirmed holds the authorities whose data in the View no upstream

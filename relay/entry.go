@@ -3,6 +3,8 @@ package relay
 import (
 	"fmt"
 	"time"
+
+	"github.com/xds-relay/xds-relay/downstream"
 )
 
 // entry is what the relay knows of one name of a type besides the View, and
@@ -54,6 +56,13 @@ type entry struct {
 	// and the listing was not stored (listsAbsent). Set then; cleared when
 	// its glob's subscription ends (forgetGlobSet asks them again).
 	listedAbsent bool
+	// aside is the default servers' latest listing of another authority's
+	// name cached from that authority, received while the authority's
+	// stream was unconfirmed and one of its subscriptions covered the name:
+	// the two streams are not ordered, so it may be older than the
+	// authority's copy, which stays. Set by applier.resource; settleAside
+	// alone decides what becomes of it.
+	aside *downstream.Resource
 }
 
 // word is what the relay knows of a name's value or error in the View, and
@@ -106,7 +115,8 @@ func (e entry) unreachable() bool { return e.word == wordUnreachable }
 // isEmpty reports whether nothing is left in e.
 func (e *entry) isEmpty() bool {
 	return e.word == wordHeard && e.wait == nil && e.halted == "" && !e.noCache && e.ttl == nil &&
-		!e.variantMode && e.variants == nil && len(e.params) == 0 && !e.listedAbsent
+		!e.variantMode && e.variants == nil && len(e.params) == 0 && !e.listedAbsent &&
+		e.aside == nil
 }
 
 // get returns what the relay knows of name, the zero entry for nothing. It

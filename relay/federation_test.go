@@ -180,6 +180,53 @@ func TestListingAfterItsAuthorityDeletedItIsNotARollback(t *testing.T) {
 	}
 }
 
+// Another authority's name subscribed by name, which the default servers
+// list, keeps its authority's copy while that authority's stream is down
+// (their listing may be older: TestListingKeptAsideWhileItsAuthorityIsDown),
+// and follows their listing once the subscription ends before the
+// authority is back: they think the relay holds it and never send it
+// again. The listing was handed over only when a glob's subscription ended,
+// and a wildcard client kept the authority's older copy for good (oracle
+// seed 261314).
+func TestListingOfANamedNameTakenOnceItsSubscriptionEnds(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", x))
+	auth := xdstest.StartUpstream(t)
+	auth.SetResources(clusters(x))
+	r := startDeltaFederation(t, def, auth)
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, x)
+	ackUntil(t, named, []string{x}, "the named client never got "+x)
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", x: "eds-" + x}) // the authority's copy
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream never ended", nil)
+
+	// One response of the default servers changes c0 and lists x.
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(x, "eds-x-v1")}})
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		if got["c0"] != "eds-c0-v2" {
+			continue
+		}
+		if got[x] != "eds-"+x {
+			t.Fatalf("the wildcard client was sent the default servers' listing of %s over the authority's copy: %v", x, got)
+		}
+		break
+	}
+	named.Close()
+	// The name's subscription ends upstream (globUnsubscribed waits for any
+	// of the authority's).
+	globUnsubscribed(t, r)
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", x: "eds-x-v1"}) // the default servers' word
+}
+
 // A listing the default servers sent while the glob's subscription said its
 // member was gone (not stored, see above) is the default servers' word once
 // the glob ends: a Delta server, which thinks the relay holds it, is made to

@@ -651,13 +651,15 @@ func TestListedMemberFromTheDefaultServersNotHeldForItsAuthority(t *testing.T) {
 	}
 }
 
-// While its authority's stream is down, a glob member the default servers
-// list follows their listing: its authority's copy is unconfirmed, and the
-// default servers, which think the relay holds what they sent, never send
-// it again — not when the glob ends before the authority is back. It was
-// taken as a listing only, and a wildcard client kept the older copy for
-// good.
-func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
+// While its authority's stream is down and its glob is still subscribed, a
+// member's listing by the default servers does not replace the authority's
+// copy: the two streams are not ordered, and a listing on its way when the
+// authority's stream ended may be older than what the authority sent. It is
+// kept aside, and replaces the authority's copy once the glob ends before
+// the authority is back: the default servers, which think the relay holds
+// it, never send it again. It replaced the authority's copy at once, and a
+// wildcard client was rolled back (oracle seed 253808).
+func TestListingKeptAsideWhileItsAuthorityIsDown(t *testing.T) {
 	m1 := globAuth + "g/m1"
 	def := xdstest.StartUpstream(t)
 	def.SetResources(clusters("c0", m1))
@@ -668,14 +670,70 @@ func TestListedMemberFollowsTheListingWhileItsAuthorityIsDown(t *testing.T) {
 	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
 	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
 	wild.Subscribe(resource.ClusterType, "*")
-	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1}) // the authority's copy
 	auth.Stop()
 	xdstest.Eventually(t, func() bool {
 		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
 	}, "the authority's stream never ended", nil)
 
-	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(m1, "eds-m1-v2")}})
-	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-m1-v2"})
+	// One response of the default servers changes c0 and lists m1: the
+	// wildcard client sees both in one View, so c0's change is when to look.
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		if got["c0"] != "eds-c0-v2" {
+			continue
+		}
+		if got[m1] != "eds-"+m1 {
+			t.Fatalf("the wildcard client was sent the default servers' listing of %s over the authority's copy: %v", m1, got)
+		}
+		break
+	}
+	glob.Close()
+	globUnsubscribed(t, r)
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"}) // the default servers' word
+}
+
+// A glob member cached from the default servers' listing keeps that copy
+// while its authority's answer to the glob is awaited: their next listing
+// is kept aside, as the authority's answer, on another stream, may be older
+// (it was built before their change) and would roll back clients that got
+// the listing. The listing was served, and the authority's late answer then
+// replaced it (oracle seed 253808).
+func TestListingKeptAsideWhileTheGlobIsUnanswered(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	g := xdstest.NewGlobADS(m1)
+	g.Pause(true) // the authority's answer is late
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := startDeltaFederation(t, def, auth)
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1}) // the default servers' copy
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "subscribe"}) > 0
+	}, "the glob was never subscribed upstream", nil)
+
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		if got["c0"] != "eds-c0-v2" {
+			continue
+		}
+		if got[m1] != "eds-"+m1 {
+			t.Fatalf("the wildcard client was sent the default servers' listing of %s while its authority's answer to the glob was awaited: %v", m1, got)
+		}
+		break
+	}
+	g.Pause(false)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the authority's answer")
 }
 
 // Another authority's name the default servers listed, left unsure when

@@ -64,7 +64,7 @@ func (a *applier) deltaGlobs() {
 // declares it, has the server say it is gone. A member the default servers'
 // subscribed wildcard lists is handed to them instead, sure: they speak of
 // it from now on (applier.owned), and would never confirm it, thinking the
-// relay holds it.
+// relay holds it — as their listing kept aside, if any (settleAside).
 func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 	if !keying.IsGlob(glob) {
 		return
@@ -81,6 +81,9 @@ func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 			continue // a TP2 selection, another glob's, subscribed by name, or the default servers' listing
 		}
 		forget = append(forget, n)
+		if tc.get(n).aside != nil {
+			continue // its listing kept aside replaces it (settleAside)
+		}
 		if res.Listed && tc.up[keying.Wildcard] {
 			handed = append(handed, res)
 			continue

@@ -202,6 +202,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 			s.notify(tc, v) // wildcard clients held back for it look again
 		}
 	}
+	s.settleAside(tc)
 	s.showUnsure(tc)
 }
 

@@ -126,10 +126,8 @@ var DrawOpen bool
 var DrawLarge bool
 
 // openDims are the dimensions with known, unfixed failures (issue 23), each
-// named here with its seed: none that make test's seeds draw. Rare (0 of 24
-// replays): seed 253808 (glob,escaped,foreign), a listed glob member rolled
-// back by the default servers' late listing while its authority's stream
-// was down (the rule of seed 5585). foreign was open until seeds 5496 and
+// named here with its seed: none that make test's seeds draw; none is
+// known open now. foreign was open until seeds 5496 and
 // 190215 (and seed 5502's occasional rollback) were fixed; seeds 4, 11, 12,
 // 20, 1011, 1018, 1022, 2019, 2028, 2037, 3029, 4010, 5016, 5017, 5026,
 // 5039, 5261, 5304, 5425, 5451, 5490, 5497, 5502, 5530, 5585, 6204 and 6221

@@ -290,7 +290,7 @@ var regressions = []struct {
 	{5530, wholeSchedule(44),
 		"a Delta wildcard Envoy that moved in holding glob members the default servers list was never sent their newer copies: the authority's stream had ended while nothing subscribed it, and the default servers' copies, confirmed by their live stream, were judged by the names' authority, unconfirmed for good (fails about one run in two before the fix; relay's TestListedMemberFromTheDefaultServersNotHeldForItsAuthority always)"},
 	{5585, wholeSchedule(42),
-		"a SotW wildcard Envoy kept an older glob member for good: the Delta default servers' newer listing came while the lingering glob still covered it and its authority's stream was down, was taken as a listing only, and the glob ended before the authority came back; the default servers never sent it again (fails about one run in ten before the fix; relay's TestListedMemberFollowsTheListingWhileItsAuthorityIsDown always)"},
+		"a SotW wildcard Envoy kept an older glob member for good: the Delta default servers' newer listing came while the lingering glob still covered it and its authority's stream was down, was taken as a listing only, and the glob ended before the authority came back; the default servers never sent it again (fails about one run in ten before the fix; relay's TestListingKeptAsideWhileItsAuthorityIsDown always)"},
 	{160673, []int{3, 5, 11, 15, 16, 17, 20, 21, 33},
 		"a SotW Envoy that came back to a restarted relay (warm-restart file) was sent a CDS without c2 while its own route r15 still referred to it: the relay withheld its newer, unsure r15 (no rollback), and make before break took that unsent copy for the one the client held (fails about three runs in four before the fix; downstream's TestSotWCDSWaitsForARouteWithheldFromElsewhere always)"},
 	{160079, wholeSchedule(49),
@@ -317,6 +317,8 @@ var regressions = []struct {
 		"the oracle's mistake: go-control-plane in ADS mode dropped a relay's RDS watch for [r5 r7] unanswered when a new listener's r14 came, and answered no later RDS on that stream; the slow Envoy that would have asked for r14 left first, so the relay never asked again and its clients kept r7 (fails about one run in two on a loaded machine without the fix; TestGCPKeepsADroppedWatch always)"},
 	{260000, wholeSchedule(44),
 		"a SotW Envoy that came back to its relay held r8, referring to svc%3A22, another authority's cluster its wildcard CDS had given it while the default servers listed it; they listed it no more and the upstream's move of r8 came 2 ms later, but the CDS answer was sent at once without svc%3A22: make before break looked only at names the wildcard selects by their own name (the seed failed 6 of 12 runs before the fix, this entry 4 of 4 replays; downstream's TestSotWListedClusterFromElsewhereWaitsForTheRouteMove always)"},
+	{253808, wholeSchedule(44),
+		"a Delta Envoy of the wildcard and a glob was sent an older g/m10 than it held: the SotW default servers' newer listing replaced their own older copy while the authority's answer to the glob, built before the change and on another stream, was still on its way, and that answer then replaced the listing (fails about one run in thirty before the fix; relay's TestListingKeptAsideWhileTheGlobIsUnanswered always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -338,7 +340,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
-	260000: "auth-servers,silence,escaped,foreign"}
+	253808: drawn, 260000: "auth-servers,silence,escaped,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
