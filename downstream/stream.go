@@ -154,16 +154,27 @@ func (st *stream) state(typeURL string) *typeState {
 	ts := st.types[typeURL]
 	if ts == nil {
 		tl := metrics.TypeLabel(typeURL)
-		ts = &typeState{subscription: subscription{legacyWildcard: true}, counters: typeCounters{
-			responses: st.srv.m.Responses.WithLabelValues(tl, st.proto),
-			bytes:     st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto),
-			acks:      st.srv.m.ACKs.WithLabelValues(tl, st.proto),
-		}}
+		ts = &typeState{subscription: subscription{legacyWildcard: true}, counters: st.srv.typeCounters(tl, st.proto)}
 		st.types[typeURL] = ts
 		// An ADS stream counts once per type it requested.
 		st.srv.m.DownstreamStreams.WithLabelValues(tl, st.proto).Inc()
 	}
 	return ts
+}
+
+// typeCounters returns the counters of a type label and protocol, shared by
+// every stream.
+func (s *Server) typeCounters(tl, proto string) *typeCounters {
+	key := [2]string{tl, proto}
+	if c, ok := s.counters.Load(key); ok {
+		return c.(*typeCounters)
+	}
+	c, _ := s.counters.LoadOrStore(key, &typeCounters{
+		responses: s.m.Responses.WithLabelValues(tl, proto),
+		bytes:     s.m.ResponseBytes.WithLabelValues(tl, proto),
+		acks:      s.m.ACKs.WithLabelValues(tl, proto),
+	})
+	return c.(*typeCounters)
 }
 
 // bind records the stream's node from its first request and checks that
