@@ -102,10 +102,10 @@ func idleViews() map[string]*View {
 }
 
 // idleScript is an Envoy-like client's subscriptions: LDS and CDS
-// wildcards, then its route and the endpoints of every cluster; conn names
-// the connection whose node the stream presents.
-func idleScript(conn int, clusters []string) []*discoverypb.DiscoveryRequest {
-	node := &corev3.Node{Id: fmt.Sprintf("node-%d", conn), Cluster: "node", UserAgentName: "xds-loadgen",
+// wildcards, then its route and the endpoints of every cluster; nodeN
+// numbers the node it presents.
+func idleScript(nodeN int, clusters []string) []*discoverypb.DiscoveryRequest {
+	node := &corev3.Node{Id: fmt.Sprintf("node-%d", nodeN), Cluster: "node", UserAgentName: "xds-loadgen",
 		Locality: &corev3.Locality{Region: "region-1", Zone: "zone-a"}}
 	return []*discoverypb.DiscoveryRequest{
 		{Node: node, TypeUrl: keying.ListenerType},
@@ -119,9 +119,17 @@ func idleScript(conn int, clusters []string) []*discoverypb.DiscoveryRequest {
 // SotW ADS stream (four types, 100 endpoint names) keeps in the downstream
 // server: its state, what it keeps of its requests, its handler goroutine's
 // descriptor and this benchmark's stream stub; not grpc's transport, nor
-// goroutine stacks, nor the relay's watcher sets.
+// goroutine stacks, nor the relay's watcher sets. Its streams present
+// their own node each, or one node per ten streams, as the ten streams of
+// one connection of xds-bench's streams run do.
 func BenchmarkIdleStreamMemory(b *testing.B) {
-	const streams, perConn = 2000, 10
+	for _, perNode := range []int{1, 10} {
+		b.Run(fmt.Sprintf("streams-per-node=%d", perNode), func(b *testing.B) { benchIdleStreams(b, perNode) })
+	}
+}
+
+func benchIdleStreams(b *testing.B, perNode int) {
+	const streams = 2000
 	views := idleViews()
 	clusters := make([]string, 0, 100)
 	for i := range 100 {
@@ -136,7 +144,7 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 		for i := range streams {
 			synced.Add(1)
 			done.Add(1)
-			ss := &scriptStream{ctx: ctx, script: idleScript(i/perConn, clusters), sent: make(chan *encoded, 1),
+			ss := &scriptStream{ctx: ctx, script: idleScript(i/perNode, clusters), sent: make(chan *encoded, 1),
 				synced: synced.Done}
 			go func() {
 				defer done.Done()

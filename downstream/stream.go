@@ -69,7 +69,9 @@ type stream struct {
 	done chan struct{}
 
 	// owned by the handler goroutine
-	node *corev3.Node
+	node *corev3.Node // shared with the streams presenting the same node: read-only
+	// nodeKey is node's key in the server's nodes (0: not shared).
+	nodeKey uint64
 	// params are the TP2 dynamic parameters (canonical) derived from node
 	// for the names it subscribes to without a locator.
 	params string
@@ -191,6 +193,7 @@ func (st *stream) bind(node *corev3.Node) error {
 		return nil
 	}
 	if st.node == nil {
+		node, st.nodeKey = st.srv.nodes.intern(node)
 		st.node = node
 		if f := st.srv.opts.NodeParameters; f != nil {
 			st.params = keying.CanonicalParams(f(node))
@@ -246,6 +249,8 @@ func (st *stream) close() {
 		}
 	}
 	st.srv.src.Cancel(st)
+	st.srv.nodes.release(st.nodeKey)
+	st.nodeKey = 0
 	st.srv.mu.Lock()
 	delete(st.srv.streams, st.id)
 	st.srv.mu.Unlock()
