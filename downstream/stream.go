@@ -76,27 +76,28 @@ type stream struct {
 	// for the names it subscribes to without a locator.
 	params string
 
-	mu        sync.Mutex
-	types     map[string]*typeState // guarded by mu
-	q         queue                 // guarded by mu
-	nonce     uint64                // guarded by mu
-	scheduled bool                  // guarded by mu: queued in the pool or flushing
+	mu    sync.Mutex
+	types map[string]*typeState // guarded by mu
+	q     queue                 // guarded by mu
+	nonce uint64                // guarded by mu
+	// The flags, guarded by mu, kept together (padding counts per stream).
+	scheduled   bool // queued in the pool or flushing
+	sending     bool // a SendMsg is in flight
+	closed      bool
+	gated       bool // see inflight
+	ttl         bool // the node supports TTLs (and, SotW, resources wrapped)
+	limitLogged bool // a request over a limit was logged (overLimit)
 	// graceUntil: the client came back with config from elsewhere; until
 	// then a type it has not asked for may hold something (mbb.go).
 	graceUntil time.Time // guarded by mu
-	sending    bool      // guarded by mu: a SendMsg is in flight
-	closed     bool      // guarded by mu
 	// inflight are the responses the client has not acknowledged yet, and
 	// inflightBytes their size; gated: the stream waits for acknowledgements
 	// before it sends more (see sendBudget).
 	inflight      []flight         // guarded by mu
 	inflightBytes int              // guarded by mu
-	gated         bool             // guarded by mu
 	nodeID        string           // guarded by mu
 	cluster       string           // guarded by mu
-	ttl           bool             // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
 	principal     *authz.Principal // guarded by mu: built at the first authorization
-	limitLogged   bool             // guarded by mu: a request over a limit was logged (overLimit)
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
