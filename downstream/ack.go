@@ -99,6 +99,9 @@ func (st *stream) recordACK(ts *typeState, version string) {
 // takeVerdict returns the rollout to report an ACK or NACK (nack) of nonce to,
 // and clears it. Called with mu held.
 func (ts *typeState) takeVerdict(nonce string, nack bool) Rollout {
+	if ts.rolloutState == nil {
+		return nil
+	}
 	r := ts.canary
 	if r == nil || nonce == "" || ts.canarySent < ts.canaryWant {
 		return nil // (a newer version of the rollout is on its way)
@@ -120,7 +123,7 @@ func (ts *typeState) takeVerdict(nonce string, nack bool) Rollout {
 // its last verdict (Delta), nil for all of them (SotW). Called with mu held,
 // before verdict clears them.
 func (ts *typeState) carried() []string {
-	if ts.canaryCarried == nil {
+	if ts.rolloutState == nil || ts.canaryCarried == nil {
 		return nil
 	}
 	out := make([]string, 0, len(ts.canaryCarried))

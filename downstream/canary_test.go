@@ -13,7 +13,7 @@ func TestVerdictWaitsForTheNewerVersion(t *testing.T) {
 		t.Fatal("changesAny")
 	}
 	r := pendingRollout{}
-	ts := &typeState{rolloutState: rolloutState{canary: r, canaryNonce: "8", canarySent: 12, canaryWant: 14}}
+	ts := &typeState{rolloutState: &rolloutState{canary: r, canaryNonce: "8", canarySent: 12, canaryWant: 14}}
 	if ts.takeVerdict("8", true) != nil {
 		t.Fatal("a NACK of the older version judged the rollout while the newer one was queued")
 	}
@@ -33,11 +33,11 @@ func TestVerdictWaitsForTheNewerVersion(t *testing.T) {
 // version, and the relay served an older, bad one for good). Its ACK does.
 func TestVerdictOfARejectingCanary(t *testing.T) {
 	r := pendingRollout{}
-	ts := &typeState{rolloutState: rolloutState{canary: r, canaryNonce: "4", canaryDoubt: true}}
+	ts := &typeState{rolloutState: &rolloutState{canary: r, canaryNonce: "4", canaryDoubt: true}}
 	if ts.takeVerdict("4", true) != nil {
 		t.Fatal("the NACK of a canary that was rejecting the type judged the rollout")
 	}
-	ts = &typeState{rolloutState: rolloutState{canary: r, canaryNonce: "4", canaryDoubt: true}}
+	ts = &typeState{rolloutState: &rolloutState{canary: r, canaryNonce: "4", canaryDoubt: true}}
 	if ts.takeVerdict("4", false) == nil {
 		t.Fatal("the ACK of a canary that was rejecting the type did not judge the rollout")
 	}

@@ -39,7 +39,7 @@ func (st *stream) handleDelta(req *discoverypb.DeltaDiscoveryRequest) error {
 	if st.ackInflight(req.GetResponseNonce()) {
 		defer st.kick()
 	}
-	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
+	verdict := canaryVerdict{sent: ts.sentCanary(), nack: req.GetErrorDetail()}
 	if nonce := req.GetResponseNonce(); nonce != "" {
 		verdict.carried = ts.carried()
 		verdict.rollout = ts.takeVerdict(nonce, req.GetErrorDetail() != nil)

@@ -331,6 +331,7 @@ func (b *deltaBuilder) record(body *body) *encoded {
 	ts.lastNonce = nonce
 	ts.sentVersion = body.version
 	if it.canary != nil {
+		ts.rollout()
 		// Its verdict is about what its responses carried: a Delta client
 		// NACKs the resources of a response, not what it holds.
 		if ts.canary != it.canary || ts.canaryCarried == nil {

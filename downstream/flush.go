@@ -32,7 +32,7 @@ func (st *stream) NotifyRollout(v *View, r Rollout, canary bool) {
 		if ts := st.types[v.TypeURL]; ts != nil {
 			ts.latest = v
 			if canary && changesAny(v, r.Names()) {
-				ts.canaryWant = v.Seq
+				ts.rollout().canaryWant = v.Seq
 			}
 		}
 		sched = st.claimFlushLocked()
@@ -98,15 +98,15 @@ func (st *stream) barrier() (stop bool) {
 		}
 		ts := st.types[h.view.TypeURL]
 		var halted []Rollout
-		if ts != nil {
+		if ts != nil && ts.rolloutState != nil {
 			halted = ts.halted
 		}
 		pending, halted := ResolveBarrier(h.barrier, st, halted)
 		if pending {
 			return true
 		}
-		if ts != nil {
-			ts.halted = halted
+		if ts != nil && (ts.rolloutState != nil || len(halted) > 0) {
+			ts.rollout().halted = halted
 		}
 		h.barrier = nil
 	}
@@ -133,7 +133,7 @@ func (st *stream) flush() {
 // outgoing is a response built by next, on its way to the client.
 type outgoing struct {
 	msg      *encoded // nil: the change had nothing for the client
-	counters typeCounters
+	counters *typeCounters
 }
 
 // next takes the next queued change and builds its response; more is false
@@ -181,7 +181,8 @@ func (st *stream) dequeueLocked() (it item, ok bool) {
 func (st *stream) buildLocked(it item) (out outgoing) {
 	ts := st.types[it.view.TypeURL]
 	if ts != nil && len(it.halted) > 0 {
-		ts.halted = append(ts.halted, it.halted...) // barriers the queue collapsed
+		ro := ts.rollout()
+		ro.halted = append(ro.halted, it.halted...) // barriers the queue collapsed
 	}
 	if ts != nil && it.view == ts.lastItem && len(it.force) == 0 && len(it.beats) == 0 && !it.recheck {
 		return out // this very change was looked at already: nothing new
@@ -189,7 +190,7 @@ func (st *stream) buildLocked(it item) (out outgoing) {
 	if ts != nil {
 		ts.lastItem = it.view
 	}
-	if ts != nil && len(ts.halted) > 0 {
+	if ts != nil && ts.rolloutState != nil && len(ts.halted) > 0 {
 		// Items leave in View order and every item behind a barrier is at
 		// least as new as the rollout, so a rollout that no longer covers
 		// this View is forgotten.

@@ -124,7 +124,7 @@ func (q *queue) pop() (item, bool) {
 	q.items[0] = item{}
 	q.items = q.items[1:]
 	if len(q.items) == 0 {
-		q.items = q.items[:0:0]
+		q.items = nil // a slice of no capacity still holds its array
 	}
 	return it, true
 }

@@ -132,6 +132,7 @@ func (m *namesMemo) remember(typeURL string, raw []byte, names []string) []strin
 		return names
 	}
 	e := m.table.intern(raw, names)
+	typeURL = internType(typeURL)
 	for k := range m.last {
 		if m.last[k].typeURL == typeURL {
 			m.last[k].e = e

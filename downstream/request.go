@@ -43,7 +43,34 @@ func (st *stream) checkType(typeURL string) (string, error) {
 	case !keying.ValidTypeURL(typeURL):
 		return "", st.reject("invalid_type_url", codes.InvalidArgument, "malformed type_url %q", typeURL)
 	}
-	return typeURL, nil
+	return internType(typeURL), nil
+}
+
+// internType returns the shared copy of a well-known type URL, else
+// typeURL: a stream keeps the URLs of its types for life, and each decoded
+// request carries its own copy.
+func internType(typeURL string) string {
+	switch typeURL {
+	case keying.ListenerType:
+		return keying.ListenerType
+	case keying.RouteType:
+		return keying.RouteType
+	case keying.ScopedRouteType:
+		return keying.ScopedRouteType
+	case keying.VirtualHostType:
+		return keying.VirtualHostType
+	case keying.ClusterType:
+		return keying.ClusterType
+	case keying.EndpointType:
+		return keying.EndpointType
+	case keying.SecretType:
+		return keying.SecretType
+	case keying.RuntimeType:
+		return keying.RuntimeType
+	case keying.ExtensionConfigType:
+		return keying.ExtensionConfigType
+	}
+	return typeURL
 }
 
 // checkNames refuses names that cannot be subscription keys (the key

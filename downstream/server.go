@@ -116,6 +116,10 @@ type Server struct {
 	lim   *rate.Limiter // admission of new streams; nil: off
 	sets  nameSets      // interned SotW subscriptions
 	names namesTable    // SotW requests' names lists, shared by streams (recvnames.go)
+	nodes nodeTable     // the streams' nodes, shared (nodes.go)
+	// counters holds each (type, protocol)'s *typeCounters, shared by the
+	// streams so a stream's type state keeps a pointer, not three.
+	counters sync.Map
 
 	conns    conns       // the connections of Listener, for Drain
 	refusing atomic.Bool // SetRefusing: new streams are refused

@@ -51,7 +51,7 @@ func (st *stream) handleSotW(req *discoverypb.DiscoveryRequest) error {
 		st.srv.m.StaleNonces.WithLabelValues(st.proto).Inc()
 		return nil
 	}
-	verdict := canaryVerdict{sent: ts.canarySent, nack: req.GetErrorDetail()}
+	verdict := canaryVerdict{sent: ts.sentCanary(), nack: req.GetErrorDetail()}
 	if ts.lastNonce != "" {
 		verdict.rollout = ts.takeVerdict(nonce, req.GetErrorDetail() != nil)
 		if d := req.GetErrorDetail(); d != nil {

@@ -79,6 +79,7 @@ func (sw *sotwBuilder) record(b *body) *encoded {
 	ts.lastView = v
 	st.endWithholding(ts, v.TypeURL)
 	if it.canary != nil {
+		ts.rollout()
 		ts.canary, ts.canaryNonce, ts.canarySent = it.canary, nonce, it.view.Seq
 		ts.canaryDoubt = ts.rejecting
 	}

@@ -69,32 +69,35 @@ type stream struct {
 	done chan struct{}
 
 	// owned by the handler goroutine
-	node *corev3.Node
+	node *corev3.Node // shared with the streams presenting the same node: read-only
+	// nodeKey is node's key in the server's nodes (0: not shared).
+	nodeKey uint64
 	// params are the TP2 dynamic parameters (canonical) derived from node
 	// for the names it subscribes to without a locator.
 	params string
 
-	mu        sync.Mutex
-	types     map[string]*typeState // guarded by mu
-	q         queue                 // guarded by mu
-	nonce     uint64                // guarded by mu
-	scheduled bool                  // guarded by mu: queued in the pool or flushing
+	mu    sync.Mutex
+	types map[string]*typeState // guarded by mu
+	q     queue                 // guarded by mu
+	nonce uint64                // guarded by mu
+	// The flags, guarded by mu, kept together (padding counts per stream).
+	scheduled   bool // queued in the pool or flushing
+	sending     bool // a SendMsg is in flight
+	closed      bool
+	gated       bool // see inflight
+	ttl         bool // the node supports TTLs (and, SotW, resources wrapped)
+	limitLogged bool // a request over a limit was logged (overLimit)
 	// graceUntil: the client came back with config from elsewhere; until
 	// then a type it has not asked for may hold something (mbb.go).
 	graceUntil time.Time // guarded by mu
-	sending    bool      // guarded by mu: a SendMsg is in flight
-	closed     bool      // guarded by mu
 	// inflight are the responses the client has not acknowledged yet, and
 	// inflightBytes their size; gated: the stream waits for acknowledgements
 	// before it sends more (see sendBudget).
 	inflight      []flight         // guarded by mu
 	inflightBytes int              // guarded by mu
-	gated         bool             // guarded by mu
 	nodeID        string           // guarded by mu
 	cluster       string           // guarded by mu
-	ttl           bool             // guarded by mu: the node supports TTLs (and, SotW, resources wrapped)
 	principal     *authz.Principal // guarded by mu: built at the first authorization
-	limitLogged   bool             // guarded by mu: a request over a limit was logged (overLimit)
 }
 
 func (s *Server) serve(ss grpc.ServerStream, typeURL string, delta bool) error {
@@ -154,16 +157,27 @@ func (st *stream) state(typeURL string) *typeState {
 	ts := st.types[typeURL]
 	if ts == nil {
 		tl := metrics.TypeLabel(typeURL)
-		ts = &typeState{subscription: subscription{legacyWildcard: true}, counters: typeCounters{
-			responses: st.srv.m.Responses.WithLabelValues(tl, st.proto),
-			bytes:     st.srv.m.ResponseBytes.WithLabelValues(tl, st.proto),
-			acks:      st.srv.m.ACKs.WithLabelValues(tl, st.proto),
-		}}
+		ts = &typeState{subscription: subscription{legacyWildcard: true}, counters: st.srv.typeCounters(tl, st.proto)}
 		st.types[typeURL] = ts
 		// An ADS stream counts once per type it requested.
 		st.srv.m.DownstreamStreams.WithLabelValues(tl, st.proto).Inc()
 	}
 	return ts
+}
+
+// typeCounters returns the counters of a type label and protocol, shared by
+// every stream.
+func (s *Server) typeCounters(tl, proto string) *typeCounters {
+	key := [2]string{tl, proto}
+	if c, ok := s.counters.Load(key); ok {
+		return c.(*typeCounters)
+	}
+	c, _ := s.counters.LoadOrStore(key, &typeCounters{
+		responses: s.m.Responses.WithLabelValues(tl, proto),
+		bytes:     s.m.ResponseBytes.WithLabelValues(tl, proto),
+		acks:      s.m.ACKs.WithLabelValues(tl, proto),
+	})
+	return c.(*typeCounters)
 }
 
 // bind records the stream's node from its first request and checks that
@@ -180,6 +194,7 @@ func (st *stream) bind(node *corev3.Node) error {
 		return nil
 	}
 	if st.node == nil {
+		node, st.nodeKey = st.srv.nodes.intern(node)
 		st.node = node
 		if f := st.srv.opts.NodeParameters; f != nil {
 			st.params = keying.CanonicalParams(f(node))
@@ -235,6 +250,8 @@ func (st *stream) close() {
 		}
 	}
 	st.srv.src.Cancel(st)
+	st.srv.nodes.release(st.nodeKey)
+	st.nodeKey = 0
 	st.srv.mu.Lock()
 	delete(st.srv.streams, st.id)
 	st.srv.mu.Unlock()

@@ -13,31 +13,43 @@ import (
 // holds; SotW LDS/CDS: holdsKeys); what the relay *withholds* is a removal
 // it keeps back from the client (withheld, withheldRefs, withholding).
 type typeState struct {
-	counters typeCounters // set at creation
+	counters *typeCounters // set at creation, shared by the server's streams
 
 	subscription
 	acks
 	sotwState
 	deltaState
 	withholdState
-	rolloutState
+	// *rolloutState is nil until the type takes part in a guarded rollout
+	// (rollout): most streams never do, and it is a sixth of the state.
+	*rolloutState
 }
 
-// subscription is what the client subscribes to.
+// subscription is what the client subscribes to. Its flags, and those of
+// the SotW and Delta parts, come first and together: a stream holds a
+// typeState per type, so padding counts.
 type subscription struct {
 	wildcard       bool
 	legacyWildcard bool // SotW: no request with names yet, so empty means wildcard
+	hasGlobs       bool // names holds an xdstp glob collection
+	requested      bool // a request for this type was seen
+	wildcardDenied bool // a refused wildcard (see denied)
+	// fromElsewhere (SotW): the client's first request of the type carried
+	// a version, so it holds config from an earlier stream (to this relay
+	// or another), and nothing was sent to it here yet (transitions.go).
+	fromElsewhere bool
+	// wildPending (Delta): a wildcard subscription still waits for its
+	// first answer.
+	wildPending bool
+
 	// names are the subscribed keys; a SotW stream's set is interned in
 	// set and read-only (Delta streams own theirs).
-	names     map[string]struct{}
-	set       *nameSet
-	hasGlobs  bool // names holds an xdstp glob collection
-	requested bool // a request for this type was seen
+	names map[string]struct{}
+	set   *nameSet
 
 	// denied holds the subscribed names the stream may not have, with the
 	// error its responses carry; wildcardDenied a refused wildcard.
-	denied         map[string]*ResourceError
-	wildcardDenied bool
+	denied map[string]*ResourceError
 
 	// TP2: wrapped holds the subscribed keys that came as resource locators:
 	// their variants are sent in a Resource with name and constraints.
@@ -58,10 +70,10 @@ type acks struct {
 	nackedSent bool
 	// rejecting: the client's latest verdict on the type was a NACK.
 	rejecting bool
+	sentOnce  bool
 	// updated is when a response was last sent, ACKed or NACKed (CSDS).
-	updated  time.Time
-	sentOnce bool
-	sentAt   time.Time // upstream receipt of the change last sent; zero when not a change
+	updated time.Time
+	sentAt  time.Time // upstream receipt of the change last sent; zero when not a change
 	// ackedView (SotW) is the View of the latest response the client ACKed
 	// and ackedKeys (LDS/CDS) the keys that response carried: what the
 	// client holds, read by CSDS (set per ACK, never on the fan-out path).
@@ -90,14 +102,11 @@ type sotwState struct {
 	answeredWith map[string]string
 
 	// Transitions — never tell a client its config is gone when it isn't
-	// (transitions.go). fromElsewhere: the client's first request of the
-	// type carried a version, so it holds config from an earlier stream (to
-	// this relay or another), and nothing was sent to it here yet.
+	// (transitions.go); see also subscription.fromElsewhere.
 	// holdsKeys (LDS/CDS): the keys of the last response sent, what the
 	// client holds; shared, read-only.
-	fromElsewhere bool
-	holdsKeys     map[string]struct{}
-	holdsBody     *body // the response holdsKeys come from
+	holdsKeys map[string]struct{}
+	holdsBody *body // the response holdsKeys come from
 	// holdsGone (RDS/EDS): subscribed names sent here that a later View sent
 	// from no longer has, as the client still holds them — SotW cannot
 	// remove them; the client drops them when it unsubscribes.
@@ -111,8 +120,6 @@ type sotwState struct {
 type deltaState struct {
 	// holds is what the client holds, name → version.
 	holds map[string]string
-	// wildPending: a wildcard subscription still waits for its first answer.
-	wildPending bool
 	// unwild are names the client held through a wildcard it dropped: they
 	// are reported removed with the next response.
 	unwild []string
@@ -169,6 +176,24 @@ type rolloutState struct {
 	// canaryCarried (Delta) holds the rollout's names that the canary's
 	// responses carried since its last verdict: the verdict is about those.
 	canaryCarried map[string]struct{}
+}
+
+// rollout returns the type's part in guarded rollouts, creating it. Called
+// with mu held.
+func (ts *typeState) rollout() *rolloutState {
+	if ts.rolloutState == nil {
+		ts.rolloutState = &rolloutState{}
+	}
+	return ts.rolloutState
+}
+
+// sentCanary returns the View sequence of the latest canary response sent
+// (canarySent), 0 for none. Called with mu held.
+func (ts *typeState) sentCanary() uint64 {
+	if ts.rolloutState == nil {
+		return 0
+	}
+	return ts.canarySent
 }
 
 // typeCounters are a stream type's counters, looked up once (not per
