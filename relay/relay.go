@@ -271,7 +271,7 @@ func (r *Relay) newClient(sc *scope, auth string, servers []config.Server) *upst
 			cfgs[i].Creds, cfgs[i].CallCreds = creds[i].transport, creds[i].calls
 		}
 	}
-	r.m.InitUpstream(auth, uris, []string{upstream.ResyncDoesNotExist, upstream.ResyncWildcard, upstream.ResyncRejected})
+	r.m.InitUpstream(auth, uris, []string{upstream.ResyncDoesNotExist, upstream.ResyncWildcard, upstream.ResyncGlob, upstream.ResyncRejected})
 	log := r.log.Named("upstream") // the client adds the authority
 	if sc.key != "" {
 		log = log.With(zap.String("scope", sc.key))

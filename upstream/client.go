@@ -127,11 +127,13 @@ type typeState struct {
 	// with no version, and no wildcard settles before the server answers;
 	// rejected: the last response of the type was NACKed — the server
 	// answered, the relay holds none of it, and the server sends again only
-	// on a change, so its silence settles nothing until a valid response.
-	// See settle.go.
+	// on a change, so its silence settles nothing until a valid response;
+	// globSettled (SotW): a glob collection subscribed mid-stream, which no
+	// response proved, had a new stream ask for its set. See settle.go.
 	answered    bool
 	wildSure    bool
 	wildSettled bool
+	globSettled bool
 	settleAt    time.Time
 	refetch     bool
 	rejected    bool
@@ -242,7 +244,7 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 			st.names[n] = struct{}{}
 			delete(st.dropped, n)
 			changed = true
-			if n == keying.Wildcard && (st.requested || st.sent != nil) {
+			if n == keying.Wildcard && (st.requested || st.sent != nil) || keying.IsGlob(n) && st.requested && keying.FullState(typeURL) {
 				// Added mid-stream: no response proves it yet (settle.go).
 				c.armSettleLocked(st)
 			}
@@ -507,6 +509,7 @@ func (c *Client) resetForStreamLocked() {
 		st.confirming = nil
 		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
+		st.globSettled = false
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

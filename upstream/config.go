@@ -146,7 +146,7 @@ type Config struct {
 	ResyncAfter time.Duration
 	// OnResync, when set, is told when the client starts a new stream to
 	// ask the server again, and why (ResyncDoesNotExist, ResyncWildcard,
-	// ResyncRejected), for metrics.
+	// ResyncGlob, ResyncRejected), for metrics.
 	OnResync func(reason string)
 	// OnPanic, when set, is told when the Handler panicked applying an
 	// update of typeURL (the update is rejected: handle.go), for metrics.

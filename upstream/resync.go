@@ -81,6 +81,9 @@ const (
 	// ResyncWildcard: the wildcard was subscribed mid-stream and no
 	// response proved its set within the settle time (settle.go).
 	ResyncWildcard = "wildcard"
+	// ResyncGlob: a glob collection was subscribed mid-stream on SotW and
+	// no response proved its set within the settle time (settle.go).
+	ResyncGlob = "glob"
 	// ResyncRejected: the relay NACKed a response that left a set
 	// unanswered on the stream (settle.go: rejectedLocked), and the server
 	// said nothing more for the does-not-exist wait.

@@ -43,6 +43,12 @@ import (
 // data of the type is not confirmed (relay: View.Unconfirmed).
 //
 // Both end in a Settle Update when no response settled them.
+//
+// Is a response a glob collection's set? On SotW, as for the wildcard, when
+// it was in the stream's first request, or when it brings a member only
+// the glob covers (proveGlobs). An empty collection subscribed mid-stream
+// has no member to prove it: once the server said nothing more for the
+// settle time, a new stream asks.
 
 // DefaultSettle is how long the server may say nothing after the relay's
 // last request before an unproven wildcard, or a type's first request on a
@@ -179,6 +185,13 @@ func (c *Client) settleDue(server string, delta bool) {
 			continue
 		}
 		st.settleAt = time.Time{}
+		if !delta && keying.FullState(t) && !st.globSettled && c.unprovenGlobLocked(st) {
+			// SotW: only a member proves a glob collection subscribed
+			// mid-stream, so an empty one never is: a new stream, whose
+			// first request carries it, asks for its set (resync.go).
+			st.globSettled = true
+			c.resyncLocked(ResyncGlob)
+		}
 		if st.refetch {
 			// The server answers a request with no version: its silence
 			// proves no wildcard. But it says nothing of named resources it

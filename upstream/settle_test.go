@@ -88,6 +88,27 @@ func TestWildcardAddedMidStream(t *testing.T) {
 	}
 }
 
+// A glob collection subscribed mid-stream on SotW is proven only by a
+// member: a response without one may answer the request before. When the
+// collection is empty no response can prove it, so once the server said
+// nothing more for the settle time a new stream, whose first request
+// carries the glob, asks for its set: every response there answers it
+// (Update.Globs). It stayed unanswered for good, and a client from
+// elsewhere subscribed to it waited for good (oracle seed 320181).
+func TestSotWEmptyGlobAddedMidStreamAskedOnANewStream(t *testing.T) {
+	const glob = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*"
+	cp := startControlPlane(t, false)
+	cp.UpdateResources(keying.ClusterType, cluster("a"))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, cp.Addr())
+	c.Subscribe(keying.ClusterType, "a")
+	cur := 0
+	rec.nextUpdate(t, &cur, keying.ClusterType)
+	c.Subscribe(keying.ClusterType, glob)
+	for u := rec.nextUpdate(t, &cur, keying.ClusterType); !slices.Contains(u.Globs, glob); u = rec.nextUpdate(t, &cur, keying.ClusterType) {
+	}
+}
+
 // lateADS is a Delta server that answers every request with cluster "a"
 // alone, as a server does that pushed a change of "a" before it read the
 // request adding "*".

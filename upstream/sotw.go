@@ -216,6 +216,9 @@ func (c *Client) sotwUpdateLocked(server string, st *typeState, typeURL string, 
 	sort.Strings(u.Removed)
 	proveGlobsLocked(st, resources)
 	u.Globs = slices.Sorted(maps.Keys(st.globs))
+	if !st.globSettled && c.unprovenGlobLocked(st) {
+		c.armSettleLocked(st) // (settle.go: a new stream asks for the set)
+	}
 	u.Keys = make(map[string]struct{}, len(st.keys)+len(st.known)+len(st.sure))
 	for _, set := range []map[string]struct{}{st.keys, st.sure} {
 		maps.Copy(u.Keys, set)
