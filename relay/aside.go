@@ -57,6 +57,11 @@ func (s *state) settleAside(tc *typeCache) {
 		if theirs && tc.awaitsAuthority(n, cur) {
 			continue
 		}
+		if !ok && tc.up[keying.Wildcard] && tc.subscribedUpstream(n) {
+			// Its authority said it is gone: their listing, which they
+			// think the relay holds, is asked again once it ends.
+			en.listedAbsent = true
+		}
 		tc.setAside(n, nil)
 		if theirs {
 			e.put(n, aside)

@@ -803,3 +803,162 @@ func startDeltaFederation(t *testing.T, def, auth *xdstest.Upstream) *xdstest.Re
 			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
 	}))
 }
+
+// asideWhileAuthorityDown brings a relay to where the default servers'
+// listing of m1 (eds-m1-v1) is kept aside: the glob is subscribed, the
+// authority's stream is down, and a wildcard client holds the authority's
+// copy.
+func asideWhileAuthorityDown(t *testing.T) (def, auth *xdstest.Upstream, g *xdstest.GlobADS, r *xdstest.Relay, glob, wild *xdstest.ADSClient) {
+	t.Helper()
+	m1 := globAuth + "g/m1"
+	def = xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	g = xdstest.NewGlobADS(m1)
+	auth = xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r = startDeltaFederation(t, def, auth)
+	glob = xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
+	wild = xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1}) // the authority's copy
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream never ended", nil)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-" + m1}) // m1's listing kept aside
+	return def, auth, g, r, glob, wild
+}
+
+// recvClustersUntil receives CDS responses on c until one is want, for up to
+// 20 s; it fails with the last state seen.
+func recvClustersUntil(t *testing.T, c *xdstest.ADSClient, want map[string]string) {
+	t.Helper()
+	var last map[string]string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		resp, err := c.Recv(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		c.Ack(resp)
+		if resp.GetTypeUrl() != resource.ClusterType {
+			continue
+		}
+		if last = edsNames(t, resp); maps.Equal(last, want) {
+			return
+		}
+	}
+	t.Fatalf("CDS state %v, want %v", last, want)
+}
+
+// The listing kept aside is dropped when the
+// default servers' wildcard ends; the Delta default servers, which think
+// the relay holds m1, do not send it again when the wildcard comes back.
+// Once the glob ends, a wildcard client must get the default servers'
+// listing (eds-m1-v1), not the authority's older copy as theirs.
+func TestAsideListingSurvivesTheWildcardEndingAndComingBack(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	_, _, _, r, glob, wild := asideWhileAuthorityDown(t)
+	wild.Close()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, r.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "", "op": "unsubscribe"}) > 0
+	}, "the wildcard was never unsubscribed upstream", nil)
+	wild2 := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild2"})
+	wild2.Subscribe(resource.ClusterType, "*")
+	glob.Close()
+	globUnsubscribed(t, r)
+	recvClustersUntil(t, wild2, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"})
+}
+
+// The listing kept aside while the authority
+// is down; the authority comes back having deleted m1, and the glob ends
+// after. The default servers still list m1 (eds-m1-v1) and, over Delta,
+// think the relay holds it: a wildcard client must get it once no
+// subscription of the authority covers m1.
+func TestAsideListingAfterTheAuthorityDeletedIt(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	_, auth, g, r, glob, wild := asideWhileAuthorityDown(t)
+	g.Set()
+	auth.Restart()
+	recvClustersUntil(t, wild, map[string]string{"c0": "eds-c0-v2"}) // the authority's word: gone
+	glob.Close()
+	globUnsubscribed(t, r)
+	recvClustersUntil(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"})
+}
+
+// The listing kept aside, then the default
+// servers delete m1 while the authority is still down: m1 leaves the
+// wildcard client, and the glob's end does not bring back the listing
+// they deleted.
+func TestAsideListingDeletedByTheDefaultServersStaysGone(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def, _, _, r, glob, wild := asideWhileAuthorityDown(t)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2")}})
+	recvClustersUntil(t, wild, map[string]string{"c0": "eds-c0-v2"})
+	glob.Close()
+	globUnsubscribed(t, r)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v3")}})
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		if _, ok := got[m1]; ok {
+			t.Fatalf("%s, deleted by the default servers, came back: %v", m1, got)
+		}
+		if got["c0"] == "eds-c0-v3" {
+			return
+		}
+	}
+}
+
+// The listing kept aside lives in memory
+// only. The relay restarts from its warm-restart file while the authority
+// is still down; once the glob ends, a wildcard client must get the default
+// servers' listing (eds-m1-v1), which they think the relay holds.
+func TestAsideListingAcrossAWarmRestart(t *testing.T) {
+	m1 := globAuth + "g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m1))
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
+	path := filepath.Join(t.TempDir(), "cache")
+	opt := xdstest.WithConfig(func(c *config.Config) {
+		c.Cache.PersistPath = path
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	})
+	first := xdstest.StartRelay(t, def.Addr(), opt)
+	glob := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
+	wild := xdstest.DialADS(t, first.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1})
+	auth.Stop()
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, first.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
+	}, "the authority's stream never ended", nil)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-" + m1}) // kept aside
+	glob.Close()
+	wild.Close()
+	if err := first.Close(); err != nil { // writes the file
+		t.Fatal(err)
+	}
+
+	second := xdstest.StartRelay(t, def.Addr(), opt)
+	glob = xdstest.DialADS(t, second.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	wild = xdstest.DialADS(t, second.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	xdstest.Eventually(t, func() bool {
+		return metricValue(t, second.Relay, "xds_relay_upstream_requests_total", map[string]string{"authority": "auth", "op": "subscribe"}) > 0
+	}, "the glob was never subscribed upstream", nil)
+	glob.Close()
+	globUnsubscribed(t, second)
+	recvClustersUntil(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"})
+}
