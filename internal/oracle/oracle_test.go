@@ -319,6 +319,8 @@ var regressions = []struct {
 		"a SotW Envoy that came back to its relay held r8, referring to svc%3A22, another authority's cluster its wildcard CDS had given it while the default servers listed it; they listed it no more and the upstream's move of r8 came 2 ms later, but the CDS answer was sent at once without svc%3A22: make before break looked only at names the wildcard selects by their own name (the seed failed 6 of 12 runs before the fix, this entry 4 of 4 replays; downstream's TestSotWListedClusterFromElsewhereWaitsForTheRouteMove always)"},
 	{253808, wholeSchedule(44),
 		"a Delta Envoy of the wildcard and a glob was sent an older g/m10 than it held: the SotW default servers' newer listing replaced their own older copy while the authority's answer to the glob, built before the change and on another stream, was still on its way, and that answer then replaced the listing (fails about one run in thirty before the fix; relay's TestListingKeptAsideWhileTheGlobIsUnanswered always)"},
+	{320306, wholeSchedule(43),
+		"a picky SotW Envoy that moved to a restarted relay rejected every CDS response there (a bad svc%3A10), so it held only what it brought; the upstream replaced svc%3A10's default variant while its own route r15 still named it, and make before break kept the copy the client had rejected, found in the response last sent as no ACK here said otherwise, so the client rejected every later CDS whole, the last good one too (fails every run before the fix; relay's TestMakeBeforeBreakKeepsNoRejectedCopy always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -340,7 +342,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
-	253808: drawn, 260000: "auth-servers,silence,escaped,foreign"}
+	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320306: "escaped,replace,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
