@@ -162,8 +162,10 @@ func (ts *typeState) clientResource(key string) *Resource {
 			return nil // the last View sent from has a copy the client was not sent
 		}
 		v := ts.lastView
-		if ts.nackedSent && ts.ackedView != nil {
-			v = ts.ackedView // it rejected the last: it holds what it ACKed
+		if ts.nackedSent {
+			// It rejected the last: it holds what it ACKed here, or (nil)
+			// what it brought, never the copy it rejected.
+			v = ts.ackedView
 		}
 		r, _ := v.resource(key)
 		return r
@@ -185,13 +187,14 @@ func (ts *typeState) clientResource(key string) *Resource {
 }
 
 // keepAccepted: a SotW client rejected the last response, so the copies
-// make before break keeps are the ones it last ACKed, where it ACKed one.
+// make before break keeps are the ones it last ACKed; where it ACKed none
+// here, the stream cannot read what it holds (nil): keeping the rejected
+// copy would have it rejected again with every later response.
 // Called with mu held.
 func (ts *typeState) keepAccepted() {
 	for k := range ts.withheldRefs {
-		if r, ok := ts.ackedView.resource(k); ok {
-			ts.withheldRefs[k] = r
-		}
+		r, _ := ts.ackedView.resource(k)
+		ts.withheldRefs[k] = r
 	}
 }
 

@@ -294,3 +294,59 @@ func TestMakeBeforeBreakDanglingReferenceFromElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// A SotW client from elsewhere rejects every CDS response that carries c1
+// (a picky Envoy and a bad version), so it never holds c1 here; the
+// upstream then deletes c1 while its own route r1 still names it. Make
+// before break keeps only what the client holds: the rejected copy of c1 is
+// not one. Taken from the response last sent, it kept the CDS answer the
+// version the client had rejected, so nothing was sent; kept in a later
+// response, it had the client reject every CDS response after it.
+func TestMakeBeforeBreakKeepsNoRejectedCopy(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("later_update=%v", later), func(t *testing.T) {
+			testKeepsNoRejectedCopy(t, later)
+		})
+	}
+}
+
+func testKeepsNoRejectedCopy(t *testing.T, later bool) {
+	up := xdstest.StartUpstream(t)
+	state := func(clusters ...string) xdstest.Resources {
+		res := xdstest.Resources{resource.RouteType: {xdstest.GRPCRoute("r1", "c1")}}
+		for _, c := range clusters {
+			res[resource.ClusterType] = append(res[resource.ClusterType], xdstest.EDSCluster(c, c))
+		}
+		return res
+	}
+	up.SetResources(state("c1", "c2"))
+	r := xdstest.StartRelay(t, up.Addr())
+	cl := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "picky"})
+	cl.Resume(resource.ClusterType, "v-elsewhere")
+	cl.Resume(resource.RouteType, "v-elsewhere", "r1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	removed := false
+	for {
+		resp, err := cl.Recv(ctx)
+		if err != nil {
+			t.Fatalf("the client never got a CDS response without the c1 it rejects (removed upstream: %v): %v", removed, err)
+		}
+		got := anyNames(resp)
+		if resp.GetTypeUrl() != resource.ClusterType || !slices.Contains(got, "c1") {
+			cl.Ack(resp)
+			if resp.GetTypeUrl() == resource.ClusterType {
+				return
+			}
+			continue
+		}
+		cl.Nack(resp, "bad version")
+		if !removed {
+			removed = true
+			up.SetResources(state("c2")) // r1 dangles: the upstream's own state
+			if later {
+				up.SetResources(state("c2", "c3"))
+			}
+		}
+	}
+}

@@ -321,6 +321,8 @@ var regressions = []struct {
 		"a REST poller of the wildcard and a glob that reconnected holding config was never answered again: its glob's members were all gone, and the authority, a SotW server, answered the glob subscribed again mid-stream with no member, which proves nothing on SotW (the response may answer the request before), so the glob's set stayed unanswered for good (fails every run before the fix; upstream's TestSotWEmptyGlobAddedMidStreamAskedOnANewStream always)"},
 	{253808, wholeSchedule(44),
 		"a Delta Envoy of the wildcard and a glob was sent an older g/m10 than it held: the SotW default servers' newer listing replaced their own older copy while the authority's answer to the glob, built before the change and on another stream, was still on its way, and that answer then replaced the listing (fails about one run in thirty before the fix; relay's TestListingKeptAsideWhileTheGlobIsUnanswered always)"},
+	{320306, wholeSchedule(43),
+		"a picky SotW Envoy that moved to a restarted relay rejected every CDS response there (a bad svc%3A10), so it held only what it brought; the upstream replaced svc%3A10's default variant while its own route r15 still named it, and make before break kept the copy the client had rejected, found in the response last sent as no ACK here said otherwise, so the client rejected every later CDS whole, the last good one too (fails every run before the fix; relay's TestMakeBeforeBreakKeepsNoRejectedCopy always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -342,7 +344,8 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	180443: "glob,invalid,replace,foreign", 180351: "glob,auth-servers,silence,foreign",
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
-	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest"}
+	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
+	320306: "escaped,replace,foreign"}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
