@@ -103,6 +103,9 @@ func (st *stream) referenced(typeURL, key string) bool {
 // returns false; with nil for one the stream cannot read (see clientResource).
 // Called with mu held.
 func (ts *typeState) eachClientResource(f func(*Resource) bool) {
+	if ts.rejectedAll() {
+		return
+	}
 	visit := func(k string) bool {
 		if r, ok := ts.withheldRefs[k]; ok && r != nil {
 			return f(r)
@@ -186,6 +189,12 @@ func (ts *typeState) clientResource(key string) *Resource {
 	return nil
 }
 
+// rejectedAll reports whether a SotW client that came with nothing of the
+// type rejected every response of it: it holds none. Called with mu held.
+func (ts *typeState) rejectedAll() bool {
+	return ts.holds == nil && ts.nackedSent && ts.ackedView == nil && ts.ackedVersion == ""
+}
+
 // keepAccepted: a SotW client rejected the last response, so the copies
 // make before break keeps are the ones it last ACKed; where it ACKed none
 // here, the stream cannot read what it holds (nil): keeping the rejected
@@ -193,6 +202,10 @@ func (ts *typeState) clientResource(key string) *Resource {
 // Called with mu held.
 func (ts *typeState) keepAccepted() {
 	for k := range ts.withheldRefs {
+		if ts.rejectedAll() {
+			delete(ts.withheldRefs, k) // it holds none of them
+			continue
+		}
 		r, _ := ts.ackedView.resource(k)
 		ts.withheldRefs[k] = r
 	}

@@ -388,3 +388,32 @@ func TestSotWListedClusterFromElsewhereWaitsForTheRouteMove(t *testing.T) {
 	r = c.RecvType(keying.ClusterType)
 	wantNames(t, "clusters once r moved", anyClusterNames(t, r), []string{"c1"})
 }
+
+// A client that rejected the first response of a type that refers to
+// clusters, and came with nothing, holds nothing of that type: its CDS
+// removals go out. (The stream treated such a type as unreadable, which
+// may refer to anything, and withheld every CDS response that dropped a
+// cluster the client held until the client accepted a route.)
+func TestSotWRejectedFirstRouteHoldsNothing(t *testing.T) {
+	src := newFakeSource()
+	cluster := func(n string) *downstream.Resource { return protoResource(t, n, xdstest.EDSCluster(n, n)) }
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": cluster("c1"), "c2": cluster("c2")})
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", "c2"))})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType)
+	c.Ack(c.RecvType(keying.ListenerType))
+	c.Subscribe(keying.ClusterType, keying.Wildcard)
+	c.Ack(c.RecvType(keying.ClusterType))
+	c.Subscribe(keying.RouteType, "r")
+	c.Nack(c.RecvType(keying.RouteType), "bad route")
+	// The stream handles requests in order: the EDS answer comes after the
+	// NACK is recorded.
+	src.publish(keying.EndpointType, map[string]string{"c1": "e1"})
+	c.Subscribe(keying.EndpointType, "c1")
+	c.Ack(c.RecvType(keying.EndpointType))
+
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": cluster("c1")})
+	r := c.RecvType(keying.ClusterType)
+	wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
+}
