@@ -297,17 +297,41 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 	cfg := e.cfg
 	start := time.Now()
 	nconns := (cfg.Clients + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
-	conns := make([]*grpc.ClientConn, 0, nconns)
+	conns, err := e.dial(nconns)
 	defer func() {
 		for _, cc := range conns {
 			_ = cc.Close()
 		}
 	}()
+	if err != nil {
+		return nil, err
+	}
+
+	clientCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	var wg sync.WaitGroup
+	e.log.Info("starting clients", zap.String("target", cfg.Target), zap.Int("clients", cfg.Clients),
+		zap.Int("connections", nconns), zap.String("dialect", string(cfg.Dialect)), zap.String("mode", string(cfg.Mode)),
+		zap.String("protocol", string(cfg.Protocol)))
+	clients := e.startClients(ctx, clientCtx, &wg, conns, start)
+	e.awaitSync(ctx)
+	e.hold(ctx)
+	stopClients()
+	wg.Wait()
+	end := time.Now()
+	return e.summarize(start, end, nconns, clients), nil
+}
+
+// dial opens nconns connections to the target. On error it also returns the
+// connections already open, for the caller to close.
+func (e *Engine) dial(nconns int) ([]*grpc.ClientConn, error) {
+	cfg := e.cfg
+	conns := make([]*grpc.ClientConn, 0, nconns)
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		var err error
 		if creds, err = cfg.TLS.credentials(); err != nil {
-			return nil, err
+			return conns, err
 		}
 	}
 	for j := range nconns {
@@ -328,40 +352,19 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 		}
 		cc, err := grpc.NewClient(cfg.Target, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("loadgen: dial %s: %w", cfg.Target, err)
+			return conns, fmt.Errorf("loadgen: dial %s: %w", cfg.Target, err)
 		}
 		conns = append(conns, cc)
 	}
+	return conns, nil
+}
 
-	clientCtx, stopClients := context.WithCancel(ctx)
-	defer stopClients()
-	var wg sync.WaitGroup
+// startClients launches the clients on conns, at the ramp's rate from start
+// (until ctx is done) or all at once; they run until clientCtx is done.
+func (e *Engine) startClients(ctx, clientCtx context.Context, wg *sync.WaitGroup, conns []*grpc.ClientConn,
+	start time.Time) []*client {
+	cfg := e.cfg
 	clients := make([]*client, 0, cfg.Clients)
-	launch := func(i int) {
-		c := &client{
-			e:     e,
-			id:    i,
-			conn:  conns[i/cfg.StreamsPerConn],
-			nack:  picked(i, cfg.NACKRatio),
-			slow:  picked(i, cfg.SlowRatio),
-			stuck: picked(i, cfg.StuckRatio),
-			st:    newClientState(cfg.Mode, cfg.LDSName),
-		}
-		if len(cfg.Params) > 0 {
-			c.params = cfg.Params[i%len(cfg.Params)]
-		}
-		c.node = newNode(cfg, i)
-		c.startedAt = time.Now()
-		clients = append(clients, c)
-		e.ctr.launched.Add(1)
-		wg.Go(func() { c.run(clientCtx) })
-		if cfg.LoadReport {
-			wg.Go(func() { c.runLRS(clientCtx) })
-		}
-	}
-	e.log.Info("starting clients", zap.String("target", cfg.Target), zap.Int("clients", cfg.Clients),
-		zap.Int("connections", nconns), zap.String("dialect", string(cfg.Dialect)), zap.String("mode", string(cfg.Mode)),
-		zap.String("protocol", string(cfg.Protocol)))
 	if iv := cfg.Ramp.Interval(); iv > 0 {
 		t := time.NewTimer(0)
 		next := start
@@ -374,51 +377,86 @@ func (e *Engine) Run(ctx context.Context) (*Summary, error) {
 				break ramp
 			case <-t.C:
 			}
-			launch(i)
+			clients = append(clients, e.launch(clientCtx, wg, conns, i))
 			next = next.Add(iv)
 		}
 	} else {
 		for i := range cfg.Clients {
-			launch(i)
+			clients = append(clients, e.launch(clientCtx, wg, conns, i))
 		}
 	}
+	return clients
+}
 
-	// Sync phase: until every client synced or the last one's sync timeout passed.
-	syncTimer := time.NewTimer(cfg.SyncTimeout)
+// launch starts client i on its connection, running until ctx is done.
+func (e *Engine) launch(ctx context.Context, wg *sync.WaitGroup, conns []*grpc.ClientConn, i int) *client {
+	cfg := e.cfg
+	c := &client{
+		e:     e,
+		id:    i,
+		conn:  conns[i/cfg.StreamsPerConn],
+		nack:  picked(i, cfg.NACKRatio),
+		slow:  picked(i, cfg.SlowRatio),
+		stuck: picked(i, cfg.StuckRatio),
+		st:    newClientState(cfg.Mode, cfg.LDSName),
+	}
+	if len(cfg.Params) > 0 {
+		c.params = cfg.Params[i%len(cfg.Params)]
+	}
+	c.node = newNode(cfg, i)
+	c.startedAt = time.Now()
+	e.ctr.launched.Add(1)
+	wg.Go(func() { c.run(ctx) })
+	if cfg.LoadReport {
+		wg.Go(func() { c.runLRS(ctx) })
+	}
+	return c
+}
+
+// awaitSync is the sync phase: until every client synced or the last one's
+// sync timeout passed.
+func (e *Engine) awaitSync(ctx context.Context) {
+	syncTimer := time.NewTimer(e.cfg.SyncTimeout)
 	defer syncTimer.Stop()
-syncing:
-	for e.ctr.synced.Load() < int64(cfg.Clients) {
+	for e.ctr.synced.Load() < int64(e.cfg.Clients) {
 		select {
 		case <-ctx.Done():
-			break syncing
+			return
 		case <-syncTimer.C:
-			break syncing
+			return
 		case <-e.syncCh:
 		}
 	}
+}
 
-	// Run phase.
-	if ctx.Err() == nil && e.ctr.synced.Load() > 0 {
-		runTimer := time.NewTimer(cfg.Duration)
-		defer runTimer.Stop()
-	running:
-		for {
-			if cfg.Updates > 0 && e.clientsDone.Load() >= e.ctr.synced.Load() {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				break running
-			case <-runTimer.C:
-				break running
-			case <-e.doneCh:
-			}
+// hold is the run phase: once some client synced, the clients keep running
+// for the configured duration, or until every synced client has seen
+// cfg.Updates updates.
+func (e *Engine) hold(ctx context.Context) {
+	cfg := e.cfg
+	if ctx.Err() != nil || e.ctr.synced.Load() <= 0 {
+		return
+	}
+	runTimer := time.NewTimer(cfg.Duration)
+	defer runTimer.Stop()
+	for {
+		if cfg.Updates > 0 && e.clientsDone.Load() >= e.ctr.synced.Load() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-runTimer.C:
+			return
+		case <-e.doneCh:
 		}
 	}
-	stopClients()
-	wg.Wait()
-	end := time.Now()
+}
 
+// summarize sums up a run from start to end; every client goroutine has
+// returned.
+func (e *Engine) summarize(start, end time.Time, nconns int, clients []*client) *Summary {
+	cfg := e.cfg
 	e.lossMu.Lock()
 	examples := e.lossExamples
 	e.lossMu.Unlock()
@@ -455,9 +493,16 @@ syncing:
 			BytesPerSecond:     float64(e.ctr.bytes.Load()) / run,
 		},
 	}
+	e.tallySync(s, clients, start)
+	return s
+}
+
+// tallySync counts the clients that synced within their sync timeout and,
+// when all did, the time it took the last.
+func (e *Engine) tallySync(s *Summary, clients []*client, start time.Time) {
 	var lastSync time.Time
 	for _, c := range clients { // safe: every client goroutine has returned
-		if !c.syncedAt.IsZero() && c.syncedAt.Sub(c.startedAt) <= cfg.SyncTimeout {
+		if !c.syncedAt.IsZero() && c.syncedAt.Sub(c.startedAt) <= e.cfg.SyncTimeout {
 			s.Synced++
 			if c.syncedAt.After(lastSync) {
 				lastSync = c.syncedAt
@@ -469,5 +514,4 @@ syncing:
 		t := ms(lastSync.Sub(start))
 		s.TimeToSyncAllMS = &t
 	}
-	return s, nil
 }

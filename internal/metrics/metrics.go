@@ -309,120 +309,142 @@ func (m *Metrics) CollectConnections(open func() int) {
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
 	f := factory{reg}
-	m := &Metrics{
-		Registry: reg,
-
-		DownstreamClients: f.gaugeVec("downstream_clients",
-			"Open downstream client streams, each once whatever types it carries (an ADS stream is one), by protocol.",
-			"protocol"),
-		DownstreamStreams: f.gaugeVec("downstream_streams",
-			"Open downstream xDS streams, by requested type URL and protocol (an ADS stream counts once per type it requested).",
-			"type_url", "protocol"),
-		StreamsWaiting: f.gauge("downstream_streams_waiting",
-			"Streams with changes to send whose client has not read what it was sent (32 KiB unacknowledged): they send nothing more, and their changes coalesce, until it reads. A client that stopped reading (a hung process, a half-open connection) stays here until keepalive closes it."),
-		Responses: f.counterVec("responses_total",
-			"Discovery responses sent to downstream clients.",
-			"type_url", "protocol"),
-		ResponseBytes: f.counterVec("response_bytes_total",
-			"Bytes of serialized discovery responses sent to downstream clients.",
-			"type_url", "protocol"),
-		ACKs: f.counterVec("acks_total",
-			"Requests from downstream clients that acknowledge (accept) a response.",
-			"type_url", "protocol"),
-		NACKs: f.counterVec("nacks_total",
-			"Requests from downstream clients that reject a response (error_detail set).",
-			"type_url", "protocol"),
-		StaleNonces: f.counterVec("stale_nonces_total",
-			"Downstream requests whose response_nonce is not the latest one sent on their stream for their type.",
-			"protocol"),
-		RejectedRequests: f.counterVec("rejected_requests_total",
-			"Downstream requests or streams refused by the relay, by reason.",
-			"reason"),
-		AdmissionRejections: f.counter("admission_rejections_total",
-			"New downstream streams refused by the new-stream rate limit (RESOURCE_EXHAUSTED; clients retry)."),
-
-		UpstreamResponses: f.counterVec("upstream_responses_total",
-			"Discovery responses received from upstream servers, by whether the relay accepted (ack) or rejected (nack) them.",
-			"authority", "type_url", "result"),
-		UpstreamLastUpdate: f.gaugeVec("upstream_last_update_timestamp_seconds",
-			"Unix time of the last update accepted from the authority's upstream; time() minus it is how stale the served data may be.",
-			"authority"),
-		UpstreamRequests: f.counterVec("upstream_requests_total",
-			"Subscription changes sent to an upstream (op: subscribe, unsubscribe): the union of the fleet's interest, not one per client.",
-			"authority", "op"),
-		UpstreamReconnects: f.counterVec("upstream_reconnects_total",
-			"Times the ADS stream to an upstream server was re-established after a failure.",
-			"authority", "server"),
-		UpstreamResyncs: f.counterVec("upstream_resyncs_total",
-			"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard, rejected).",
-			"authority", "reason"),
-		UpstreamApplyPanics: f.counterVec("upstream_apply_panics_total",
-			"Upstream updates whose application panicked (a relay bug, logged with its stack): each response was NACKed and the stream kept working.",
-			"authority", "type_url"),
-
-		CacheLookups: f.counterVec("cache_lookups_total",
-			"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",
-			"type_url", "result"),
-		RolloutsStarted: f.counter("rollouts_started_total",
-			"Guarded rollouts started: a changed resource went to a canary cohort first."),
-		Rollouts: f.counterVec("rollouts_total",
-			"Guarded rollouts resolved: released to everyone (unjudged: after the hold, no canary having ACKed or NACKed), or halted (the others keep the last accepted version).",
-			"type_url", "result"),
-		CacheEvictions: f.counter("cache_evictions_total",
-			"Unwatched resource variants dropped from the cache by the max_unreferenced bound."),
-		EvictionsRefused: f.counterVec("cache_evictions_refused_total",
-			"Resources the max_unreferenced bound pushed out of the cache while a client still watched them: kept (nothing watched is evicted). Should stay 0.",
-			"type_url"),
-		RemovalsHeld: f.counterVec("removals_held_total",
-			"Times a stream held back telling its client that a resource is gone (a SotW LDS/CDS response that would omit it, a Delta removal), because the cache does not know it is gone (unknown), is not confirmed by a live upstream (stale), or the client still references it (referenced).",
-			"type_url", "reason"),
-		TP2Ambiguous: f.counter("tp2_ambiguous_matches_total",
-			"Subscriptions whose TP2 parameters matched several variants of a resource (the most specific was sent)."),
-
-		Propagation: f.histogram("propagation_seconds",
-			"Seconds from the receipt of an upstream response to a downstream client's ACK of the update it carries.",
-			// 1ms doubling to ~33s: clients give up on a resource after 15-30s.
-			prometheus.ExponentialBuckets(0.001, 2, 16)),
-
-		GatewayGroups: f.gaugeVec("gateway_groups",
-			"gateway.control.v1 snapshot groups (one upstream stream each), by protocol.", "protocol"),
-		GatewayUpstreamConnected: f.gaugeVec("gateway_upstream_connected",
-			"gateway.control.v1 groups whose upstream stream is up and answered, by protocol.", "protocol"),
-		GatewayUpstreamResponses: f.counterVec("gateway_upstream_responses_total",
-			"gateway.control.v1 responses from upstream, by whether the relay accepted (ack) or rejected (nack) them.",
-			"protocol", "result"),
-		GatewayDataplanes: f.gaugeVec("gateway_dataplanes",
-			"Data planes by the version and readiness of their latest status report.", "version", "ready"),
-		GatewayReports: f.counterVec("gateway_reports_total",
-			"Status reports: received, forwarded upstream, failed after the retries, dropped while too many were pending.",
-			"result"),
-
-		LRSClientStreams: f.gauge("lrs_client_streams",
-			"Open client load reporting (LRS StreamLoadStats) streams."),
-		LRSReports: f.counterVec("lrs_reports_total",
-			"Load reports: received from clients, sent upstream (aggregated), unforwarded (aggregated, and dropped because no upstream takes them: unimplemented or none).",
-			"result"),
-		LRSStatsDropped: f.counterVec("lrs_stats_dropped_total",
-			"Entries of client load reports (clusters, localities, endpoints, metrics) not aggregated: limit (beyond the bound of keys), invalid (a non-finite value), denied (a cluster the client may not subscribe to).",
-			"reason"),
-
-		WarmFileWrites: f.counterVec("warm_file_writes_total",
-			"Rounds of the warm-restart file writer (file: cache, or gateway for <persist_path>.gateway): written (ok), failed (error: the file keeps its last content), or nothing changed since the last write (unchanged).",
-			"file", "result"),
-		WarmFileBytes: f.gaugeVec("warm_file_bytes",
-			"Size in bytes of the warm-restart file last written (file: cache, gateway); a write needs twice this on the volume.",
-			"file"),
-
-		BuildInfo: f.gaugeVec("build_info",
-			"Always 1; the labels say which build of the relay runs.",
-			"version", "goversion"),
-	}
+	m := &Metrics{Registry: reg}
+	m.createDownstream(f)
+	m.createUpstream(f)
+	m.createCache(f)
+	m.createGateway(f)
+	m.createLRS(f)
+	m.createWarmFiles(f)
+	m.BuildInfo = f.gaugeVec("build_info",
+		"Always 1; the labels say which build of the relay runs.",
+		"version", "goversion")
 	m.initLabels()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// createDownstream creates the metrics of the downstream clients.
+func (m *Metrics) createDownstream(f factory) {
+	m.DownstreamClients = f.gaugeVec("downstream_clients",
+		"Open downstream client streams, each once whatever types it carries (an ADS stream is one), by protocol.",
+		"protocol")
+	m.DownstreamStreams = f.gaugeVec("downstream_streams",
+		"Open downstream xDS streams, by requested type URL and protocol (an ADS stream counts once per type it requested).",
+		"type_url", "protocol")
+	m.StreamsWaiting = f.gauge("downstream_streams_waiting",
+		"Streams with changes to send whose client has not read what it was sent (32 KiB unacknowledged): they send nothing more, and their changes coalesce, until it reads. A client that stopped reading (a hung process, a half-open connection) stays here until keepalive closes it.")
+	m.Responses = f.counterVec("responses_total",
+		"Discovery responses sent to downstream clients.",
+		"type_url", "protocol")
+	m.ResponseBytes = f.counterVec("response_bytes_total",
+		"Bytes of serialized discovery responses sent to downstream clients.",
+		"type_url", "protocol")
+	m.ACKs = f.counterVec("acks_total",
+		"Requests from downstream clients that acknowledge (accept) a response.",
+		"type_url", "protocol")
+	m.NACKs = f.counterVec("nacks_total",
+		"Requests from downstream clients that reject a response (error_detail set).",
+		"type_url", "protocol")
+	m.StaleNonces = f.counterVec("stale_nonces_total",
+		"Downstream requests whose response_nonce is not the latest one sent on their stream for their type.",
+		"protocol")
+	m.RejectedRequests = f.counterVec("rejected_requests_total",
+		"Downstream requests or streams refused by the relay, by reason.",
+		"reason")
+	m.AdmissionRejections = f.counter("admission_rejections_total",
+		"New downstream streams refused by the new-stream rate limit (RESOURCE_EXHAUSTED; clients retry).")
+}
+
+// createUpstream creates the metrics of the upstream control planes.
+func (m *Metrics) createUpstream(f factory) {
+	m.UpstreamResponses = f.counterVec("upstream_responses_total",
+		"Discovery responses received from upstream servers, by whether the relay accepted (ack) or rejected (nack) them.",
+		"authority", "type_url", "result")
+	m.UpstreamLastUpdate = f.gaugeVec("upstream_last_update_timestamp_seconds",
+		"Unix time of the last update accepted from the authority's upstream; time() minus it is how stale the served data may be.",
+		"authority")
+	m.UpstreamRequests = f.counterVec("upstream_requests_total",
+		"Subscription changes sent to an upstream (op: subscribe, unsubscribe): the union of the fleet's interest, not one per client.",
+		"authority", "op")
+	m.UpstreamReconnects = f.counterVec("upstream_reconnects_total",
+		"Times the ADS stream to an upstream server was re-established after a failure.",
+		"authority", "server")
+	m.UpstreamResyncs = f.counterVec("upstream_resyncs_total",
+		"New ADS streams started on a live upstream connection to ask the server for its word (reason: does_not_exist, wildcard, rejected).",
+		"authority", "reason")
+	m.UpstreamApplyPanics = f.counterVec("upstream_apply_panics_total",
+		"Upstream updates whose application panicked (a relay bug, logged with its stack): each response was NACKed and the stream kept working.",
+		"authority", "type_url")
+}
+
+// createCache creates the metrics of the cache and of the propagation of
+// updates through it.
+func (m *Metrics) createCache(f factory) {
+	m.CacheLookups = f.counterVec("cache_lookups_total",
+		"Names newly watched by a stream, by whether the cache already held them (hit) or not (miss).",
+		"type_url", "result")
+	m.RolloutsStarted = f.counter("rollouts_started_total",
+		"Guarded rollouts started: a changed resource went to a canary cohort first.")
+	m.Rollouts = f.counterVec("rollouts_total",
+		"Guarded rollouts resolved: released to everyone (unjudged: after the hold, no canary having ACKed or NACKed), or halted (the others keep the last accepted version).",
+		"type_url", "result")
+	m.CacheEvictions = f.counter("cache_evictions_total",
+		"Unwatched resource variants dropped from the cache by the max_unreferenced bound.")
+	m.EvictionsRefused = f.counterVec("cache_evictions_refused_total",
+		"Resources the max_unreferenced bound pushed out of the cache while a client still watched them: kept (nothing watched is evicted). Should stay 0.",
+		"type_url")
+	m.RemovalsHeld = f.counterVec("removals_held_total",
+		"Times a stream held back telling its client that a resource is gone (a SotW LDS/CDS response that would omit it, a Delta removal), because the cache does not know it is gone (unknown), is not confirmed by a live upstream (stale), or the client still references it (referenced).",
+		"type_url", "reason")
+	m.TP2Ambiguous = f.counter("tp2_ambiguous_matches_total",
+		"Subscriptions whose TP2 parameters matched several variants of a resource (the most specific was sent).")
+
+	m.Propagation = f.histogram("propagation_seconds",
+		"Seconds from the receipt of an upstream response to a downstream client's ACK of the update it carries.",
+		// 1ms doubling to ~33s: clients give up on a resource after 15-30s.
+		prometheus.ExponentialBuckets(0.001, 2, 16))
+}
+
+// createGateway creates the metrics of gateway.control.v1.
+func (m *Metrics) createGateway(f factory) {
+	m.GatewayGroups = f.gaugeVec("gateway_groups",
+		"gateway.control.v1 snapshot groups (one upstream stream each), by protocol.", "protocol")
+	m.GatewayUpstreamConnected = f.gaugeVec("gateway_upstream_connected",
+		"gateway.control.v1 groups whose upstream stream is up and answered, by protocol.", "protocol")
+	m.GatewayUpstreamResponses = f.counterVec("gateway_upstream_responses_total",
+		"gateway.control.v1 responses from upstream, by whether the relay accepted (ack) or rejected (nack) them.",
+		"protocol", "result")
+	m.GatewayDataplanes = f.gaugeVec("gateway_dataplanes",
+		"Data planes by the version and readiness of their latest status report.", "version", "ready")
+	m.GatewayReports = f.counterVec("gateway_reports_total",
+		"Status reports: received, forwarded upstream, failed after the retries, dropped while too many were pending.",
+		"result")
+}
+
+// createLRS creates the metrics of load reporting.
+func (m *Metrics) createLRS(f factory) {
+	m.LRSClientStreams = f.gauge("lrs_client_streams",
+		"Open client load reporting (LRS StreamLoadStats) streams.")
+	m.LRSReports = f.counterVec("lrs_reports_total",
+		"Load reports: received from clients, sent upstream (aggregated), unforwarded (aggregated, and dropped because no upstream takes them: unimplemented or none).",
+		"result")
+	m.LRSStatsDropped = f.counterVec("lrs_stats_dropped_total",
+		"Entries of client load reports (clusters, localities, endpoints, metrics) not aggregated: limit (beyond the bound of keys), invalid (a non-finite value), denied (a cluster the client may not subscribe to).",
+		"reason")
+}
+
+// createWarmFiles creates the metrics of the warm-restart files.
+func (m *Metrics) createWarmFiles(f factory) {
+	m.WarmFileWrites = f.counterVec("warm_file_writes_total",
+		"Rounds of the warm-restart file writer (file: cache, or gateway for <persist_path>.gateway): written (ok), failed (error: the file keeps its last content), or nothing changed since the last write (unchanged).",
+		"file", "result")
+	m.WarmFileBytes = f.gaugeVec("warm_file_bytes",
+		"Size in bytes of the warm-restart file last written (file: cache, gateway); a write needs twice this on the volume.",
+		"file")
 }
 
 // wellKnownTypes are the type_url label values TypeLabel keeps.
