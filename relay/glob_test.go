@@ -661,36 +661,7 @@ func TestListedMemberFromTheDefaultServersNotHeldForItsAuthority(t *testing.T) {
 // wildcard client was rolled back (oracle seed 253808).
 func TestListingKeptAsideWhileItsAuthorityIsDown(t *testing.T) {
 	m1 := globAuth + "g/m1"
-	def := xdstest.StartUpstream(t)
-	def.SetResources(clusters("c0", m1))
-	auth := xdstest.StartUpstream(t, xdstest.WithADS(xdstest.NewGlobADS(m1)))
-	r := startDeltaFederation(t, def, auth)
-	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
-	glob.Subscribe(resource.ClusterType, globG)
-	ackUntil(t, glob, []string{m1}, "the glob's subscriber never got the glob")
-	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
-	wild.Subscribe(resource.ClusterType, "*")
-	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m1: "eds-" + m1}) // the authority's copy
-	auth.Stop()
-	xdstest.Eventually(t, func() bool {
-		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
-	}, "the authority's stream never ended", nil)
-
-	// One response of the default servers changes c0 and lists m1: the
-	// wildcard client sees both in one View, so c0's change is when to look.
-	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
-	for {
-		resp := wild.RecvType(resource.ClusterType)
-		wild.Ack(resp)
-		got := edsNames(t, resp)
-		if got["c0"] != "eds-c0-v2" {
-			continue
-		}
-		if got[m1] != "eds-"+m1 {
-			t.Fatalf("the wildcard client was sent the default servers' listing of %s over the authority's copy: %v", m1, got)
-		}
-		break
-	}
+	_, _, _, r, glob, wild := asideWhileAuthorityDown(t)
 	glob.Close()
 	globUnsubscribed(t, r)
 	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"}) // the default servers' word
@@ -827,8 +798,29 @@ func asideWhileAuthorityDown(t *testing.T) (def, auth *xdstest.Upstream, g *xdst
 		return metricValue(t, r.Relay, "xds_relay_upstream_reconnects_total", map[string]string{"authority": "auth"}) > 0
 	}, "the authority's stream never ended", nil)
 	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0-v2"), xdstest.EDSCluster(m1, "eds-m1-v1")}})
-	recvClusters(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-" + m1}) // m1's listing kept aside
+	recvListingKeptAside(t, wild, m1)
 	return def, auth, g, r, glob, wild
+}
+
+// recvListingKeptAside receives CDS responses on wild until the default
+// servers' response that changes c0 (eds-c0-v2) and lists name, failing if
+// any carries their listing of name (eds-x-v1 or eds-m1-v1) instead of the
+// authority's copy (eds-<name>): the wildcard client sees both in one View,
+// so c0's change is when to look.
+func recvListingKeptAside(t *testing.T, wild *xdstest.ADSClient, name string) {
+	t.Helper()
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		c0Changed := got["c0"] == "eds-c0-v2"
+		if got[name] != "eds-"+name && (c0Changed || got[name] != "") {
+			t.Fatalf("the wildcard client was sent the default servers' listing of %s over the authority's copy: %v", name, got)
+		}
+		if c0Changed {
+			return
+		}
+	}
 }
 
 // recvClustersUntil receives CDS responses on c until one is want, for up to
