@@ -273,7 +273,7 @@ func (a *applier) confirm(e *downstream.Resource) {
 	switch {
 	case e.Constraints != "":
 		// A TP2 variant: what it confirms is known once the selections are (reselect).
-	case tc.plainCovered(e.Name) || !ofAuthority(e.Name, a.authority):
+	case tc.plainCovered(e.Name) || tc.listingCovered(e.Name, a.authority):
 		tc.confirmed(e.Name) // the upstream sent it
 	case tc.keySubscribed(e.Name):
 		a.byKey[e.Name] = true // the default variant: it confirms the name if a key selects it (reselect)

@@ -279,6 +279,15 @@ func ofAuthority(name, authority string) bool {
 	return a == authority
 }
 
+// listingCovered reports whether the subscription that brings another
+// authority's name n from authority's servers is still on: the default
+// servers list such names only under the wildcard, and an answer in flight
+// when the wildcard ended confirms nothing (the server forgets what it sent
+// under it and would not say when n is gone).
+func (tc *typeCache) listingCovered(n, authority string) bool {
+	return !ofAuthority(n, authority) && (authority != "" || tc.up[keying.Wildcard])
+}
+
 // subscribedUpstream reports whether an upstream subscription covers the
 // plain name n: its own, the wildcard's (the default authority's names), its
 // glob collection's, or one of its keys with parameters (TP2: the server
@@ -338,7 +347,7 @@ func (tc *typeCache) keySubscribed(n string) bool {
 // another authority's), or a subscribed key of n that selects the same
 // variant.
 func (tc *typeCache) selectionCovered(n string, res map[string]*downstream.Resource, authority string) bool {
-	if tc.plainCovered(n) || !ofAuthority(n, authority) {
+	if tc.plainCovered(n) || tc.listingCovered(n, authority) {
 		return true
 	}
 	sel := res[n]

@@ -31,16 +31,27 @@ import (
 // unsubscription, so it counts what it carried as held, and forgets it once
 // it answers c1. The relay applies it (the type is subscribed): what it
 // carries that nothing subscribes any more is unsure and forgotten, or c2
-// and c3, deleted meanwhile, stay in the wildcard set for good (found by a
-// review: it made c2 sure again and added c3 as sure).
+// and the new name, deleted meanwhile, stay in the wildcard set for good.
+// The new name is the default servers' own (c3) or another authority's
+// that they list, which only their wildcard covers too (the oracle's seed
+// 190215: a wildcard client kept such a glob member for good).
 func TestInFlightWildcardAnswerAfterItsExpiry(t *testing.T) {
+	for _, late := range []string{"c3", globAuth + "g/m1"} {
+		t.Run(late, func(t *testing.T) { inFlightWildcardAnswerAfterItsExpiry(t, late) })
+	}
+}
+
+func inFlightWildcardAnswerAfterItsExpiry(t *testing.T, late string) {
 	up := xdstest.StartUpstream(t)
 	up.SetResources(clusters("c1", "c2"))
+	auth := xdstest.StartUpstream(t)
 	p := startGateProxy(t, up.Addr())
 	r := xdstest.StartRelay(t, p.addr, xdstest.WithConfig(func(c *config.Config) {
 		c.Upstream.XDSServers[0].Protocol = "delta"
 		c.Upstream.Linger = 0
 		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
 	}))
 	keeper := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "keeper"})
 	keeper.Subscribe(resource.ClusterType, []string{"c1"}, nil)
@@ -49,12 +60,12 @@ func TestInFlightWildcardAnswerAfterItsExpiry(t *testing.T) {
 	first.Subscribe(resource.ClusterType, []string{"*"}, nil)
 	receiveAll(t, first, 2)
 
-	// The upstream answers the wildcard (c2 changed, c3 new); the answer is
-	// held on the wire.
+	// The upstream answers the wildcard (c2 changed, late new); the answer
+	// is held on the wire.
 	p.pause(true)
 	n := len(up.Responses())
 	up.SetResources(xdstest.Resources{resource.ClusterType: {
-		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster("c2", "eds-c2-next"), xdstest.EDSCluster("c3", "eds-c3")}})
+		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster("c2", "eds-c2-next"), xdstest.EDSCluster(late, "eds-late")}})
 	up.MustWait(t, "the wildcard answer", func(s xdstest.Stats) bool { return len(s.Responses) > n })
 	nreq := len(up.Requests())
 	first.Close() // the wildcard's linger expires at once
@@ -68,13 +79,15 @@ func TestInFlightWildcardAnswerAfterItsExpiry(t *testing.T) {
 	})
 
 	// c1 changes (the keeper is answered: the server forgets the rest);
-	// c2 and c3 go.
-	up.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c1", "eds-c1-next")}})
+	// c2 and late go, c4 comes: the server's answer to the wildcard
+	// subscribed again brings c4, which proves it answered the whole set.
+	up.SetResources(xdstest.Resources{resource.ClusterType: {
+		xdstest.EDSCluster("c1", "eds-c1-next"), xdstest.EDSCluster("c4", "eds-c4")}})
 	keeper.Ack(keeper.MustRecv())
 
 	wild := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
 	wild.Subscribe(resource.ClusterType, []string{"*"}, nil)
-	convergeTo(t, wild, "c1")
+	convergeTo(t, wild, "c1", "c4")
 }
 
 // The wildcard's linger expires and comes back while nothing changes

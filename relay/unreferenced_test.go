@@ -143,11 +143,11 @@ func receiveAll(t *testing.T, c *xdstest.DeltaClient, n int) {
 
 // convergeTo reads c's responses, ACKing each, until the client holds only
 // want; it fails after 5 s: the rest was deleted upstream.
-func convergeTo(t *testing.T, c *xdstest.DeltaClient, want string) {
+func convergeTo(t *testing.T, c *xdstest.DeltaClient, want ...string) {
 	t.Helper()
 	held := xdstest.DeltaHolds{}
 	deadline := time.Now().Add(5 * time.Second)
-	for !(len(held) == 1 && held.Has(want)) {
+	for !(len(held) == len(want) && allHeld(held, want)) {
 		resp, ok := c.TryRecv(time.Until(deadline))
 		if !ok {
 			t.Fatalf("the client holds %v, want only %q: the rest was deleted upstream", held, want)
@@ -155,6 +155,16 @@ func convergeTo(t *testing.T, c *xdstest.DeltaClient, want string) {
 		held.Apply(resp)
 		c.Ack(resp)
 	}
+}
+
+// allHeld reports whether held has every name of want.
+func allHeld(held xdstest.DeltaHolds, want []string) bool {
+	for _, n := range want {
+		if !held.Has(n) {
+			return false
+		}
+	}
+	return true
 }
 
 // A TP2 name's variants cached for a subscription with parameters that ended
