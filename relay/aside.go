@@ -12,8 +12,10 @@ import (
 // doubt their listing may be newer than the cached copy or older: it is kept
 // aside (entry.aside), and settleAside alone decides what becomes of it. In
 // doubt: the authority's stream is away (its copy is unconfirmed), or the
-// cached copy is the default servers' and the authority has not answered
-// the glob that covers it yet (its answer, on its way, may be older).
+// cached copy is the default servers' while a subscription of the authority
+// covers the name: the authority's copy, on its way, may be older than their
+// later listings — whether it answers the glob or brings a new member of a
+// glob it answered long ago.
 
 // setAside keeps res aside as the default servers' listing of name, or
 // clears it for nil.
@@ -57,9 +59,10 @@ func (s *state) settleAside(tc *typeCache) {
 		if theirs && tc.awaitsAuthority(n, cur) {
 			continue
 		}
-		if !ok && tc.up[keying.Wildcard] && tc.subscribedUpstream(n) {
-			// Its authority said it is gone: their listing, which they
-			// think the relay holds, is asked again once it ends.
+		if tc.up[keying.Wildcard] && tc.subscribedUpstream(n) && (!ok || cur.Version != aside.Version) {
+			// Its authority's word (gone, or its copy) holds over their
+			// listing, which they think the relay holds: it is asked
+			// again once the glob ends.
 			en.listedAbsent = true
 		}
 		tc.setAside(n, nil)
@@ -79,12 +82,12 @@ func (s *state) settleAside(tc *typeCache) {
 }
 
 // awaitsAuthority reports whether the cached copy cur of another
-// authority's name waits for that authority's word: its stream is away and
-// a subscription of it covers the name, or cur is the default servers' and
-// the authority has not answered the subscribed glob that covers it.
+// authority's name waits for that authority's word: a subscription of it
+// covers the name, and its stream is away or cur is the default servers'
+// (the authority, which speaks for the name, has not sent it yet).
 func (tc *typeCache) awaitsAuthority(n string, cur *downstream.Resource) bool {
-	if cur.Authority != "" {
-		return tc.unconfirmed[cur.Authority] && tc.subscribedUpstream(n)
+	if ofAuthority(n, "") || !tc.subscribedUpstream(n) {
+		return false
 	}
-	return !ofAuthority(n, "") && cur.Glob != "" && tc.up[cur.Glob] && !tc.view.GlobAnswered(cur.Glob)
+	return cur.Authority == "" || tc.unconfirmed[cur.Authority]
 }

@@ -52,16 +52,18 @@ type entry struct {
 	// cleared by dropParamKey once nothing watches or caches the key.
 	params map[string]map[string]string
 	// listedAbsent: the default servers listed the name, another
-	// authority's, while a subscription of its authority said it was gone,
-	// and the listing was not stored (listsAbsent). Set then; cleared when
-	// its glob's subscription ends (forgetGlobSet asks them again).
+	// authority's, while a subscription of its authority covered it, and
+	// the authority's word held over the listing: it said the name was
+	// gone (listsAbsent), or its copy replaced the listing kept aside
+	// (settleAside). Set then; cleared when its glob's subscription ends
+	// (forgetGlobSet asks them again).
 	listedAbsent bool
 	// aside is the default servers' latest listing of another authority's
-	// name cached from that authority, received while the authority's
-	// stream was unconfirmed and one of its subscriptions covered the name:
-	// the two streams are not ordered, so it may be older than the
-	// authority's copy, which stays. Set by applier.resource; settleAside
-	// alone decides what becomes of it.
+	// name, received while one of the authority's subscriptions covered
+	// the name and the authority's word was in doubt (see aside.go): the
+	// two streams are not ordered, so it may be older than the authority's
+	// copy, which stays. Set by applier.resource; settleAside alone decides
+	// what becomes of it.
 	aside *downstream.Resource
 }
 

@@ -954,3 +954,66 @@ func TestAsideListingAcrossAWarmRestart(t *testing.T) {
 	globUnsubscribed(t, second)
 	recvClustersUntil(t, wild, map[string]string{"c0": "eds-c0-v2", m1: "eds-m1-v1"})
 }
+
+// A new member m1 of a glob its authority answered long ago is listed by
+// the default servers before the authority's stream, late, sends it. Their
+// first listing is served (nothing else is cached); their next one is kept
+// aside while the authority's copy is awaited: the two streams are not
+// ordered, and the authority, which speaks for m1 while its glob covers it,
+// may send an older copy. The authority's late copy then holds, and once
+// the glob ends the default servers, who think the relay holds their
+// listing, are asked for it again. Their newer listing was served, and the
+// authority's late, older copy then rolled the wildcard client back.
+func TestNewMemberOfAnAnsweredGlobListedFirstIsNotRolledBack(t *testing.T) {
+	m0, m1 := globAuth+"g/m0", globAuth+"g/m1"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(clusters("c0", m0))
+	g := xdstest.NewGlobADS(m0)
+	auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+	r := startDeltaFederation(t, def, auth)
+	glob := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "glob"})
+	glob.Subscribe(resource.ClusterType, globG)
+	ackUntil(t, glob, []string{m0}, "the glob's subscriber never got the glob")
+	wild := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "wild"})
+	wild.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m0: "eds-" + m0})
+
+	g.Pause(true) // the authority's stream is late
+	g.Set(m0, m1) // m1 is eds-<m1> at the authority
+	listing := func(c0, m1eds string) xdstest.Resources {
+		return xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", c0),
+			xdstest.EDSCluster(m0, "eds-"+m0), xdstest.EDSCluster(m1, m1eds)}}
+	}
+	def.SetResources(listing("eds-c0", "eds-"+m1))
+	recvClusters(t, wild, map[string]string{"c0": "eds-c0", m0: "eds-" + m0, m1: "eds-" + m1})
+	def.SetResources(listing("eds-c0-v2", "eds-m1-v2"))
+	recvFirstListingHeld(t, wild, m1, "eds-c0-v2")
+	from := len(auth.Requests())
+	g.Pause(false)
+	// The relay's ACK of the authority's late answer.
+	auth.WaitRequest(t, from, "the relay's ACK of the authority's m1", func(xdstest.Request) bool { return true })
+	def.SetResources(listing("eds-c0-v3", "eds-m1-v2"))
+	recvFirstListingHeld(t, wild, m1, "eds-c0-v3")
+
+	glob.Close()
+	globUnsubscribed(t, r)
+	recvClustersUntil(t, wild, map[string]string{"c0": "eds-c0-v3", m0: "eds-" + m0, m1: "eds-m1-v2"}) // theirs now
+}
+
+// recvFirstListingHeld receives CDS responses on wild until c0 is at c0eds,
+// failing if any carries name at another content than eds-<name>, what the
+// client got first.
+func recvFirstListingHeld(t *testing.T, wild *xdstest.ADSClient, name, c0eds string) {
+	t.Helper()
+	for {
+		resp := wild.RecvType(resource.ClusterType)
+		wild.Ack(resp)
+		got := edsNames(t, resp)
+		if got[name] != "eds-"+name {
+			t.Fatalf("the wildcard client, which holds %s at eds-%s, was sent %q while its authority's copy was awaited: %v", name, name, got[name], got)
+		}
+		if got["c0"] == c0eds {
+			return
+		}
+	}
+}
