@@ -244,3 +244,51 @@ func TestWildcardMemberNamedAfterTheWildcard(t *testing.T) {
 		toldGone(t, named, "c1")
 	})
 }
+
+// FAILING (issue 23, final soak seed 340039): names released together leave
+// the upstream together. A client that drops a large set in one request
+// (a large world's 10,001 clusters deleted at once) starts one linger per
+// name (subscribe.go release), and each expiry unsubscribes its name on its
+// own: the upstream client sends a request per expiry, or nearly, and each
+// request diffs the type's whole subscription (upstream/delta.go takeDelta),
+// under the lock the relay's expiries wait for. In seed 340039 relay-A2 sent
+// 3,241 EDS unsubscriptions one after another for 38 s (under -race), and a
+// Delta client's subscription of three cached routes waited for all of them:
+// no convergence 20 s after the schedule ended.
+func TestReleasedTogetherUnsubscribedTogether(t *testing.T) {
+	const n = 1000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(names...))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 50 * time.Millisecond
+	}))
+	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "many"})
+	c.Subscribe(resource.ClusterType, names, nil)
+	receiveAll(t, c, n)
+	from := len(up.Requests())
+	c.Subscribe(resource.ClusterType, nil, names)
+	var carrying int
+	up.MustWait(t, "every name unsubscribed upstream", func(s xdstest.Stats) bool {
+		gone := map[string]bool{}
+		carrying = 0
+		for _, req := range s.Requests[from:] {
+			if un := req.Delta.GetResourceNamesUnsubscribe(); len(un) > 0 {
+				carrying++
+				for _, name := range un {
+					gone[name] = true
+				}
+			}
+		}
+		return len(gone) == n
+	})
+	// One linger ended them all; a second request for a straggler the
+	// upstream client's sender woke up in the middle of is tolerated.
+	if carrying > 2 {
+		t.Errorf("%d names released in one client request left the upstream in %d requests, want 1 (2 at most)", n, carrying)
+	}
+}
