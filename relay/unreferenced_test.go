@@ -292,3 +292,50 @@ func TestReleasedTogetherUnsubscribedTogether(t *testing.T) {
 		t.Errorf("%d names released in one client request left the upstream in %d requests, want 1 (2 at most)", n, carrying)
 	}
 }
+
+// A name subscribed again before the linger its release shares with others
+// ends stays subscribed upstream, while the others leave together, on SotW
+// and Delta. (The linger is long enough, 5 s, for the relay to read the
+// client's next request before it ends.)
+func TestReleasedTogetherOneBackStays(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+		const n = 100
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("c%d", i)
+		}
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters(names...))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Linger = 5 * time.Second
+		}))
+		c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "many"})
+		c.Subscribe(resource.ClusterType, names, nil)
+		receiveAll(t, c, n)
+		from := len(up.Requests())
+		c.Subscribe(resource.ClusterType, nil, names)
+		c.Subscribe(resource.ClusterType, []string{"c7"}, nil)
+		s := up.MustWait(t, "the others unsubscribed upstream", func(s xdstest.Stats) bool {
+			for _, req := range s.Requests[from:] {
+				if !delta && req.TypeURL() == resource.ClusterType && len(req.SotW.GetResourceNames()) < n {
+					return true
+				}
+				if delta && len(req.Delta.GetResourceNamesUnsubscribe()) > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		for _, req := range s.Requests[from:] {
+			if req.TypeURL() != resource.ClusterType {
+				continue
+			}
+			if !delta && len(req.SotW.GetResourceNames()) < n && !slices.Equal(req.SotW.GetResourceNames(), []string{"c7"}) {
+				t.Errorf("SotW request after the linger names %v, want [c7]", req.SotW.GetResourceNames())
+			}
+			if un := req.Delta.GetResourceNamesUnsubscribe(); delta && len(un) > 0 && (len(un) != n-1 || slices.Contains(un, "c7")) {
+				t.Errorf("Delta request unsubscribes %d names (c7 among them: %v), want the %d others", len(un), slices.Contains(un, "c7"), n-1)
+			}
+		}
+	})
+}
