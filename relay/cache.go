@@ -40,6 +40,9 @@ type typeCache struct {
 	// the lock join (release).
 	linger    map[string]*lingerEntry
 	releasing *lingerEntry
+	// arming is the does-not-exist wait the names armed under the current
+	// hold of the lock join (armUnknown).
+	arming *unknownWait
 
 	// What the relay knows of a name, and why.
 
