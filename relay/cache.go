@@ -35,8 +35,14 @@ type typeCache struct {
 	// name not in canonical form), is that spelling: an upstream
 	// subscription made for the name now uses it (ref). Empty otherwise.
 	spelling string
-	// linger holds the pending unsubscriptions of names no stream watches.
-	linger map[string]*lingerEntry
+	// linger holds the pending unsubscriptions of names no stream watches;
+	// releasing is the linger the names released under the current hold of
+	// the lock join (release).
+	linger    map[string]*lingerEntry
+	releasing *lingerEntry
+	// arming is the does-not-exist wait the names armed under the current
+	// hold of the lock join (armUnknown).
+	arming *unknownWait
 
 	// What the relay knows of a name, and why.
 

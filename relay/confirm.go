@@ -1,14 +1,12 @@
 package relay
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
 
 	"github.com/xds-relay/xds-relay/downstream"
 	"github.com/xds-relay/xds-relay/keying"
@@ -266,8 +264,7 @@ func (tc *typeCache) heard(name string) {
 // stopWait stops the wait for name (armUnknown), if one runs.
 func (tc *typeCache) stopWait(name string) {
 	if e := tc.names[name]; e != nil && e.wait != nil {
-		e.wait.Stop()
-		e.wait = nil
+		e.wait = nil // (its timer, shared, finds the name no longer waits)
 		tc.tidy(name)
 	}
 }
@@ -373,46 +370,18 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 	if tc.get(name).wait != nil || tc.knows(name) {
 		return
 	}
-	auth := tc.speaker(name)
 	d := s.cfg.Upstream.DoesNotExistAfter
-	if !tc.sc.connected[auth] {
+	if !tc.sc.connected[tc.speaker(name)] {
 		d = s.cfg.Upstream.UnavailableAfter
 	}
-	var t *time.Timer
-	fire := func() {
-		s.relay.lock()
-		defer s.unlock()
-		if s.closed || s.scopes[tc.sc.key] != tc.sc || tc.get(name).wait != t {
-			return
-		}
-		tc.entry(name).wait = nil
-		tc.tidy(name)
-		if tc.knows(name) || !tc.covers(name) {
-			return
-		}
-		// The subscriptions that cover it may have changed meanwhile.
-		auth := tc.speaker(name)
-		_, cached := tc.view.Resources[name] // unsure (see wordUnsure)
-		switch {
-		case !tc.sc.connected[auth] && cached:
-			// Served as cached meanwhile (fail static).
-		case !tc.sc.connected[auth]:
-			if _, failed := tc.view.Errors[name]; !failed {
-				s.setError(tc, &downstream.ResourceError{Name: name, Code: codes.Unavailable,
-					Message: fmt.Sprintf("xds-relay: no upstream server of authority %q is reachable", auth)})
-				tc.markUnreachable(name)
-				s.notify(tc, tc.view)
-			}
-		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
-			// A new stream asks for the upstream's word: wait for it.
-		case !tc.unconfirmed[auth]:
-			s.silent(tc, name, cached)
-			return
-		}
-		s.armUnknown(tc, name) // not answered yet: look again later
+	w := tc.arming
+	if w == nil || w.hold != s.holds || w.d != d {
+		w = &unknownWait{hold: s.holds, d: d}
+		w.timer = time.AfterFunc(d, func() { s.unknownFired(tc, w) })
+		tc.arming = w
 	}
-	t = time.AfterFunc(d, fire)
-	tc.entry(name).wait = t
+	w.names = append(w.names, name)
+	tc.entry(name).wait = w
 }
 
 // wildcardUnfound records in the edit whether the wildcard's set is not found
@@ -454,51 +423,60 @@ func (tc *typeCache) speaker(name string) string {
 	return auth
 }
 
-// silent: the upstream said nothing of name for does_not_exist_after, and
+// silent: the upstream said nothing of the names for does_not_exist_after, and
 // asking again on a new stream can tell no more. A SotW server's silence on
 // a type that is not full state (RDS, EDS) is all the protocol offers — no
 // response proves a name it lacks, on any stream — so the name is taken as
 // gone, as xDS clients do with their own timer. Otherwise silence is not the
 // upstream's word: a name the cache lacks is not found yet (View.Unfound),
 // answering clients that hold none of it, and a cached copy stays.
-func (s *state) silent(tc *typeCache, name string, cached bool) {
-	c := tc.sc.upstreams[tc.speaker(name)]
-	gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
-	if cached && !gone {
-		if _, declared := tc.declaring[name]; declared {
-			// Delta: told the version the relay holds, the server sent
-			// nothing of it for the whole wait: it holds the same.
-			delete(tc.declaring, name)
-			tc.confirmed(name)
-			s.showUnsure(tc)
-		}
-		return
-	}
+func (s *state) silent(tc *typeCache, names []string) {
 	e := editOf(tc.view)
-	e.change(name)
-	if cached {
-		// In TP2 variant mode, the variant the name selects is gone.
-		if tc.variantMode(name) {
-			tc.dropVariant(name, e.res[name].Constraints)
-			s.resolveVariants(tc, name, e)
-		} else {
-			e.drop(name)
+	sured := false
+	for _, name := range names {
+		c := tc.sc.upstreams[tc.speaker(name)]
+		gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
+		_, cached := e.res[name] // (as earlier names of the batch left it)
+		if cached && !gone {
+			if _, declared := tc.declaring[name]; declared {
+				// Delta: told the version the relay holds, the server sent
+				// nothing of it for the whole wait: it holds the same.
+				delete(tc.declaring, name)
+				tc.confirmed(name)
+				sured = true
+			}
+			continue
 		}
-		tc.clearUnsure(name)
-		s.unref.forget(tc.lruKey(name))
+		e.change(name)
+		if cached {
+			// In TP2 variant mode, the variant the name selects is gone.
+			if tc.variantMode(name) {
+				tc.dropVariant(name, e.res[name].Constraints)
+				s.resolveVariants(tc, name, e)
+			} else {
+				e.drop(name)
+			}
+			tc.clearUnsure(name)
+			s.unref.forget(tc.lruKey(name))
+		}
+		if tc.up[name] && gone {
+			e.markAbsent(name)
+		} else if tc.up[name] {
+			e.markUnfound(name, true)
+		}
+		if tc.get(name).unreachable() {
+			e.clearError(name) // the upstream is back: it is no longer unreachable
+			tc.clearUnreachable(name)
+		}
 	}
-	if tc.up[name] && gone {
-		e.markAbsent(name)
-	} else if tc.up[name] {
-		e.markUnfound(name, true)
+	if len(e.changed) > 0 {
+		v := e.view(s.nextSeq())
+		s.publish(tc, v)
+		s.notify(tc, v)
 	}
-	if tc.get(name).unreachable() {
-		e.clearError(name) // the upstream is back: it is no longer unreachable
-		tc.clearUnreachable(name)
+	if sured {
+		s.showUnsure(tc)
 	}
-	v := e.view(s.nextSeq())
-	s.publish(tc, v)
-	s.notify(tc, v)
 }
 
 // rearmUnknown restarts the watches of unknown names of authority in sc when

@@ -13,7 +13,8 @@
 //
 // Registry: each (type, name) is ref-counted by its watching streams. The
 // first watcher subscribes it upstream; the last one leaving starts a linger
-// timer, after which it is unsubscribed. Its last value stays in the View,
+// timer, after which it is unsubscribed (with the names released in the same
+// stream request: one timer, one upstream request). Its last value stays in the View,
 // bounded by an LRU of unreferenced resources (cache.max_unreferenced), and
 // is served at once when a client returns. Only what nothing pins enters the
 // LRU: no stream watches it (by name, the wildcard or its glob collection)

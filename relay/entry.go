@@ -23,8 +23,9 @@ type entry struct {
 	// word, as the relay waits in each of those. Set by armUnknown; cleared
 	// when it fires, when the upstream confirms the name (confirmed), when
 	// the name is subscribed again (ref) and when its authority connects
-	// (rearmUnknown, which starts it again).
-	wait *time.Timer
+	// (rearmUnknown, which starts it again). Shared with the names armed
+	// with it (unknownWait).
+	wait *unknownWait
 	// halted is the version of the name whose guarded rollout halted: the
 	// upstream sending it again does not start another rollout. Set when a
 	// rollout halts (rollout.go); cleared when the upstream sends another
@@ -175,7 +176,7 @@ func (sc *scope) mustHaveNoEmptyEntries() {
 func (tc *typeCache) stopTimers() {
 	for _, e := range tc.names {
 		if e.wait != nil {
-			e.wait.Stop()
+			e.wait.timer.Stop()
 		}
 		if e.ttl != nil {
 			e.ttl.Stop()

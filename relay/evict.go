@@ -25,19 +25,33 @@ func (s *state) referenced(tc *typeCache, name string) {
 	}
 }
 
-// unreferenced puts what name no longer pins into the LRU — the name, or the
-// resources of the wildcard or of a glob collection that nothing else pins —
-// and evicts what the LRU pushes out.
+// unreferenced puts what name no longer pins into the LRU (unpin) and
+// evicts what the LRU pushes out.
 func (s *state) unreferenced(tc *typeCache, name string) {
+	s.unpin(tc, name)
+	s.evict()
+}
+
+// unpin puts what name no longer pins into the LRU — the name, or the
+// resources of the wildcard or of a glob collection that nothing else pins.
+// The caller evicts (evict): once for many names, one new View.
+func (s *state) unpin(tc *typeCache, name string) {
+	if name != keying.Wildcard && !keying.IsGlob(name) {
+		// A name pins only itself: no pass over the View (a client may
+		// release ten thousand names at once).
+		if res, ok := tc.view.Resources[name]; ok && !tc.pinned(name, res) {
+			s.unref.add(tc.lruKey(name))
+		}
+		return
+	}
 	for n, res := range tc.view.Resources {
-		if n != name && (n != res.Name || !((name == keying.Wildcard && res.InWildcard()) || (name != "" && res.Glob == name))) {
+		if n != name && (n != res.Name || !((name == keying.Wildcard && res.InWildcard()) || res.Glob == name)) {
 			continue
 		}
 		if !tc.pinned(n, res) {
 			s.unref.add(tc.lruKey(n))
 		}
 	}
-	s.evict()
 }
 
 // pinned reports whether the cached resource res (at key in the View) must

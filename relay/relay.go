@@ -93,6 +93,7 @@ type state struct {
 	bound  map[uint64]*binding // streams (by id) and their scopes
 	unref  *unrefLRU           // cached resources nothing pins
 	seq    uint64              // the last View sequence number
+	holds  uint64              // counts the holds of the lock: what one released lingers together (release)
 	// rolloutLog keeps the last resolved rollouts for /debug/rollouts.
 	rolloutLog []*rollout
 	closed     bool
@@ -102,6 +103,7 @@ type state struct {
 // unlocks it.
 func (r *Relay) lock() *state {
 	r.mu.Lock()
+	r.st.holds++
 	return &r.st
 }
 

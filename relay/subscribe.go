@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -62,10 +63,7 @@ func (tc *typeCache) clientFor(name string) *upstream.Client {
 
 // ref is called when name gets its first watcher.
 func (s *state) ref(tc *typeCache, name string) {
-	if l, ok := tc.linger[name]; ok {
-		l.timer.Stop()
-		delete(tc.linger, name)
-	}
+	delete(tc.linger, name) // (its linger, shared with the names released with it, ends it no more)
 	s.referenced(tc, name)
 	s.addParamKey(tc, name)
 	if tc.up[name] {
@@ -106,7 +104,10 @@ func (s *state) ref(tc *typeCache, name string) {
 }
 
 // release is called when name lost its last watcher: it is unsubscribed
-// upstream after the linger.
+// upstream after the linger. The names released under one hold of the lock
+// (one stream request) share one linger and leave the upstream together: a
+// client that drops ten thousand names costs one upstream request, not one
+// each.
 func (s *state) release(tc *typeCache, name string) {
 	if !tc.up[name] {
 		s.unreferenced(tc, name)
@@ -116,20 +117,64 @@ func (s *state) release(tc *typeCache, name string) {
 		s.dropNow(tc, name) // do_not_cache: never kept
 		return
 	}
-	l := &lingerEntry{}
-	l.timer = time.AfterFunc(s.linger, func() { s.expire(tc, name, l) })
+	l := tc.releasing
+	if l == nil || l.hold != s.holds {
+		l = &lingerEntry{hold: s.holds}
+		l.timer = time.AfterFunc(s.linger, func() { s.expire(tc, l) })
+		tc.releasing = l
+	}
+	l.names = append(l.names, name)
 	tc.linger[name] = l
 }
 
-// expire ends a linger: the name is unsubscribed upstream and its cached
-// value becomes unreferenced.
-func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
+// expire ends a linger: its names no stream subscribed again meanwhile are
+// unsubscribed upstream, in one call per upstream client, and their cached
+// values become unreferenced.
+func (s *state) expire(tc *typeCache, l *lingerEntry) {
 	s.relay.lock()
 	defer s.unlock()
-	if s.closed || tc.linger[name] != l || s.scopes[tc.sc.key] != tc.sc {
+	if s.closed || s.scopes[tc.sc.key] != tc.sc {
 		return
 	}
-	delete(tc.linger, name)
+	if tc.releasing == l {
+		tc.releasing = nil
+	}
+	var names []string
+	leaving := make(map[*upstream.Client][]string)
+	for _, name := range l.names {
+		if tc.linger[name] != l {
+			continue // subscribed again (or listed twice)
+		}
+		delete(tc.linger, name)
+		names = append(names, name)
+		if c := tc.clientFor(name); c != nil {
+			leaving[c] = append(leaving[c], name)
+			auth, _ := keying.Authority(name)
+			s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
+		}
+		s.ended(tc, name)
+	}
+	for c, gone := range leaving {
+		c.Unsubscribe(tc.typeURL, gone...)
+		// Unsure from now on (ended): should one be subscribed again before
+		// the unsubscription goes out, the server, which never hears of
+		// either, must still send it again to confirm it. (The wildcard's
+		// members: unsureWildcardMembers.)
+		c.Forget(tc.typeURL, slices.DeleteFunc(gone, func(n string) bool { return n == keying.Wildcard })...)
+	}
+	if len(names) == 0 {
+		return
+	}
+	s.evict()
+	s.staleEnded(tc, names)
+	s.settleAside(tc)
+	s.showUnsure(tc)
+}
+
+// ended: name's upstream subscription ends (its client unsubscribes it after
+// this, with the names that lingered with it): what it covered stays cached,
+// unreferenced and unsure.
+func (s *state) ended(tc *typeCache, name string) {
 	delete(tc.up, name)
 	// A later subscriber of the name tries the shared cache again. Not so a
 	// later wildcard subscriber: a Delta server does not resend what it sent
@@ -137,24 +182,12 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	// cache never stored the do_not_cache resources, so they would never
 	// arrive to move it to its own scope.
 	tc.clearNoCache(name)
-	if c := tc.clientFor(name); c != nil {
-		c.Unsubscribe(tc.typeURL, name)
-		// Unsure from now on (below): should it be subscribed again before
-		// the unsubscription goes out, the server, which never hears of
-		// either, must still send it again to confirm it. (The wildcard's
-		// members: unsureWildcardMembers.)
-		if name != keying.Wildcard {
-			c.Forget(tc.typeURL, name)
-		}
-		auth, _ := keying.Authority(name)
-		s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
-	}
 	if name == keying.Wildcard {
 		s.unsureWildcardMembers(tc)
 	}
 	s.forgetGlobSet(tc, name)
 	s.unsureGlobMembers(tc, name)
-	s.unreferenced(tc, name)
+	s.unpin(tc, name) // (expire evicts, once for all its names)
 	if _, cached := tc.view.Resources[name]; !cached {
 		tc.dropParamKey(name)
 	}
@@ -164,7 +197,7 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 	// name was deleted upstream meanwhile. For a TP2 key, its name's plain
 	// selection (what the wildcard gets): the variants the key's
 	// subscription kept current are no longer confirmed; forgotten too, so that a server that keeps
-	// what it sent confirms it as well (the key is forgotten above).
+	// what it sent confirms it as well (the key is forgotten by expire).
 	base, _ := keying.SplitSubscriptionKey(name)
 	if _, cached := tc.view.Resources[name]; cached && base != name {
 		tc.markUnsure(name) // the variant it selects, kept current by its subscription until now
@@ -175,35 +208,45 @@ func (s *state) expire(tc *typeCache, name string, l *lingerEntry) {
 			c.Forget(tc.typeURL, base)
 		}
 	}
-	// No longer subscribed: what the upstream said of it goes stale — that
-	// it does not exist, or (the wildcard) that the cache holds the whole set
-	// — and so does what its silence said (View.Unfound) and the relay's own
-	// UNAVAILABLE: it would keep a name missing from the complete wildcard
-	// set from counting as gone (View.Gone).
-	_, absent := tc.view.Absent[name]
-	_, unfound := tc.view.Unfound[name]
-	incomplete := name == keying.Wildcard && tc.view.Complete
-	unreachable := tc.get(name).unreachable()
-	if absent || unfound || incomplete || unreachable {
-		e := editOf(tc.view)
+}
+
+// staleEnded: the names are no longer subscribed, so what the upstream said
+// of them goes stale — that they do not exist, or (the wildcard) that the
+// cache holds the whole set — and so does what its silence said
+// (View.Unfound) and the relay's own UNAVAILABLE: it would keep a name
+// missing from the complete wildcard set from counting as gone (View.Gone).
+// One View for them all.
+func (s *state) staleEnded(tc *typeCache, names []string) {
+	e := editOf(tc.view)
+	edited, incomplete, unreachable := false, false, false
+	for _, name := range names {
+		_, absent := tc.view.Absent[name]
+		_, unfound := tc.view.Unfound[name]
+		wild := name == keying.Wildcard && tc.view.Complete
+		unreach := tc.get(name).unreachable()
+		if !absent && !unfound && !wild && !unreach {
+			continue
+		}
+		edited, incomplete, unreachable = true, incomplete || wild, unreachable || unreach
 		e.unmarkAbsent(name)
 		e.markUnfound(name, false)
-		if unreachable {
+		if unreach {
 			e.change(name)
 			e.clearError(name)
 			tc.clearUnreachable(name)
 		}
-		v := e.view(s.nextSeq())
-		if incomplete {
-			v.Complete = false
-		}
-		s.publish(tc, v)
-		if unreachable {
-			s.notify(tc, v) // wildcard clients held back for it look again
-		}
 	}
-	s.settleAside(tc)
-	s.showUnsure(tc)
+	if !edited {
+		return
+	}
+	v := e.view(s.nextSeq())
+	if incomplete {
+		v.Complete = false
+	}
+	s.publish(tc, v)
+	if unreachable {
+		s.notify(tc, v) // wildcard clients held back for it look again
+	}
 }
 
 // unsureWildcardMembers: the wildcard's upstream subscription ended, and what
@@ -288,7 +331,13 @@ func (s *state) askListedAbsent(tc *typeCache, glob string) {
 	}
 }
 
-type lingerEntry struct{ timer *time.Timer }
+// lingerEntry is the linger of the names released under one hold of the
+// lock (release); a name subscribed again leaves tc.linger, not names.
+type lingerEntry struct {
+	timer *time.Timer
+	hold  uint64 // state.holds when they were released
+	names []string
+}
 
 func (tc *typeCache) lruKey(name string) lruKey {
 	return lruKey{scope: tc.sc.key, Key: keying.Key{TypeURL: tc.typeURL, Name: name}}

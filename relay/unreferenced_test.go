@@ -254,3 +254,136 @@ func TestWildcardMemberNamedAfterTheWildcard(t *testing.T) {
 		toldGone(t, named, "c1")
 	})
 }
+
+// FAILING (issue 23, final soak seed 340039): names released together leave
+// the upstream together. A client that drops a large set in one request
+// (a large world's 10,001 clusters deleted at once) starts one linger per
+// name (subscribe.go release), and each expiry unsubscribes its name on its
+// own: the upstream client sends a request per expiry, or nearly, and each
+// request diffs the type's whole subscription (upstream/delta.go takeDelta),
+// under the lock the relay's expiries wait for. In seed 340039 relay-A2 sent
+// 3,241 EDS unsubscriptions one after another for 38 s (under -race), and a
+// Delta client's subscription of three cached routes waited for all of them:
+// no convergence 20 s after the schedule ended.
+func TestReleasedTogetherUnsubscribedTogether(t *testing.T) {
+	const n = 1000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(names...))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 50 * time.Millisecond
+	}))
+	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "many"})
+	c.Subscribe(resource.ClusterType, names, nil)
+	receiveAll(t, c, n)
+	from := len(up.Requests())
+	c.Subscribe(resource.ClusterType, nil, names)
+	var carrying int
+	up.MustWait(t, "every name unsubscribed upstream", func(s xdstest.Stats) bool {
+		gone := map[string]bool{}
+		carrying = 0
+		for _, req := range s.Requests[from:] {
+			if un := req.Delta.GetResourceNamesUnsubscribe(); len(un) > 0 {
+				carrying++
+				for _, name := range un {
+					gone[name] = true
+				}
+			}
+		}
+		return len(gone) == n
+	})
+	// One linger ended them all; a second request for a straggler the
+	// upstream client's sender woke up in the middle of is tolerated.
+	if carrying > 2 {
+		t.Errorf("%d names released in one client request left the upstream in %d requests, want 1 (2 at most)", n, carrying)
+	}
+}
+
+// A name subscribed again before the linger its release shares with others
+// ends stays subscribed upstream, while the others leave together, on SotW
+// and Delta. (The linger is long enough, 5 s, for the relay to read the
+// client's next request before it ends.)
+func TestReleasedTogetherOneBackStays(t *testing.T) {
+	upstreamModes(t, func(t *testing.T, mode xdstest.RelayOption, delta bool) {
+		const n = 100
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("c%d", i)
+		}
+		up := xdstest.StartUpstream(t)
+		up.SetResources(clusters(names...))
+		r := xdstest.StartRelay(t, up.Addr(), mode, xdstest.WithConfig(func(c *config.Config) {
+			c.Upstream.Linger = 5 * time.Second
+		}))
+		c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "many"})
+		c.Subscribe(resource.ClusterType, names, nil)
+		receiveAll(t, c, n)
+		from := len(up.Requests())
+		c.Subscribe(resource.ClusterType, nil, names)
+		c.Subscribe(resource.ClusterType, []string{"c7"}, nil)
+		s := up.MustWait(t, "the others unsubscribed upstream", func(s xdstest.Stats) bool {
+			for _, req := range s.Requests[from:] {
+				if !delta && req.TypeURL() == resource.ClusterType && len(req.SotW.GetResourceNames()) < n {
+					return true
+				}
+				if delta && len(req.Delta.GetResourceNamesUnsubscribe()) > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		for _, req := range s.Requests[from:] {
+			if req.TypeURL() != resource.ClusterType {
+				continue
+			}
+			if !delta && len(req.SotW.GetResourceNames()) < n && !slices.Equal(req.SotW.GetResourceNames(), []string{"c7"}) {
+				t.Errorf("SotW request after the linger names %v, want [c7]", req.SotW.GetResourceNames())
+			}
+			if un := req.Delta.GetResourceNamesUnsubscribe(); delta && len(un) > 0 && (len(un) != n-1 || slices.Contains(un, "c7")) {
+				t.Errorf("Delta request unsubscribes %d names (c7 among them: %v), want the %d others", len(un), slices.Contains(un, "c7"), n-1)
+			}
+		}
+	})
+}
+
+// The does-not-exist waits of names subscribed together end together: a
+// client that asks for a thousand names the upstream says nothing of is told
+// of them in one View, not one each. (Each wait used to take the relay's
+// lock and publish a View of its own, copying the type's maps: in a large
+// world, 10,001 of them held the upstream's answers back for 20 s, final
+// soak seed 340039.)
+func TestUnfoundTogether(t *testing.T) {
+	const n = 1000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("e%d", i)
+	}
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters("c0"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "many"})
+	c.Subscribe(resource.EndpointType, names, nil)
+	told, responses := map[string]bool{}, 0
+	for len(told) < n {
+		resp := c.MustRecv()
+		c.Ack(resp)
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			responses++
+			for _, name := range removed {
+				told[name] = true
+			}
+		}
+	}
+	// One View tells them all; a stream may split a View's news when its
+	// client has not acknowledged the last response yet, hence 2.
+	if responses > 2 {
+		t.Errorf("%d names not found were told in %d responses, want 1 (2 at most)", n, responses)
+	}
+}

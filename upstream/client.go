@@ -298,13 +298,17 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 				}
 			case keying.HasParams(n) && !st.wildcard():
 				st.forgetKeyName(n)
-			case !st.wildcard():
+			case !st.wildcard() && keying.IsGlob(n):
 				delete(st.known, n)
 				for k := range st.known {
 					if keying.GlobOf(k) == n {
 						delete(st.known, k) // a glob collection's members
 					}
 				}
+			case !st.wildcard():
+				// (No pass over known for a plain name: the relay may
+				// unsubscribe thousands in one call.)
+				delete(st.known, n)
 			}
 		}
 		if changed {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/internal/xdstest"
@@ -226,5 +227,39 @@ func TestSotWFirstRequestNameMissingIsRemoved(t *testing.T) {
 	u := rec.nextUpdate(t, &ucur, keying.ClusterType)
 	if !slices.Equal(names(u), []string{"b"}) || !slices.Equal(u.Removed, []string{"a"}) {
 		t.Errorf("update names %q removed %q, want [b] [a]", names(u), u.Removed)
+	}
+}
+
+// Names unsubscribed in one call, a glob collection among them, are no
+// longer of interest: a full-state response without them, or without the
+// glob's members, removes nothing.
+func TestSotWUnsubscribedTogetherNotRemoved(t *testing.T) {
+	f := &scriptedADS{sotw: make(chan *discoveryv3.DiscoveryResponse, 4)}
+	s := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	rec := &recorder{}
+	c := newClient(t, upstream.ModeSotW, rec, s.Addr())
+	const glob = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*"
+	const member = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/m1"
+	answer := func(nonce string, names ...string) {
+		r := &discoveryv3.DiscoveryResponse{TypeUrl: keying.ClusterType, VersionInfo: nonce, Nonce: nonce}
+		for _, n := range names {
+			r.Resources = append(r.Resources, mustAny(t, cluster(n)))
+		}
+		f.sotw <- r
+	}
+	cur, ucur := 0, 0
+	c.Subscribe(keying.ClusterType, glob, "a", "b", "c")
+	s.NextSotW(t, &cur, keying.ClusterType)
+	answer("1", member, "a", "b", "c")
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); len(u.Resources) != 4 {
+		t.Fatalf("first update brings %q, want the member, a, b and c", names(u))
+	}
+	c.Unsubscribe(keying.ClusterType, glob, "a", "b")
+	for req := s.NextSotW(t, &cur, keying.ClusterType); !slices.Equal(req.GetResourceNames(), []string{"c"}); {
+		req = s.NextSotW(t, &cur, keying.ClusterType) // (the ACK may come first)
+	}
+	answer("2", "c")
+	if u := rec.nextUpdate(t, &ucur, keying.ClusterType); len(u.Removed) != 0 || !slices.Equal(names(u), []string{"c"}) {
+		t.Errorf("the answer to [c] brings %q and removes %q, want [c] and nothing", names(u), u.Removed)
 	}
 }
