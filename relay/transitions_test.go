@@ -261,3 +261,40 @@ func TestDoesNotExistTimerRemovesNothingHeld(t *testing.T) {
 	up.SetResources(clusters("e0"))
 	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
 }
+
+// The same with a SotW upstream and a type it answers name by name (EDS):
+// no response proves such a name absent, yet its silence is not its word
+// either — the server may be slow, behind a large response on an ordered ADS
+// stream (final soak seed 340994: a Delta client that came holding 10,007
+// endpoints was told every one was gone while the server sent a
+// 10,009-cluster CDS response first). A client that holds none of e0 may be
+// told it is not found yet; the one that brought it keeps it.
+func TestSotWUpstreamSilenceRemovesNothingHeld(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
+	}))
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"e0"},
+		InitialResourceVersions: map[string]string{"e0": "v-elsewhere"}})
+
+	fresh := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.EndpointType, []string{"e0"}, nil)
+	wantDelta(t, fresh.MustRecv(), nil, []string{"e0"}) // not found yet: it holds nothing
+
+	// Past the timer (the fresh client was told), the moved client still
+	// holds e0: 1.5 s is five times the timer.
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the client that brought e0 was told %v are gone: only the SotW server's silence said so", removed)
+		}
+		moved.Ack(resp)
+	}
+	up.SetResources(xdstest.Resources{resource.EndpointType: {xdstest.Endpoints("e0", "127.0.0.1:1")}})
+	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
+}
