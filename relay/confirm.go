@@ -396,6 +396,10 @@ func (s *state) armUnknown(tc *typeCache, name string) {
 			}
 		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
 			// A new stream asks for the upstream's word: wait for it.
+		case !tc.unconfirmed[auth] && cached && !s.answeredSince(tc, name):
+			// The server has not answered the type since the relay asked
+			// for name (slow, behind a large response): its silence does
+			// not take the cached copy yet (silent).
 		case !tc.unconfirmed[auth]:
 			s.silent(tc, name, cached)
 			return
@@ -422,6 +426,14 @@ func (a *applier) wildcardUnfound(complete bool) bool {
 	}
 	a.edit.markUnfound(keying.Wildcard, true)
 	return true
+}
+
+// answeredSince reports whether the upstream may have answered name since
+// the relay asked for it (upstream.Client.AnsweredSince): its silence counts
+// only then.
+func (s *state) answeredSince(tc *typeCache, name string) bool {
+	c := tc.sc.upstreams[tc.speaker(name)]
+	return c == nil || c.AnsweredSince(tc.typeURL, name)
 }
 
 // askUpstream has the upstream client ask the server for its word on name

@@ -298,3 +298,50 @@ func TestSotWUpstreamSilenceRemovesNothingHeld(t *testing.T) {
 	up.SetResources(xdstest.Resources{resource.EndpointType: {xdstest.Endpoints("e0", "127.0.0.1:1")}})
 	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
 }
+
+// A SotW server's silence on an EDS name takes the relay's cached copy for
+// deleted (the protocol's limit: no response proves it absent) only once
+// the server answered the type since the relay asked for the name: before
+// that it has said nothing at all (final soak seed 340994: the ordered
+// server answered RDS behind a 10,009-cluster CDS response, and 600 ms after
+// the relay subscribed r5 again its cached copy, unsure since the
+// subscription had ended, was taken for deleted and the Delta client that
+// held r5 was told it was gone).
+func TestSotWSilenceBeforeTheAnswerKeepsTheCachedCopy(t *testing.T) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	keeper := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.EndpointType, "e0")
+	s := f.stream(t)
+	s.nextNames(resource.EndpointType, "e0")
+	s.send(resource.EndpointType, "1", xdstest.Endpoints("e0", "10.0.0.1:80"))
+	keeper.Ack(keeper.RecvType(resource.EndpointType))
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.EndpointType, "e")
+	s.nextNames(resource.EndpointType, "e0", "e")
+	s.send(resource.EndpointType, "2", xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80"))
+	first.Ack(first.RecvType(resource.EndpointType))
+	first.Close()
+	s.nextNames(resource.EndpointType, "e0") // e unsubscribed upstream, still cached (unsure)
+
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.EndpointType, []string{"e"}, nil)
+	s.nextNames(resource.EndpointType, "e0", "e")
+	// The server is slow: nothing for five times the wait.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		resp, ok := named.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("a client that named e was told %v are gone before the server answered the type", removed)
+		}
+		named.Ack(resp)
+	}
+	s.send(resource.EndpointType, "3", xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80"))
+	named.ExpectNoResponse(quiet) // it holds e at that version: nothing to tell
+}
