@@ -79,8 +79,8 @@ func (c *Client) Resync(typeURL string, names ...string) bool {
 // it was built (SotW responses do not say which request they answer, so one
 // in flight then counts too). Its silence on the name says something only
 // then: a server slow behind a large response has said nothing yet. Delta
-// streams, and names no request named (a glob's members), always report
-// true: Resync asks there.
+// streams, and names not subscribed by name (a glob's members), always
+// report true: Resync asks there.
 func (c *Client) AnsweredSince(typeURL, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,8 +88,12 @@ func (c *Client) AnsweredSince(typeURL, name string) bool {
 	if c.mode == ModeDelta || st == nil {
 		return true
 	}
-	at, asked := st.askedAt[st.spelling(name)]
-	return !asked || st.answers > at
+	n := st.spelling(name)
+	if at, asked := st.askedAt[n]; asked {
+		return st.answers > at
+	}
+	_, named := st.names[n]
+	return !named // subscribed, and no request has named it yet
 }
 
 // noteAskedLocked records the names a SotW request about to be built asks
