@@ -402,6 +402,14 @@ func (a *applier) wildcardUnfound(complete bool) bool {
 	return true
 }
 
+// answeredSince reports whether the upstream may have answered name since
+// the relay asked for it (upstream.Client.AnsweredSince): its silence counts
+// only then.
+func (s *state) answeredSince(tc *typeCache, name string) bool {
+	c := tc.sc.upstreams[tc.speaker(name)]
+	return c == nil || c.AnsweredSince(tc.typeURL, name)
+}
+
 // askUpstream has the upstream client ask the server for its word on name
 // on a new stream (upstream.Client.Resync), and reports whether it will.
 func (s *state) askUpstream(tc *typeCache, name string) bool {
@@ -423,20 +431,23 @@ func (tc *typeCache) speaker(name string) string {
 	return auth
 }
 
-// silent: the upstream said nothing of the names for does_not_exist_after, and
-// asking again on a new stream can tell no more. A SotW server's silence on
-// a type that is not full state (RDS, EDS) is all the protocol offers — no
-// response proves a name it lacks, on any stream — so the name is taken as
-// gone, as xDS clients do with their own timer. Otherwise silence is not the
-// upstream's word: a name the cache lacks is not found yet (View.Unfound),
-// answering clients that hold none of it, and a cached copy stays.
+// silent: the upstream said nothing of the names for does_not_exist_after,
+// and asking again on a new stream can tell no more. Silence is not the
+// upstream's word — a server slow behind a large response is silent too —
+// so a name the cache lacks is not found yet (View.Unfound): that answers
+// clients that hold none of it, never tells one that brought it from
+// elsewhere that it is gone. A cached copy stays, except for a SotW
+// server's type that is not full state (RDS, EDS), where silence is all the
+// protocol offers (no response proves a name it lacks, on any stream): the
+// relay's copy is taken as gone, as xDS clients do with their own timer, or
+// a deletion the relay missed would be served for good.
 func (s *state) silent(tc *typeCache, names []string) {
 	e := editOf(tc.view)
 	sured := false
 	for _, name := range names {
 		c := tc.sc.upstreams[tc.speaker(name)]
-		gone := c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
 		_, cached := e.res[name] // (as earlier names of the batch left it)
+		gone := cached && c != nil && !c.Delta() && !keying.FullState(tc.typeURL)
 		if cached && !gone {
 			if _, declared := tc.declaring[name]; declared {
 				// Delta: told the version the relay holds, the server sent

@@ -261,3 +261,87 @@ func TestDoesNotExistTimerRemovesNothingHeld(t *testing.T) {
 	up.SetResources(clusters("e0"))
 	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
 }
+
+// The same with a SotW upstream and a type it answers name by name (EDS):
+// no response proves such a name absent, yet its silence is not its word
+// either — the server may be slow, behind a large response on an ordered ADS
+// stream (final soak seed 340994: a Delta client that came holding 10,007
+// endpoints was told every one was gone while the server sent a
+// 10,009-cluster CDS response first). A client that holds none of e0 may be
+// told it is not found yet; the one that brought it keeps it.
+func TestSotWUpstreamSilenceRemovesNothingHeld(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.DoesNotExistAfter = 300 * time.Millisecond
+	}))
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"e0"},
+		InitialResourceVersions: map[string]string{"e0": "v-elsewhere"}})
+
+	fresh := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.EndpointType, []string{"e0"}, nil)
+	wantDelta(t, fresh.MustRecv(), nil, []string{"e0"}) // not found yet: it holds nothing
+
+	// Past the timer (the fresh client was told), the moved client still
+	// holds e0: 1.5 s is five times the timer.
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the client that brought e0 was told %v are gone: only the SotW server's silence said so", removed)
+		}
+		moved.Ack(resp)
+	}
+	up.SetResources(xdstest.Resources{resource.EndpointType: {xdstest.Endpoints("e0", "127.0.0.1:1")}})
+	wantDelta(t, moved.MustRecv(), []string{"e0"}, nil)
+}
+
+// A SotW server's silence on an EDS name takes the relay's cached copy for
+// deleted (the protocol's limit: no response proves it absent) only once
+// the server answered the type since the relay asked for the name: before
+// that it has said nothing at all (final soak seed 340994: the ordered
+// server answered RDS behind a 10,009-cluster CDS response, and 600 ms after
+// the relay subscribed r5 again its cached copy, unsure since the
+// subscription had ended, was taken for deleted and the Delta client that
+// held r5 was told it was gone).
+func TestSotWSilenceBeforeTheAnswerKeepsTheCachedCopy(t *testing.T) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	keeper := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.EndpointType, "e0")
+	s := f.stream(t)
+	s.nextNames(resource.EndpointType, "e0")
+	s.send(resource.EndpointType, "1", xdstest.Endpoints("e0", "10.0.0.1:80"))
+	keeper.Ack(keeper.RecvType(resource.EndpointType))
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.EndpointType, "e")
+	s.nextNames(resource.EndpointType, "e0", "e")
+	s.send(resource.EndpointType, "2", xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80"))
+	first.Ack(first.RecvType(resource.EndpointType))
+	first.Close()
+	s.nextNames(resource.EndpointType, "e0") // e unsubscribed upstream, still cached (unsure)
+
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.EndpointType, []string{"e"}, nil)
+	s.nextNames(resource.EndpointType, "e0", "e")
+	// The server is slow: nothing for five times the wait.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		resp, ok := named.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("a client that named e was told %v are gone before the server answered the type", removed)
+		}
+		named.Ack(resp)
+	}
+	s.send(resource.EndpointType, "3", xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80"))
+	named.ExpectNoResponse(quiet) // it holds e at that version: nothing to tell
+}

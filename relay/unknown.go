@@ -49,6 +49,10 @@ func (s *state) unknownFired(tc *typeCache, w *unknownWait) {
 			unreachable = append(unreachable, name)
 		case !tc.unconfirmed[auth] && s.askUpstream(tc, name):
 			// A new stream asks for the upstream's word: wait for it.
+		case !tc.unconfirmed[auth] && cached && !s.answeredSince(tc, name):
+			// The server has not answered the type since the relay asked
+			// for name (slow, behind a large response): its silence does
+			// not take the cached copy yet (silent).
 		case !tc.unconfirmed[auth]:
 			quiet = append(quiet, name)
 			continue

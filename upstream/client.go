@@ -141,6 +141,12 @@ type typeState struct {
 	// (Resync): the next stream's first request declares them; declared
 	// holds the names the current stream's first request declared.
 	doubt, declared map[string]struct{}
+	// answers (SotW) counts the responses of the type accepted on this
+	// stream; askedAt holds, for each name its requests name, the count
+	// when the first request naming it was built: a response accepted
+	// after it may answer that request (AnsweredSince).
+	answers uint64
+	askedAt map[string]uint64
 	// asked holds the names asked about once on a new stream (Resync) since
 	// they were subscribed, with Client.streams when they were: a server
 	// silent on them on that new stream is asked no more.
@@ -513,7 +519,7 @@ func (c *Client) resetForStreamLocked() {
 		st.confirming = nil
 		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
-		st.globSettled = false
+		st.globSettled, st.answers, st.askedAt = false, 0, nil
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -73,6 +73,48 @@ func (c *Client) Resync(typeURL string, names ...string) bool {
 	return ask
 }
 
+// AnsweredSince reports whether the server may have answered name of
+// typeURL since the relay asked for it on the current stream: on a SotW
+// stream, a response of the type was accepted after the first request naming
+// it was built (SotW responses do not say which request they answer, so one
+// in flight then counts too). Its silence on the name says something only
+// then: a server slow behind a large response has said nothing yet. Delta
+// streams, and names not subscribed by name (a glob's members), always
+// report true: Resync asks there.
+func (c *Client) AnsweredSince(typeURL, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.types[typeURL]
+	if c.mode == ModeDelta || st == nil {
+		return true
+	}
+	n := st.spelling(name)
+	if at, asked := st.askedAt[n]; asked {
+		return st.answers > at
+	}
+	_, named := st.names[n]
+	return !named // subscribed, and no request has named it yet
+}
+
+// noteAskedLocked records the names a SotW request about to be built asks
+// for that the stream's earlier requests did not (askedAt), and forgets
+// those no longer subscribed. Called with c.mu held.
+func (st *typeState) noteAskedLocked() {
+	for n := range st.askedAt {
+		if _, ok := st.names[n]; !ok {
+			delete(st.askedAt, n)
+		}
+	}
+	for n := range st.names {
+		if _, ok := st.askedAt[n]; !ok {
+			if st.askedAt == nil {
+				st.askedAt = make(map[string]uint64)
+			}
+			st.askedAt[n] = st.answers
+		}
+	}
+}
+
 // Reasons for a new stream (Config.OnResync).
 const (
 	// ResyncDoesNotExist: the server said nothing of a subscribed name for

@@ -82,6 +82,7 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			}
 		}
 		st.requested = true
+		st.noteAskedLocked()
 		names, locs := locators(st.sortedNames())
 		if st.wildcard() && len(names) == 1 && len(locs) == 0 && !st.named {
 			// A wildcard alone goes out as the legacy empty list, which every
@@ -163,6 +164,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		c.rejectedLocked(typeURL, st)
 	} else {
 		st.version, st.nack = resp.GetVersionInfo(), nil
+		st.answers++
 		if full {
 			st.knowLocked(resources)
 		}

@@ -258,7 +258,7 @@ func (g *gcpServer) set(snap *Snapshot) {
 func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 	return xdsserver.CallbackFuncs{
 		StreamRequestFunc: func(id int64, req *discoverypb.DiscoveryRequest) error {
-			g.request(u, gcpStreamID{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce())
+			g.request(u, gcpStreamID{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoverypb.DiscoveryRequest, resp *discoverypb.DiscoveryResponse) {
@@ -271,7 +271,7 @@ func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 			g.response(u, gcpStreamID{id: id}, resp, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoverypb.DeltaDiscoveryRequest) error {
-			g.request(u, gcpStreamID{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce())
+			g.request(u, gcpStreamID{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoverypb.DeltaDiscoveryRequest, resp *discoverypb.DeltaDiscoveryResponse) {
@@ -293,9 +293,9 @@ func (g *gcpServer) stream(id gcpStreamID) *gcpPending {
 }
 
 // request records a request: the stream's node (only the first request
-// need carry it), and the acknowledgement (ACK or NACK) of the response
-// with nonce and those before it.
-func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeURL, nonce string) {
+// need carry it), and the acknowledgement (ACK or NACK, nack) of the
+// response with nonce and those before it (an ACK: what it carried is told).
+func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeURL, nonce string, nack bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.stream(id)
@@ -309,6 +309,9 @@ func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeUR
 		p.pending[typeURL] = p.pending[typeURL][i+1:]
 		u.mu.Lock()
 		u.ackedIndexLocked(p.node, typeURL, q.index)
+		if !nack {
+			u.toldLocked(p.node, q.told)
+		}
 		u.mu.Unlock()
 		return
 	}
@@ -327,10 +330,9 @@ func (g *gcpServer) response(u *Upstream, id gcpStreamID, resp proto.Message, ty
 	if instanceOf(p.node) == "" {
 		return
 	}
-	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index})
+	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index, toldKeys(resp)})
 	u.mu.Lock()
 	u.sentLocked(p.node, typeURL, index)
-	u.toldLocked(p.node, resp)
 	u.mu.Unlock()
 }
 

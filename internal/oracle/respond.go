@@ -137,7 +137,8 @@ func (c *Client) accept(t string, it item) (*held, bool) {
 }
 
 // notFoundYet reports whether the relay may not yet have heard of name
-// of t from its upstreams: none had sent it a second before now. A loaded
+// of t from its upstreams: it had acknowledged no response carrying it a
+// second before now (Upstream.ToldAt). A loaded
 // machine may delay the upstream's first answer past the relay's
 // does-not-exist time (seeds 190025, 181215, 140161); the second covers an
 // answer sent while the relay's timer was firing.

@@ -15,10 +15,12 @@ import (
 	"github.com/xds-relay/xds-relay/keying"
 )
 
-// pendingIndex is a queued response's nonce and snapshot index.
+// pendingIndex is a queued response's nonce and snapshot index, and the
+// resources it carries ("type name", toldKeys).
 type pendingIndex struct {
 	nonce string
 	index int
+	told  []string
 }
 
 // ustream is one ADS stream to the Upstream.
@@ -78,17 +80,17 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 		return
 	}
 	st := s.sub(typeURL)
-	st.pending = append(st.pending, pendingIndex{nonce, index})
+	st.pending = append(st.pending, pendingIndex{nonce, index, toldKeys(m)})
 	s.u.mu.Lock()
 	defer s.u.mu.Unlock()
 	s.u.sentLocked(s.node, typeURL, index)
-	s.u.toldLocked(s.node, m)
 }
 
-// ackedLocked records that the relay acknowledged (ACK or NACK) the
-// response of typeURL with nonce: it applied it and the ones before.
-// Called with s.mu held.
-func (s *ustream) ackedLocked(typeURL, nonce string) {
+// ackedLocked records that the relay acknowledged (ACK or NACK, nack) the
+// response of typeURL with nonce: it applied it and the ones before; an
+// ACK tells that the relay holds what the response carried. Called with
+// s.mu held.
+func (s *ustream) ackedLocked(typeURL, nonce string, nack bool) {
 	st := s.sub(typeURL)
 	for i, p := range st.pending {
 		if p.nonce != nonce {
@@ -97,6 +99,9 @@ func (s *ustream) ackedLocked(typeURL, nonce string) {
 		st.pending = st.pending[i+1:]
 		s.u.mu.Lock()
 		s.u.ackedIndexLocked(s.node, typeURL, p.index)
+		if !nack {
+			s.u.toldLocked(s.node, p.told)
+		}
 		s.u.mu.Unlock()
 		return
 	}
@@ -160,7 +165,7 @@ func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
 	}
 	t := req.GetTypeUrl()
 	st := s.sub(t)
-	s.ackedLocked(t, req.GetResponseNonce())
+	s.ackedLocked(t, req.GetResponseNonce(), req.GetErrorDetail() != nil)
 	if st.lastNonce != "" && req.GetResponseNonce() != st.lastNonce {
 		return // xDS: stale
 	}
@@ -264,7 +269,7 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	}
 	t := req.GetTypeUrl()
 	st := s.sub(t)
-	s.ackedLocked(t, req.GetResponseNonce())
+	s.ackedLocked(t, req.GetResponseNonce(), req.GetErrorDetail() != nil)
 	first := !st.requested
 	st.requested = true
 	if first {

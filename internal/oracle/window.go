@@ -28,15 +28,21 @@ func (u *Upstream) ackedIndexLocked(node, typeURL string, index int) {
 	}
 }
 
-// toldLocked records when relay scope node was first sent each resource
-// of resp. Called with u.mu held.
-func (u *Upstream) toldLocked(node string, resp proto.Message) {
+// toldLocked records when relay scope node first acknowledged (ACK, not
+// NACK) a response carrying each of keys ("type name", toldKeys): only then
+// has the relay certainly applied it. A response merely queued may still be
+// on its way (behind a large one) or lost with the connection, and a NACKed
+// one is no answer. Called with u.mu held.
+func (u *Upstream) toldLocked(node string, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
 	inst := instanceOf(node)
 	if u.told[inst] == nil {
 		u.told[inst] = map[string]time.Time{}
 	}
 	now := time.Now()
-	for _, k := range toldKeys(resp) {
+	for _, k := range keys {
 		if _, ok := u.told[inst][k]; !ok {
 			u.told[inst][k] = now
 		}
@@ -63,8 +69,8 @@ func toldKeys(resp proto.Message) []string {
 	return out
 }
 
-// ToldAt returns when relay instance was first sent name of typeURL, and
-// whether it was.
+// ToldAt returns when relay instance first acknowledged a response that
+// carried name of typeURL, and whether it did.
 func (u *Upstream) ToldAt(instance, typeURL, name string) (time.Time, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
