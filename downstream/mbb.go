@@ -29,10 +29,11 @@ import (
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
-// drops it, while no live upstream confirms the relay's copy of the
-// referrer, or shortly after the removal arrived (referrerGrace): otherwise
-// waiting for such a reference to go would withhold every later update of
-// the type.
+// drops it, shortly (referrerGrace) after the removal arrived, or, while no
+// live upstream confirms the relay's copy of the referrer, for as long as
+// the relay waits for the upstream's word (Options.AnswerWait): otherwise
+// waiting for a reference nobody may ever resolve would withhold every
+// later update of the type.
 
 // refs returns what r refers to (keying.References), parsed once per stored
 // variant.
@@ -244,10 +245,9 @@ func (st *stream) withholdReferenced(ts *typeState, v *View, key string) bool {
 // stream subscribes to and that something the client holds refers to (the
 // client holds it then, or should); nil for one whose content the stream
 // does not have (the client brought it from elsewhere), only while the
-// reference may be about to go (mayLeave). ok is false when
-// the response must be withheld whole: such a resource, or a referrer the
-// stream cannot read while the client may lose something. Called with mu
-// held.
+// reference may be about to go (mayLeave). ok is false when the response
+// must be withheld whole: such a resource, or a referrer the stream cannot
+// read while the client may lose something. Called with mu held.
 func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string]*Resource, ok bool) {
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
@@ -277,7 +277,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		cands[n] = true
 	}
 	unread := map[string]bool{}
-	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ time.Time) bool { return !unread[k] }) }()
+	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
 	for k := range cands {
 		listed := ts.unlistedHeld(v, k)
 		if _, in := b.keys[k]; in || !ts.subscribes(v, k) && !listed {
@@ -315,13 +315,16 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 // client holds from elsewhere so that a full-state response cannot keep it,
 // may still be about to go, so the response waits for it: within the
 // reconnect's grace; while a queued change of the referrer drops it
-// (referenceLeaving); while the relay's copy of the referrer is one no live
-// upstream confirms (referrerDoubtful), until the upstream's answer; or
-// within referrerGrace of the removal's arrival (removedLately). Called with
-// mu held.
+// (referenceLeaving); within referrerGrace of the removal's arrival; or,
+// while the relay's copy of the referrer is one no live upstream confirms
+// (referrerDoubtful), within Options.AnswerWait of the stream's first look
+// at the removal. Every wait is bounded: an upstream that is away, or
+// silent, may never answer, and the client would get no update of the type.
+// Called with mu held.
 func (st *stream) mayLeave(ts *typeState, v *View, key string) bool {
-	lately := st.removedLately(ts, v, key) // (noted always: the wait runs from the removal)
-	return lately || st.inGrace() || st.referenceLeaving(v.TypeURL, key) || st.referrerDoubtful(v.TypeURL, key)
+	m := st.noteMissing(ts, v, key) // (noted always: the waits run from the removal)
+	return time.Since(m.removed) < referrerGrace || st.inGrace() || st.referenceLeaving(v.TypeURL, key) ||
+		time.Since(m.seen) < st.srv.opts.AnswerWait && st.referrerDoubtful(v.TypeURL, key)
 }
 
 // referrerDoubtful reports whether the client holds a resource referring to
@@ -347,29 +350,37 @@ func (st *stream) referrerDoubtful(typeURL, key string) bool {
 	return false
 }
 
-// removedLately reports whether key's removal, as first seen by the stream
-// in v, arrived from upstream within referrerGrace: an upstream that sends
-// type by type — ordered, or not — may send the referrer's move just after
-// the removal, and nothing on a SotW stream says whether one is coming, so
-// only a short wait from the removal (not from the reconnect, which may be
-// long past) tells a move from the upstream's own dangling reference. The
-// stream looks again when the wait ends. Called with mu held.
-func (st *stream) removedLately(ts *typeState, v *View, key string) bool {
-	at, seen := ts.missingSince[key]
-	if !seen {
-		at = v.Received
-		if at.IsZero() {
-			at = time.Now()
-		}
-		if ts.missingSince == nil {
-			ts.missingSince = make(map[string]time.Time)
-		}
-		ts.missingSince[key] = at
-		if wait := time.Until(at.Add(referrerGrace)); wait > 0 {
-			st.recheckAfter(wait)
-		}
+// missing is when a full state first lacked a referenced key the client
+// holds from elsewhere: when that removal arrived from upstream, and when
+// the stream first judged it.
+type missing struct{ removed, seen time.Time }
+
+// noteMissing returns when key's removal, as first seen by the stream in v,
+// arrived from upstream and when the stream first saw it. An upstream that
+// sends type by type — ordered, or not — may send the referrer's move just
+// after the removal, and nothing on a SotW stream says whether one is
+// coming, so only a short wait from the removal (not from the reconnect,
+// which may be long past) tells a move from the upstream's own dangling
+// reference. The stream looks again when the waits end. Called with mu
+// held.
+func (st *stream) noteMissing(ts *typeState, v *View, key string) missing {
+	m, seen := ts.missingSince[key]
+	if seen {
+		return m
 	}
-	return time.Since(at) < referrerGrace
+	m = missing{removed: v.Received, seen: time.Now()}
+	if m.removed.IsZero() {
+		m.removed = m.seen
+	}
+	if ts.missingSince == nil {
+		ts.missingSince = make(map[string]missing)
+	}
+	ts.missingSince[key] = m
+	if wait := time.Until(m.removed.Add(referrerGrace)); wait > 0 {
+		st.recheckAfter(wait)
+	}
+	st.recheckAfter(st.srv.opts.AnswerWait)
+	return m
 }
 
 // referenceLeaving reports whether a change queued for the client of a type
@@ -484,9 +495,9 @@ func (st *stream) releaseWithheld(typeURL string) bool {
 // elsewhere (a reconnect: version_info, initial_resource_versions) a type it
 // has not asked for yet may still be one it holds: clients send every
 // type's first request at once, but the relay may answer the first before
-// it reads the others. It also bounds how long after a removal arrived a
-// full-state response is held for a referenced resource the stream cannot
-// read (removedLately).
+// it reads the others. It also bounds how long a full-state response is
+// held for a referenced resource the stream cannot read after its removal
+// arrived (mayLeave).
 const referrerGrace = time.Second
 
 // inGrace reports whether the stream is within referrerGrace of a client

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clustersvc "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -98,7 +99,13 @@ type Options struct {
 	// a locator (clients that cannot send locators), and the variants are
 	// sent to it plain.
 	NodeParameters func(*corev3.Node) map[string]string
-	Logger         *zap.Logger
+	// AnswerWait bounds how long make before break holds a full state for
+	// a referrer whose copy in the relay no live upstream confirms
+	// (View.Doubtful), waiting for the upstream's word on it: past it the
+	// upstream is away or will not answer, and holding on would freeze
+	// the type. Default one second.
+	AnswerWait time.Duration
+	Logger     *zap.Logger
 	// Metrics receives the server's metrics; nil: a registry of its own.
 	Metrics *metrics.Metrics
 }
@@ -140,6 +147,9 @@ func NewServer(src Source, opts Options) *Server {
 	}
 	if opts.MaxSenders <= 0 {
 		opts.MaxSenders = 4 * runtime.GOMAXPROCS(0)
+	}
+	if opts.AnswerWait <= 0 {
+		opts.AnswerWait = referrerGrace
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

@@ -417,3 +417,55 @@ func TestSotWRejectedFirstRouteHoldsNothing(t *testing.T) {
 	r := c.RecvType(keying.ClusterType)
 	wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
 }
+
+// A SotW Envoy comes back holding a route r that refers to x, another
+// authority's cluster that no upstream has, ever (the route's own dangling
+// reference, confirmed by its live upstream). The CDS answer may wait out
+// the reconnect's grace (1 s), not longer: nothing will ever move r off x.
+func TestSotWClusterFromElsewhereNeverListedDoesNotFreezeCDS(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	src := newFakeSource()
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", x))})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+	src.publish(keying.EndpointType, map[string]string{"c1": "e1"})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType)
+	c.Ack(c.RecvType(keying.ListenerType))
+	c.Resume(keying.RouteType, "v-before", "r")
+	c.Ack(c.RecvType(keying.RouteType)) // r → x, as the client holds it
+	resumed := time.Now()
+	c.Resume(keying.ClusterType, "v-before")
+	r := c.RecvType(keying.ClusterType) // (generous deadline: the grace is 1 s)
+	t.Logf("clusters %v after %v", anyClusterNames(t, r), time.Since(resumed))
+	wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
+}
+
+// As above, but once the client holds r the relay's copy of r turns
+// doubtful for good (its upstream went away and never comes back to
+// confirm it): the CDS answer to the client from elsewhere may wait a
+// while for the upstream's word on r, not for good — for another
+// authority's cluster x and for a plain one alike.
+func TestSotWClusterFromElsewhereDoubtfulRouteDoesNotFreezeCDS(t *testing.T) {
+	for _, x := range []string{"xdstp://auth/envoy.config.cluster.v3.Cluster/x", "c2"} {
+		t.Run(x, func(t *testing.T) {
+			src := newFakeSource()
+			src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+			routes := map[string]*downstream.Resource{"r": protoResource(t, "r", xdstest.GRPCRoute("r", x))}
+			src.publishResources(keying.RouteType, routes)
+			src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+			c := xdstest.DialADS(t, start(t, src), testNode)
+			c.Subscribe(keying.ListenerType)
+			c.Ack(c.RecvType(keying.ListenerType))
+			c.Resume(keying.RouteType, "v-before", "r")
+			c.Ack(c.RecvType(keying.RouteType)) // r → x, as the client holds it
+			src.publishView(keying.RouteType, routes, map[string]struct{}{"r": {}})
+			c.ExpectNoResponse(200 * time.Millisecond) // (r unchanged: nothing to send)
+			resumed := time.Now()
+			c.Resume(keying.ClusterType, "v-before")
+			r := c.RecvType(keying.ClusterType)
+			t.Logf("clusters %v after %v", anyClusterNames(t, r), time.Since(resumed))
+			wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
+		})
+	}
+}

@@ -147,8 +147,9 @@ type withholdState struct {
 	// the client still refers to them.
 	withheldRefs map[string]*Resource
 	// missingSince (SotW LDS/CDS): for each referenced key the client holds
-	// from elsewhere and a full state lacks, when that removal arrived.
-	missingSince map[string]time.Time
+	// from elsewhere and a full state lacks, when that removal arrived and
+	// when the stream first judged it.
+	missingSince map[string]missing
 
 	// lastView is the View of the last response sent, latest the last View
 	// queued, lastItem the View of the last queued change looked at.

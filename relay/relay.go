@@ -166,6 +166,10 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		NodeParameters:      nodeParameters(cfg.Keying),
 		Logger:              log.Named("downstream"),
 		Metrics:             r.m,
+		// The relay's own wait for a name's word (does_not_exist_after,
+		// then once more on a new stream: askUpstream), and a second for
+		// the new stream and the word to reach the client's stream.
+		AnswerWait: 2*cfg.Upstream.DoesNotExistAfter + time.Second,
 	})
 	r.m.CollectSync(r.ds.SyncCounts)
 	r.m.CollectConnections(r.ds.OpenConns)
