@@ -1,0 +1,61 @@
+package relay_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/xds-relay/xds-relay/config"
+	"github.com/xds-relay/xds-relay/internal/xdstest"
+)
+
+// The wildcard released in one client request with names the client
+// subscribed by name: once their shared linger ends, the relay tells the
+// upstream it no longer wants them, and never subscribes the wildcard's
+// members by name on the way out (Forget of the members while "*" is still
+// subscribed upstream makes the upstream client confirm them: subscribe,
+// then unsubscribe, each member).
+func TestReleasedTogetherWildcardMembersNotSubscribed(t *testing.T) {
+	var members, named []string
+	for i := range 100 {
+		members = append(members, fmt.Sprintf("w%d", i))
+	}
+	for i := range 500 {
+		named = append(named, fmt.Sprintf("x%d", i))
+	}
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(slices.Concat(members, named)...))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 50 * time.Millisecond
+	}))
+	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	all := append([]string{"*"}, named...)
+	c.Subscribe(resource.ClusterType, all, nil)
+	receiveAll(t, c, len(members)+len(named))
+	from := len(up.Requests())
+	c.Subscribe(resource.ClusterType, nil, all)
+	up.MustWait(t, "the wildcard and the names unsubscribed upstream", func(s xdstest.Stats) bool {
+		gone := map[string]bool{}
+		for _, req := range s.Requests[from:] {
+			for _, n := range req.Delta.GetResourceNamesUnsubscribe() {
+				gone[n] = true
+			}
+		}
+		return len(gone) >= len(all)
+	})
+	// What the relay's upstream client sends next goes out at once; 300 ms
+	// is ample for it on a loaded machine.
+	time.Sleep(300 * time.Millisecond)
+	for _, req := range up.Requests()[from:] {
+		if sub := req.Delta.GetResourceNamesSubscribe(); len(sub) > 0 {
+			t.Errorf("after the client dropped the wildcard and %d names, the relay subscribed %d names upstream (%s ...)",
+				len(named), len(sub), strings.Join(sub[:min(3, len(sub))], " "))
+		}
+	}
+}
