@@ -90,3 +90,35 @@ func TestReleasedTogetherReleasedAgainLingersAnew(t *testing.T) {
 		return len(gone) == len(names)
 	})
 }
+
+// A glob collection released in one client request with one of its members
+// subscribed by name (one linger, one Unsubscribe of both): when the
+// upstream deletes that member meanwhile, a client that subscribes the glob
+// and the member again is told it is gone, on SotW and Delta upstreams.
+func TestReleasedTogetherGlobAndNamedMember(t *testing.T) {
+	for _, protocol := range []string{"sotw", "delta"} {
+		t.Run(protocol, func(t *testing.T) {
+			m1, m2 := globAuth+"g/m1", globAuth+"g/m2"
+			g := xdstest.NewGlobADS(m1, m2)
+			def := xdstest.StartUpstream(t)
+			def.SetResources(clusters("c0"))
+			auth := xdstest.StartUpstream(t, xdstest.WithADS(g))
+			r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+				c.Upstream.Linger = 50 * time.Millisecond
+				c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+				c.Upstream.Authorities = map[string]config.Authority{"auth": {
+					XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: protocol}}}}
+			}))
+			first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+			first.Subscribe(resource.ClusterType, globG, m1)
+			ackUntil(t, first, []string{m1, m2}, "the first client never got the glob's members")
+			first.Close() // (the glob and m1 released under one hold)
+			globUnsubscribed(t, r)
+			g.Set(m2)
+
+			again := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "again"})
+			again.Subscribe(resource.ClusterType, globG, m1)
+			ackUntil(t, again, []string{m2}, "the new subscriber still holds "+m1+", which the upstream deleted")
+		})
+	}
+}
