@@ -122,3 +122,59 @@ func TestReleasedTogetherGlobAndNamedMember(t *testing.T) {
 		})
 	}
 }
+
+// The wildcard released in one client request with names subscribed by
+// name, a member deleted upstream meanwhile: a client that subscribes the
+// wildcard again is told the member is gone (or never gets it), however the
+// relay's way out confirmed or forgot the members upstream.
+func TestReleasedTogetherWildcardMemberDeletedMeanwhile(t *testing.T) {
+	var members, named []string
+	for i := range 20 {
+		members = append(members, fmt.Sprintf("w%d", i))
+	}
+	for i := range 500 {
+		named = append(named, fmt.Sprintf("x%d", i))
+	}
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(slices.Concat(members, named)...))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 50 * time.Millisecond
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	all := append([]string{"*"}, named...)
+	c.Subscribe(resource.ClusterType, all, nil)
+	receiveAll(t, c, len(members)+len(named))
+	from := len(up.Requests())
+	c.Subscribe(resource.ClusterType, nil, all)
+	up.MustWait(t, "the wildcard unsubscribed upstream", func(s xdstest.Stats) bool {
+		for _, req := range s.Requests[from:] {
+			if slices.Contains(req.Delta.GetResourceNamesUnsubscribe(), "*") {
+				return true
+			}
+		}
+		return false
+	})
+	up.SetResources(clusters(slices.Concat(members[1:], named)...)) // w0 deleted
+
+	again := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "again"})
+	again.Subscribe(resource.ClusterType, []string{"*"}, nil)
+	held := map[string]bool{}
+	deadline := time.Now().Add(20 * time.Second)
+	for !(len(held) == len(members)-1+len(named) && !held["w0"]) {
+		resp, ok := again.TryRecv(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the new wildcard client holds %d names, w0 among them: %v; want the %d left, without w0",
+				len(held), held["w0"], len(members)-1+len(named))
+		}
+		again.Ack(resp)
+		got, removed := deltaNames(resp)
+		for _, n := range got {
+			held[n] = true
+		}
+		for _, n := range removed {
+			delete(held, n)
+		}
+	}
+}
