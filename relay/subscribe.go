@@ -152,10 +152,17 @@ func (s *state) expire(tc *typeCache, l *lingerEntry) {
 			auth, _ := keying.Authority(name)
 			s.m.UpstreamRequests.WithLabelValues(auth, "unsubscribe").Inc()
 		}
+	}
+	// Unsubscribed before ended marks what they covered unsure: a sender
+	// that ran in between would otherwise ask for the wildcard's members,
+	// forgotten while the wildcard was still on.
+	for c, gone := range leaving {
+		c.Unsubscribe(tc.typeURL, gone...)
+	}
+	for _, name := range names {
 		s.ended(tc, name)
 	}
 	for c, gone := range leaving {
-		c.Unsubscribe(tc.typeURL, gone...)
 		// Unsure from now on (ended): should one be subscribed again before
 		// the unsubscription goes out, the server, which never hears of
 		// either, must still send it again to confirm it. (The wildcard's
