@@ -323,6 +323,8 @@ var regressions = []struct {
 		"a Delta Envoy of the wildcard and a glob was sent an older g/m10 than it held: the SotW default servers' newer listing replaced their own older copy while the authority's answer to the glob, built before the change and on another stream, was still on its way, and that answer then replaced the listing (fails about one run in thirty before the fix; relay's TestListingKeptAsideWhileTheGlobIsUnanswered always)"},
 	{320306, wholeSchedule(43),
 		"a picky SotW Envoy that moved to a restarted relay rejected every CDS response there (a bad svc%3A10), so it held only what it brought; the upstream replaced svc%3A10's default variant while its own route r15 still named it, and make before break kept the copy the client had rejected, found in the response last sent as no ACK here said otherwise, so the client rejected every later CDS whole, the last good one too (fails every run before the fix; relay's TestMakeBeforeBreakKeepsNoRejectedCopy always)"},
+	{360455, wholeSchedule(43),
+		"a Delta Envoy that moved to a replica whose SotW upstream had been down was sent its copy of c2's endpoints from before the outage, older than the one it brought: the upstream had changed and then deleted c2 meanwhile, and the first EDS response on the replica's new stream, without c2, confirmed every cached name of the type (fails about one run in five before the fix; relay's TestSotWNoRollbackAfterReconnect always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
