@@ -323,6 +323,8 @@ var regressions = []struct {
 		"a Delta Envoy of the wildcard and a glob was sent an older g/m10 than it held: the SotW default servers' newer listing replaced their own older copy while the authority's answer to the glob, built before the change and on another stream, was still on its way, and that answer then replaced the listing (fails about one run in thirty before the fix; relay's TestListingKeptAsideWhileTheGlobIsUnanswered always)"},
 	{320306, wholeSchedule(43),
 		"a picky SotW Envoy that moved to a restarted relay rejected every CDS response there (a bad svc%3A10), so it held only what it brought; the upstream replaced svc%3A10's default variant while its own route r15 still named it, and make before break kept the copy the client had rejected, found in the response last sent as no ACK here said otherwise, so the client rejected every later CDS whole, the last good one too (fails every run before the fix; relay's TestMakeBeforeBreakKeepsNoRejectedCopy always)"},
+	{360195, wholeSchedule(47),
+		"the oracle's mistake: a SotW Envoy of the wildcard and a glob moved to relay-A2 holding g/m11 at the content its sibling had applied and was sent relay-A2's older copy, judged a rollback: relay-A2's two upstream streams (the default servers' and the authority's, which has no servers of its own) shared one window, and the default stream's acknowledgement of the newer state (a listing of g/m11 the relay does not store while the authority speaks for it) counted for the authority's stream, which had rejected its answer of that state as invalid; on 5cd9342 the same for c19 the other way round (about one run in five before the fix; TestWindowsPerAuthorityStream always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -345,7 +347,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
 	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
-	320306: "escaped,replace,foreign"}
+	320306: "escaped,replace,foreign", 360195: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
