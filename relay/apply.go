@@ -137,6 +137,7 @@ func (a *applier) apply() {
 	a.forgetUncovered()
 	a.holdHalted()
 	a.declaredAnswered()
+	a.unsureUnsent()
 	a.publish()
 	a.s.settleAside(a.tc)
 }
@@ -370,6 +371,28 @@ func (a *applier) reselectName(name string) {
 		}
 	}
 	a.markGone(name)
+}
+
+// unsureUnsent: the first answer of a SotW type that is not full state
+// (RDS, EDS) on the authority's new stream, or its silence, confirms what it
+// carries, not the rest of the authority's cached names: such a response
+// need not carry them (no response proves one absent), and the upstream may
+// have changed them while the relay was away. They are unsure, as a Delta
+// stream's undeclared names are (declared), until the server sends them.
+func (a *applier) unsureUnsent() {
+	tc := a.tc
+	if a.u.Delta || a.fullSotW || !a.edit.old.Unconfirmed[a.authority] {
+		return
+	}
+	for n, res := range a.edit.res {
+		if _, sent := a.seen[n]; sent || n != res.Name || res.Constraints != "" || !tc.speaksFor(res, a.authority) || tc.get(n).unsure() {
+			continue
+		}
+		tc.markUnsure(n)
+		if tc.subscribedUpstream(n) {
+			a.s.armUnknown(tc, n)
+		}
+	}
 }
 
 // forgetUncovered has the upstream client forget the answers to

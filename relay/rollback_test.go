@@ -110,6 +110,60 @@ func TestSotWNoRollbackFromUnconfirmedCopy(t *testing.T) {
 	t.Fatal("a response without e1")
 }
 
+// No rollback after the upstream's stream comes back either, on a SotW
+// type that is not full state (the oracle's seed 360455): the first EDS
+// response on the new stream carries e2 but not e1 (the upstream changed e1
+// while the relay was away, then deleted it). That confirms e2, not e1: a
+// Delta client from another replica that brings a newer e1 is not sent the
+// relay's copy from before the outage, and gets e1 once the upstream sends
+// it. It was sent the older copy at once.
+func TestSotWNoRollbackAfterReconnect(t *testing.T) {
+	f := &scriptedADS{streams: make(chan *scriptedStream, 8)}
+	up := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+	}))
+	a := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "a"})
+	a.Subscribe(resource.EndpointType, []string{"e1", "e2"}, nil)
+	s := f.stream(t)
+	s.nextNames(resource.EndpointType, "e1", "e2")
+	s.send(resource.EndpointType, "1", xdstest.Endpoints("e1", "127.0.0.1:1"), xdstest.Endpoints("e2", "127.0.0.1:1"))
+	a.Ack(a.MustRecv())
+
+	up.Restart() // the relay's stream ends; it comes back to a new one
+	s = f.stream(t)
+	s.nextNames(resource.EndpointType, "e1", "e2")
+	nonce := s.send(resource.EndpointType, "3", xdstest.Endpoints("e2", "127.0.0.1:3"))
+	for s.next(resource.EndpointType).GetResponseNonce() != nonce {
+		// The relay ACKs a response once it has applied it.
+	}
+
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"e1", "e2"},
+		InitialResourceVersions: map[string]string{"e1": "v-elsewhere"}})
+	resp := moved.MustRecv() // one response answers the subscription from the cache
+	moved.Ack(resp)
+	for _, res := range resp.GetResources() {
+		if res.GetName() == "e1" {
+			t.Fatalf("sent e1 with port %d, the relay's copy from before its upstream went away, over the client's own", endpointPort(t, res.GetResource()))
+		}
+	}
+
+	s.send(resource.EndpointType, "4", xdstest.Endpoints("e1", "127.0.0.1:4"), xdstest.Endpoints("e2", "127.0.0.1:3"))
+	for {
+		resp := moved.MustRecv()
+		moved.Ack(resp)
+		for _, res := range resp.GetResources() {
+			if res.GetName() == "e1" {
+				if got := endpointPort(t, res.GetResource()); got != 4 {
+					t.Fatalf("sent e1 with port %d, want the upstream's 4", got)
+				}
+				return
+			}
+		}
+	}
+}
+
 // No rollback from an unsure copy either (issue 23; the oracle's seeds 81451,
 // 80719 and 81638): the relay's upstream is live, but the name's
 // subscription ended and the upstream changed it meanwhile, so the cached
