@@ -308,7 +308,7 @@ func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeUR
 		}
 		p.pending[typeURL] = p.pending[typeURL][i+1:]
 		u.mu.Lock()
-		u.ackedIndexLocked(p.node, typeURL, q.index)
+		u.ackedIndexLocked(p.node, "", typeURL, q.index) // its streams are not told apart by authority
 		if !nack {
 			u.toldLocked(p.node, q.told)
 		}
@@ -332,7 +332,7 @@ func (g *gcpServer) response(u *Upstream, id gcpStreamID, resp proto.Message, ty
 	}
 	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index, toldKeys(resp)})
 	u.mu.Lock()
-	u.sentLocked(p.node, typeURL, index)
+	u.sentLocked(p.node, "", typeURL, index)
 	u.mu.Unlock()
 }
 

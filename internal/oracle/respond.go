@@ -162,18 +162,9 @@ func (c *Client) justified(t string, h *held) bool {
 	if c.run.world.GoneSince(t, h.name, env, h.hash, 0) {
 		return true
 	}
-	for scope, w := range c.run.windows(c.run.instance(c.target), t) {
-		// Not the latest acknowledged: the relay may have acknowledged a
-		// newer state since it built this response.
-		low := w.first
-		if then, ok := c.types[t].since[scope]; ok {
-			low = then.low
-		}
-		for i := low; i <= w.high; i++ {
-			if c.run.world.AbsentAt(t, h.name, env, i) {
-				return true
-			}
-		}
+	absent := func(i int) bool { return c.run.world.AbsentAt(t, h.name, env, i) }
+	if within(c.run.windows(c.run.instance(c.target), t), c.types[t].since, h.name, absent) {
+		return true
 	}
 	c.fail("told %s %s (content %s) is gone, but the upstream has it (phantom loss)", t, h.name, h.hash)
 	return false

@@ -57,13 +57,28 @@ func (c *Client) noRollback(t string, cur *held, it item) bool {
 // index within the relay's window since the client's stream asked for the
 // type (as in justified). Called with mu held.
 func (c *Client) relayMayHave(t string, it item) bool {
-	for scope, w := range c.run.windows(c.run.instance(c.target), t) {
+	current := func(i int) bool { return c.run.world.CurrentAt(t, it.name, it.env, it.hash, i) }
+	return within(c.run.windows(c.run.instance(c.target), t), c.types[t].since, it.name, current)
+}
+
+// within reports whether state holds at a snapshot index the relay may be
+// at for name: in a window of its streams that carry name (window.carries),
+// from the latest index the relay had acknowledged when the client's stream
+// asked for the type (since: it may have acknowledged a newer state since
+// it built the response) to the latest queued. Each stream (one per
+// authority) applies or NACKs its own responses: one stream's
+// acknowledgement says nothing of what another brought.
+func within(windows, since map[string]window, name string, state func(int) bool) bool {
+	for scope, w := range windows {
+		if !w.carries(name) {
+			continue
+		}
 		low := w.first
-		if then, ok := c.types[t].since[scope]; ok {
+		if then, ok := since[scope]; ok {
 			low = then.low
 		}
 		for i := low; i <= w.high; i++ {
-			if c.run.world.CurrentAt(t, it.name, it.env, it.hash, i) {
+			if state(i) {
 				return true
 			}
 		}

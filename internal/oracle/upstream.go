@@ -14,6 +14,8 @@ import (
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/xds-relay/xds-relay/keying"
 )
 
 // Upstream is the simulation's authoritative control plane: an ADS server
@@ -35,11 +37,18 @@ type Upstream struct {
 	done    chan struct{}
 	rng     *rand.Rand
 	streams map[*ustream]struct{}
-	sent    map[string]map[string]*window   // node id (a relay scope) → type → what it was told
-	told    map[string]map[string]time.Time // relay instance → "type name" → first sent
-	faults                                  // silences and invalid responses (Dims)
-	gcp     *gcpServer                      // go-control-plane serves instead (Dims.GCP)
+	sent    map[streamScope]map[string]*window // a relay scope's streams of one authority → type → what they told it
+	told    map[string]map[string]time.Time    // relay instance → "type name" → first sent
+	faults                                     // silences and invalid responses (Dims)
+	gcp     *gcpServer                         // go-control-plane serves instead (Dims.GCP)
 }
+
+// streamScope names a relay scope's streams of one authority: node is the
+// scope's node id, auth the authority whose names they subscribe ("" the
+// default servers'). The relay keeps one stream per authority, and one of
+// an authority without servers of its own comes to the default servers;
+// each applies (or NACKs) its own responses, so each has its own window.
+type streamScope struct{ node, auth string }
 
 // window is what a relay scope's streams told it of one type: low is the
 // snapshot index of the latest response it acknowledged (it applied it:
@@ -48,11 +57,21 @@ type Upstream struct {
 // replica is behind, found with seed 3401325).
 // first is the index of the first response queued (its state is the
 // oldest the relay may have applied from these streams).
-type window struct{ first, low, high int }
+type window struct {
+	first, low, high int
+	auth             string // the authority of the streams (streamScope)
+}
+
+// carries reports whether the streams of w may have brought name: the
+// default servers list other authorities' names too.
+func (w window) carries(name string) bool {
+	auth, _ := keying.Authority(name)
+	return w.auth == "" || w.auth == auth
+}
 
 func newUpstream(w *World, ordered, forgetful bool, seed uint64) *Upstream {
 	return &Upstream{world: w, ordered: ordered, forgetful: forgetful, rng: rand.New(rand.NewPCG(seed, 3)),
-		streams: map[*ustream]struct{}{}, sent: map[string]map[string]*window{}, told: map[string]map[string]time.Time{}}
+		streams: map[*ustream]struct{}{}, sent: map[streamScope]map[string]*window{}, told: map[string]map[string]time.Time{}}
 }
 
 // start serves on addr (port 0 the first time, the same address on a
@@ -108,14 +127,14 @@ func (u *Upstream) running() bool {
 }
 
 // Windows returns the windows of relay instance's scopes for typeURL by
-// node id (see window).
+// node id and authority (see window).
 func (u *Upstream) Windows(instance, typeURL string) map[string]window {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := map[string]window{}
-	for node, types := range u.sent {
-		if w := types[typeURL]; w != nil && instanceOf(node) == instance {
-			out[node] = *w
+	for sc, types := range u.sent {
+		if w := types[typeURL]; w != nil && instanceOf(sc.node) == instance {
+			out[sc.node+" "+sc.auth] = *w
 		}
 	}
 	return out

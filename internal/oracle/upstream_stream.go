@@ -31,6 +31,8 @@ type ustream struct {
 
 	mu    sync.Mutex
 	node  string
+	auth  string // the authority whose names the stream subscribes (noteAuthority)
+	known bool   // auth is known
 	types map[string]*usub
 	nonce int
 	out   []proto.Message
@@ -83,7 +85,7 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 	st.pending = append(st.pending, pendingIndex{nonce, index, toldKeys(m)})
 	s.u.mu.Lock()
 	defer s.u.mu.Unlock()
-	s.u.sentLocked(s.node, typeURL, index)
+	s.u.sentLocked(s.node, s.auth, typeURL, index)
 }
 
 // ackedLocked records that the relay acknowledged (ACK or NACK, nack) the
@@ -98,13 +100,25 @@ func (s *ustream) ackedLocked(typeURL, nonce string, nack bool) {
 		}
 		st.pending = st.pending[i+1:]
 		s.u.mu.Lock()
-		s.u.ackedIndexLocked(s.node, typeURL, p.index)
+		s.u.ackedIndexLocked(s.node, s.auth, typeURL, p.index)
 		if !nack {
 			s.u.toldLocked(s.node, p.told)
 		}
 		s.u.mu.Unlock()
 		return
 	}
+}
+
+// noteAuthority notes, from the first name the stream subscribes, which
+// authority's names it serves: the relay's stream of the default servers
+// subscribes the wildcard and plain names, that of an authority its
+// xdstp names. Called with s.mu held.
+func (s *ustream) noteAuthority(names []string) {
+	if s.known || len(names) == 0 {
+		return
+	}
+	s.auth, _ = keying.Authority(names[0])
+	s.known = true
 }
 
 func (s *ustream) sub(typeURL string) *usub {
@@ -166,6 +180,10 @@ func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
 	t := req.GetTypeUrl()
 	st := s.sub(t)
 	s.ackedLocked(t, req.GetResponseNonce(), req.GetErrorDetail() != nil)
+	s.noteAuthority(req.GetResourceNames())
+	for _, l := range req.GetResourceLocators() {
+		s.noteAuthority([]string{l.GetName()})
+	}
 	if st.lastNonce != "" && req.GetResponseNonce() != st.lastNonce {
 		return // xDS: stale
 	}
@@ -270,6 +288,10 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 	t := req.GetTypeUrl()
 	st := s.sub(t)
 	s.ackedLocked(t, req.GetResponseNonce(), req.GetErrorDetail() != nil)
+	s.noteAuthority(req.GetResourceNamesSubscribe())
+	for _, l := range req.GetResourceLocatorsSubscribe() {
+		s.noteAuthority([]string{l.GetName()})
+	}
 	first := !st.requested
 	st.requested = true
 	if first {

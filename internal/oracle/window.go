@@ -8,22 +8,24 @@ import (
 )
 
 // sentLocked records that relay scope node was sent the state of typeURL
-// at snapshot index. Called with u.mu held.
-func (u *Upstream) sentLocked(node, typeURL string, index int) {
-	if u.sent[node] == nil {
-		u.sent[node] = map[string]*window{}
+// at snapshot index on its stream of authority auth. Called with u.mu held.
+func (u *Upstream) sentLocked(node, auth, typeURL string, index int) {
+	sc := streamScope{node, auth}
+	if u.sent[sc] == nil {
+		u.sent[sc] = map[string]*window{}
 	}
-	if w := u.sent[node][typeURL]; w == nil {
-		u.sent[node][typeURL] = &window{first: index, low: index, high: index}
+	if w := u.sent[sc][typeURL]; w == nil {
+		u.sent[sc][typeURL] = &window{first: index, low: index, high: index, auth: auth}
 	} else {
 		w.high = max(w.high, index)
 	}
 }
 
 // ackedIndexLocked records that relay scope node applied the state of
-// typeURL at snapshot index. Called with u.mu held.
-func (u *Upstream) ackedIndexLocked(node, typeURL string, index int) {
-	if w := u.sent[node][typeURL]; w != nil {
+// typeURL at snapshot index on its stream of authority auth. Called with
+// u.mu held.
+func (u *Upstream) ackedIndexLocked(node, auth, typeURL string, index int) {
+	if w := u.sent[streamScope{node, auth}][typeURL]; w != nil {
 		w.low = max(w.low, index)
 	}
 }

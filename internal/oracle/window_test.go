@@ -3,6 +3,7 @@ package oracle
 import (
 	"testing"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -61,5 +62,58 @@ func TestToldAtCountsWhatTheRelayAcknowledged(t *testing.T) {
 	d.onDelta(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.RouteType, ResponseNonce: "1"})
 	if _, told := u.ToldAt("relay-B3", keying.RouteType, "r7"); !told {
 		t.Fatal("r7 does not count as told once relay-B3 acknowledged the Delta response that carried it")
+	}
+}
+
+// TestWindowsPerAuthorityStream: a relay scope keeps one upstream stream per
+// authority, and an authority without servers of its own comes to the same
+// Upstream; each stream applies or NACKs its own responses, so one stream's
+// acknowledgement of a newer state says nothing of what the other brought.
+// Seed 360195: relay-A2's default stream acknowledged snapshot 8 (its
+// listing of g/m11 at the new content, which the relay does not store while
+// the authority speaks for the name), its authority stream rejected its
+// answer of 8 (invalid); the run failed with "rolled back: … g/m11 content
+// 497e…, older than the ac91… it holds (it brought it)" — the relay had
+// nothing newer from the authority. On 5cd9342 the same seed failed for c19
+// the other way round (the default stream NACKed 8, the authority's ACKed it).
+func TestWindowsPerAuthorityStream(t *testing.T) {
+	const glob = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/*"
+	const m11 = "xdstp://auth/envoy.config.cluster.v3.Cluster/g/m11"
+	w := newWorld()
+	snap := func(gen string) *Snapshot {
+		s := &Snapshot{Res: map[string]map[string][]*Res{}}
+		s.put(newRes(keying.ClusterType, "c19", "", &cluster.Cluster{Name: "c19", AltStatName: gen}, nil))
+		s.put(newRes(keying.ClusterType, m11, "", &cluster.Cluster{Name: m11, AltStatName: gen}, nil))
+		w.add(s)
+		return s
+	}
+	old := snap("old")
+	u := newUpstream(w, true, false, 1)
+	node := &corepb.Node{Id: "relay-A2"}
+	def := u.open(false, func(proto.Message) error { return nil })
+	auth := u.open(false, func(proto.Message) error { return nil })
+	def.onSotW(&discoverypb.DiscoveryRequest{Node: node, TypeUrl: keying.ClusterType})
+	auth.onSotW(&discoverypb.DiscoveryRequest{Node: node, TypeUrl: keying.ClusterType, ResourceNames: []string{glob}})
+	def.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: version(old), ResponseNonce: "1"})
+	auth.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{glob},
+		VersionInfo: version(old), ResponseNonce: "1"})
+	snap("new")
+	u.publish()
+	// The default stream applies the new state; the authority's answer is
+	// still on its way (or was rejected).
+	def.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, VersionInfo: "i1", ResponseNonce: "2"})
+	// A client moves to relay-A2 with the new content from its sibling.
+	since := u.Windows("relay-A2", keying.ClusterType)
+
+	windows := u.Windows("relay-A2", keying.ClusterType)
+	current := func(name string) func(int) bool {
+		hash := old.Res[keying.ClusterType][name][0].Hash
+		return func(i int) bool { return w.CurrentAt(keying.ClusterType, name, "", hash, i) }
+	}
+	if !within(windows, since, m11, current(m11)) {
+		t.Errorf("relay-A2 may not have %s's old content, but its authority's stream has told it nothing newer (windows %v)", m11, windows)
+	}
+	if within(windows, since, "c19", current("c19")) {
+		t.Errorf("relay-A2 may have c19's old content, but the default stream, which alone brings c19, applied the new one (windows %v)", windows)
 	}
 }
