@@ -711,3 +711,26 @@ func TestTP2EnvoySpelledLocator(t *testing.T) {
 		}
 	})
 }
+
+// A SotW CDS client from another replica names c1 plainly while c1 is in
+// variant mode (another client subscribes c1{env=prod}) and the upstream has
+// no default variant: once the Delta upstream says c1 is gone
+// (removed_resources, asked on a new stream), the client is answered the
+// rest of its set. Held until the relay has the upstream's word on c1, it
+// would wait for good (soak seed 371137).
+func TestTP2PlainNameGoneInVariantModeAnswersClientFromElsewhere(t *testing.T) {
+	up := xdstest.StartTP2(t)
+	up.SetPlainRemovals(true)
+	up.Set(resource.ClusterType, "c0", nil, xdstest.EDSCluster("c0", "eds-c0"))
+	up.Set(resource.ClusterType, "c1", eq("env", "prod"), xdstest.EDSCluster("c1", "eds-prod"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	subscribeProdC1(t, r)
+
+	moved := xdstest.DialSotW(t, r.Addr(), &core.Node{Id: "moved"}, resource.ClusterType)
+	moved.MustSend(&discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "v-elsewhere",
+		ResourceNames: []string{"c0", "c1"}})
+	wantNames(t, moved.RecvType(resource.ClusterType), "c0")
+}
