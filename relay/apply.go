@@ -36,7 +36,7 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 		edit: editOf(tc.view), fullSotW: !u.Delta && keying.FullState(u.TypeURL),
 		seen: make(map[string]struct{}, len(in.fresh)), beats: make(map[string]struct{}),
 		resolved: make(map[string]bool), sent: make(map[string]map[string]bool),
-		removed: make(map[string]bool), byKey: make(map[string]bool)}
+		removed: make(map[string]bool), plainGone: make(map[string]bool), byKey: make(map[string]bool)}
 	a.apply()
 	return nil
 }
@@ -111,10 +111,11 @@ type applier struct {
 	// TP2: variants of names in variant mode are stored apart and selected
 	// for every key of the name once the response is applied, so that a
 	// delete and a create of variants reach subscribers as one change.
-	resolved map[string]bool            // names whose selections to recompute
-	sent     map[string]map[string]bool // name → constraints of the variants received
-	removed  map[string]bool            // Delta: names the upstream removed
-	byKey    map[string]bool            // names sent for their keys with parameters alone
+	resolved  map[string]bool            // names whose selections to recompute
+	sent      map[string]map[string]bool // name → constraints of the variants received
+	removed   map[string]bool            // names the upstream deleted, every variant
+	plainGone map[string]bool            // Delta: names in variant mode whose plain key removed_resources answered
+	byKey     map[string]bool            // names sent for their keys with parameters alone
 
 	moveNames []string // do_not_cache names whose watchers move to their own scopes
 	uncovered []string // answers to subscriptions since ended

@@ -163,6 +163,9 @@ func (a *applier) deltaDeletions() {
 		if tc.variantMode(name) { // it names the variant without constraints (TP2: removed_resource_names the others)
 			tc.dropVariant(name, "")
 			a.resolved[name] = true
+			if ofAuthority(name, a.authority) {
+				a.plainGone[name] = true
+			}
 		} else {
 			a.deleted(name)
 		}

@@ -312,12 +312,13 @@ func (a *applier) markGone(name string) {
 // name; or, a SotW full state answering k, it sent every variant of name k
 // may select; or it removed the variant k selected (Delta
 // removed_resource_names, removed_resources of the unconstrained variant, a
-// NOT_FOUND variant error).
+// NOT_FOUND variant error); or, Delta, its removed_resources answered the
+// plain name, which no variant left selects.
 func (a *applier) upstreamSaysGone(name, k string) bool {
 	if a.fullSotW {
 		return (a.removed[name] || a.sent[name] != nil) && a.answers(name, k)
 	}
-	if a.removed[name] {
+	if a.removed[name] || k == name && a.plainGone[name] {
 		return true
 	}
 	sel, had := a.edit.old.Resources[k]

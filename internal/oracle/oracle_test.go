@@ -327,6 +327,8 @@ var regressions = []struct {
 		"a Delta Envoy that moved to a replica whose SotW upstream had been down was sent its copy of c2's endpoints from before the outage, older than the one it brought: the upstream had changed and then deleted c2 meanwhile, and the first EDS response on the replica's new stream, without c2, confirmed every cached name of the type (fails about one run in five before the fix; relay's TestSotWNoRollbackAfterReconnect always)"},
 	{360195, wholeSchedule(47),
 		"the oracle's mistake: a SotW Envoy of the wildcard and a glob moved to relay-A2 holding g/m11 at the content its sibling had applied and was sent relay-A2's older copy, judged a rollback: relay-A2's two upstream streams (the default servers' and the authority's, which has no servers of its own) shared one window, and the default stream's acknowledgement of the newer state (a listing of g/m11 the relay does not store while the authority speaks for it) counted for the authority's stream, which had rejected its answer of that state as invalid; on 5cd9342 the same for c19 the other way round (about one run in five before the fix; TestWindowsPerAuthorityStream always)"},
+	{371137, wholeSchedule(42),
+		"a SotW CDS client that moved to a replica named c1 plainly while another client's c1{env=prod} kept the name in TP2 variant mode, and the upstream had no default variant: the Delta upstream's removed_resources of c1 dropped only the (missing) unconstrained variant and never recorded the plain name absent, so the client, held until the relay had the upstream's word on c1, waited for good (fails every run before the fix; relay's TestTP2PlainNameGoneInVariantModeAnswersClientFromElsewhere always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -349,7 +351,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
 	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
-	320306: "escaped,replace,foreign", 360195: drawn}
+	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
