@@ -21,25 +21,7 @@ import (
 // subscribed upstream makes the upstream client confirm them: subscribe,
 // then unsubscribe, each member).
 func TestReleasedTogetherWildcardMembersNotSubscribed(t *testing.T) {
-	var members, named []string
-	for i := range 100 {
-		members = append(members, fmt.Sprintf("w%d", i))
-	}
-	for i := range 500 {
-		named = append(named, fmt.Sprintf("x%d", i))
-	}
-	up := xdstest.StartUpstream(t)
-	up.SetResources(clusters(slices.Concat(members, named)...))
-	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Linger = 50 * time.Millisecond
-	}))
-	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
-	all := append([]string{"*"}, named...)
-	c.Subscribe(resource.ClusterType, all, nil)
-	receiveAll(t, c, len(members)+len(named))
-	from := len(up.Requests())
-	c.Subscribe(resource.ClusterType, nil, all)
+	up, _, all, from := wildcardDroppedWithNames(t, 100, 0)
 	up.MustWait(t, "the wildcard and the names unsubscribed upstream", func(s xdstest.Stats) bool {
 		gone := map[string]bool{}
 		for _, req := range s.Requests[from:] {
@@ -55,7 +37,7 @@ func TestReleasedTogetherWildcardMembersNotSubscribed(t *testing.T) {
 	for _, req := range up.Requests()[from:] {
 		if sub := req.Delta.GetResourceNamesSubscribe(); len(sub) > 0 {
 			t.Errorf("after the client dropped the wildcard and %d names, the relay subscribed %d names upstream (%s ...)",
-				len(named), len(sub), strings.Join(sub[:min(3, len(sub))], " "))
+				len(all)-1, len(sub), strings.Join(sub[:min(3, len(sub))], " "))
 		}
 	}
 }
@@ -128,26 +110,8 @@ func TestReleasedTogetherGlobAndNamedMember(t *testing.T) {
 // wildcard again is told the member is gone (or never gets it), however the
 // relay's way out confirmed or forgot the members upstream.
 func TestReleasedTogetherWildcardMemberDeletedMeanwhile(t *testing.T) {
-	var members, named []string
-	for i := range 20 {
-		members = append(members, fmt.Sprintf("w%d", i))
-	}
-	for i := range 500 {
-		named = append(named, fmt.Sprintf("x%d", i))
-	}
-	up := xdstest.StartUpstream(t)
-	up.SetResources(clusters(slices.Concat(members, named)...))
-	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.XDSServers[0].Protocol = "delta"
-		c.Upstream.Linger = 50 * time.Millisecond
-		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
-	}))
-	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
-	all := append([]string{"*"}, named...)
-	c.Subscribe(resource.ClusterType, all, nil)
-	receiveAll(t, c, len(members)+len(named))
-	from := len(up.Requests())
-	c.Subscribe(resource.ClusterType, nil, all)
+	up, r, _, from := wildcardDroppedWithNames(t, 20, 200*time.Millisecond)
+	members, named := numbered("w", 20), numbered("x", 500)
 	up.MustWait(t, "the wildcard unsubscribed upstream", func(s xdstest.Stats) bool {
 		for _, req := range s.Requests[from:] {
 			if slices.Contains(req.Delta.GetResourceNamesUnsubscribe(), "*") {
@@ -177,4 +141,39 @@ func TestReleasedTogetherWildcardMemberDeletedMeanwhile(t *testing.T) {
 			delete(held, n)
 		}
 	}
+}
+
+// wildcardDroppedWithNames starts a Delta upstream of nMembers wildcard
+// members (w0…) and 500 other clusters (x0…), and a relay (Delta, 50 ms
+// linger, does_not_exist_after dne unless 0) with a client that subscribes
+// the wildcard and the 500 names, receives them all, then drops them all in
+// one request. It returns what the client dropped and the index of the
+// upstream's first request after the drop.
+func wildcardDroppedWithNames(t *testing.T, nMembers int, dne time.Duration) (*xdstest.Upstream, *xdstest.Relay, []string, int) {
+	members, named := numbered("w", nMembers), numbered("x", 500)
+	up := xdstest.StartUpstream(t)
+	up.SetResources(clusters(slices.Concat(members, named)...))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 50 * time.Millisecond
+		if dne != 0 {
+			c.Upstream.DoesNotExistAfter = dne
+		}
+	}))
+	c := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "wild"})
+	all := append([]string{"*"}, named...)
+	c.Subscribe(resource.ClusterType, all, nil)
+	receiveAll(t, c, len(members)+len(named))
+	from := len(up.Requests())
+	c.Subscribe(resource.ClusterType, nil, all)
+	return up, r, all, from
+}
+
+// numbered returns prefix0 … prefix(n-1).
+func numbered(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
 }
