@@ -469,3 +469,28 @@ func TestSotWClusterFromElsewhereDoubtfulRouteDoesNotFreezeCDS(t *testing.T) {
 		})
 	}
 }
+
+// Review of 847b49d (issue 23): a SotW Envoy comes back holding a route the
+// relay has never had (no upstream has it, ever): the stream cannot read
+// what it refers to. The CDS answer may wait out the reconnect's grace,
+// not for good. (Fails before 847b49d too: withheldFull withholds the whole
+// response while a client from elsewhere holds a referrer it cannot read.)
+func TestReviewSotWClustersFromElsewhereWithAnUnknownRoute(t *testing.T) {
+	src := newFakeSource()
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType)
+	c.Ack(c.RecvType(keying.ListenerType))
+	c.Resume(keying.RouteType, "v-before", "rx")
+	c.Resume(keying.ClusterType, "v-before")
+	for {
+		r := c.MustRecv()
+		c.Ack(r)
+		if r.GetTypeUrl() == keying.ClusterType {
+			wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
+			return
+		}
+	}
+}
