@@ -26,6 +26,10 @@ import (
 // An upstream whose own state refers to a resource it deleted keeps the
 // client holding that resource until the reference goes: the client keeps
 // working, and xds_relay_removals_held_total{reason="referenced"} counts it.
+// A route the stream cannot read (the client brought it from elsewhere)
+// may refer to anything, and holds the full state back whole, but only
+// while a listener the client holds names it (or may: one the stream cannot
+// read either): clients hold a route for their listeners only.
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
@@ -88,8 +92,8 @@ func (st *stream) referenced(typeURL, key string) bool {
 			continue
 		}
 		found := false
-		rts.eachClientResource(func(r *Resource) bool {
-			found = r == nil || slices.Contains(r.refs(rt)[typeURL], name)
+		rts.eachClientResource(func(k string, r *Resource) bool {
+			found = r == nil && st.unreadableMatters(rt, k) || r != nil && slices.Contains(r.refs(rt)[typeURL], name)
 			return !found
 		})
 		if found {
@@ -99,19 +103,31 @@ func (st *stream) referenced(typeURL, key string) bool {
 	return false
 }
 
-// eachClientResource calls f with each resource the client holds of the type, as far
-// as the stream knows (what it sent last, and what it withholds), until f
-// returns false; with nil for one the stream cannot read (see clientResource).
-// Called with mu held.
-func (ts *typeState) eachClientResource(f func(*Resource) bool) {
+// unreadableMatters reports whether a resource of rt the client holds at
+// key, which the stream cannot read, may refer to what make before break
+// keeps. A route routes nothing unless a listener (or scoped route) the
+// client holds names it — Envoy and gRPC hold a route for those only — so
+// one that nothing the client holds names, as far as the stream can read
+// it, does not count: waiting on it would withhold the type for as long as
+// the client holds it. Called with mu held.
+func (st *stream) unreadableMatters(rt, key string) bool {
+	return rt != keying.RouteType || key == "" || st.referenced(rt, key)
+}
+
+// eachClientResource calls f with the key of each resource the client
+// holds of the type and the resource, as far as the stream knows (what it
+// sent last, and what it withholds), until f returns false; with nil for
+// one the stream cannot read (see clientResource), and an empty key when
+// the stream does not know the keys either. Called with mu held.
+func (ts *typeState) eachClientResource(f func(string, *Resource) bool) {
 	if ts.rejectedAll() {
 		return
 	}
 	visit := func(k string) bool {
 		if r, ok := ts.withheldRefs[k]; ok && r != nil {
-			return f(r)
+			return f(k, r)
 		}
-		return f(ts.clientResource(k))
+		return f(k, ts.clientResource(k))
 	}
 	switch {
 	case ts.holds != nil: // Delta: what the client holds
@@ -127,11 +143,11 @@ func (ts *typeState) eachClientResource(f func(*Resource) bool) {
 			}
 		}
 	case ts.fromElsewhere && ts.wildcard:
-		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
+		f("", nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
 	default: // SotW: each subscribed name as last sent (or from elsewhere)
 		for k := range ts.names {
 			if r, ok := ts.holdsGone[k]; ok {
-				if !f(r) {
+				if !f(k, r) {
 					return
 				}
 				continue
@@ -339,7 +355,7 @@ func (st *stream) referrerDoubtful(typeURL, key string) bool {
 			continue
 		}
 		doubtful := false
-		rts.eachClientResource(func(r *Resource) bool {
+		rts.eachClientResource(func(_ string, r *Resource) bool {
 			doubtful = r != nil && slices.Contains(r.refs(rt)[typeURL], name) && rts.latest.Doubtful(r.key())
 			return !doubtful
 		})
@@ -396,7 +412,7 @@ func (st *stream) referenceLeaving(typeURL, key string) bool {
 			continue // nothing queued since the last response
 		}
 		leaving := false
-		rts.eachClientResource(func(r *Resource) bool {
+		rts.eachClientResource(func(_ string, r *Resource) bool {
 			if r == nil || !slices.Contains(r.refs(rt)[typeURL], name) {
 				return true
 			}
@@ -447,9 +463,9 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 			unknown = unknown || st.inGrace()
 			continue
 		}
-		rts.eachClientResource(func(r *Resource) bool {
+		rts.eachClientResource(func(k string, r *Resource) bool {
 			if r == nil {
-				unknown = true
+				unknown = unknown || st.unreadableMatters(rt, k)
 				return true
 			}
 			for _, n := range r.refs(rt)[typeURL] {

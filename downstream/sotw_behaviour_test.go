@@ -470,11 +470,10 @@ func TestSotWClusterFromElsewhereDoubtfulRouteDoesNotFreezeCDS(t *testing.T) {
 	}
 }
 
-// Review of 847b49d (issue 23): a SotW Envoy comes back holding a route the
-// relay has never had (no upstream has it, ever): the stream cannot read
-// what it refers to. The CDS answer may wait out the reconnect's grace,
-// not for good. (Fails before 847b49d too: withheldFull withholds the whole
-// response while a client from elsewhere holds a referrer it cannot read.)
+// A SotW client comes back holding a route the relay has never had (no
+// upstream has it, ever): the stream cannot read what it refers to, but no
+// listener the client holds names it, so it routes nothing and the CDS
+// answer does not wait for it — not for good.
 func TestReviewSotWClustersFromElsewhereWithAnUnknownRoute(t *testing.T) {
 	src := newFakeSource()
 	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
