@@ -29,7 +29,9 @@ import (
 // A route the stream cannot read (the client brought it from elsewhere)
 // may refer to anything, and holds the full state back whole, but only
 // while a listener the client holds names it (or may: one the stream cannot
-// read either): clients hold a route for their listeners only.
+// read either) — clients hold a route for their listeners only — and, like
+// every such wait, for as long as the relay waits for the upstream's word
+// (waitsForUnread).
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
@@ -268,15 +270,13 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
+	unread := map[string]bool{}
+	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
 	refs, unknown := st.referencedNames(v.TypeURL)
-	if unknown {
-		if ts.fromElsewhere {
-			return nil, false // the client may hold anything: nothing can be ruled out
-		}
-		for k := range ts.holdsKeys {
-			if _, in := b.keys[k]; !in && (ts.subscribes(v, k) || ts.unlistedHeld(v, k)) {
-				return nil, false
-			}
+	if unknown && ts.mayLose(v, b) {
+		unread[unreadReferrer] = true
+		if st.waitsForUnread(ts, v) {
+			return nil, false
 		}
 	}
 	// The keys the client may hold of a referenced name: the name, or its
@@ -292,8 +292,6 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	for n := range refs {
 		cands[n] = true
 	}
-	unread := map[string]bool{}
-	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
 	for k := range cands {
 		listed := ts.unlistedHeld(v, k)
 		if _, in := b.keys[k]; in || !ts.subscribes(v, k) && !listed {
@@ -325,6 +323,38 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		keep[k] = r
 	}
 	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
+}
+
+// mayLose reports whether the full state b built from v may drop something
+// the client holds: anything, for a client from elsewhere; otherwise what
+// the stream sent that b drops. Called with mu held.
+func (ts *typeState) mayLose(v *View, b *body) bool {
+	if ts.fromElsewhere {
+		return true
+	}
+	for k := range ts.holdsKeys {
+		if _, in := b.keys[k]; !in && (ts.subscribes(v, k) || ts.unlistedHeld(v, k)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unreadReferrer is the missingSince key (never a resource's) of a full
+// state held whole for a referrer the stream cannot read.
+const unreadReferrer = ""
+
+// waitsForUnread reports whether a full state that may drop what a
+// referrer the stream cannot read refers to is still held whole: within
+// the reconnect's grace, or within Options.AnswerWait of the stream's first
+// look at it, while the relay may still get the upstream's word on the
+// referrer, or on the listener that names it, and the client the change
+// that lets it go. Past that, nothing tells when the reference goes, and
+// holding on would withhold every later update of the type. Called with mu
+// held.
+func (st *stream) waitsForUnread(ts *typeState, v *View) bool {
+	m := st.noteMissing(ts, v, unreadReferrer)
+	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait
 }
 
 // mayLeave reports whether the reference to key (of v's type), which the
