@@ -26,6 +26,12 @@ import (
 // An upstream whose own state refers to a resource it deleted keeps the
 // client holding that resource until the reference goes: the client keeps
 // working, and xds_relay_removals_held_total{reason="referenced"} counts it.
+// A route the stream cannot read (the client brought it from elsewhere)
+// may refer to anything, and holds the full state back whole, but only
+// while a listener the client holds names it (or may: one the stream cannot
+// read either) — clients hold a route for their listeners only — and, like
+// every such wait, for as long as the relay waits for the upstream's word
+// (waitsForUnread).
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
@@ -88,8 +94,8 @@ func (st *stream) referenced(typeURL, key string) bool {
 			continue
 		}
 		found := false
-		rts.eachClientResource(func(r *Resource) bool {
-			found = r == nil || slices.Contains(r.refs(rt)[typeURL], name)
+		rts.eachClientResource(func(k string, r *Resource) bool {
+			found = r == nil && st.unreadableMatters(rt, k) || r != nil && slices.Contains(r.refs(rt)[typeURL], name)
 			return !found
 		})
 		if found {
@@ -99,19 +105,31 @@ func (st *stream) referenced(typeURL, key string) bool {
 	return false
 }
 
-// eachClientResource calls f with each resource the client holds of the type, as far
-// as the stream knows (what it sent last, and what it withholds), until f
-// returns false; with nil for one the stream cannot read (see clientResource).
-// Called with mu held.
-func (ts *typeState) eachClientResource(f func(*Resource) bool) {
+// unreadableMatters reports whether a resource of rt the client holds at
+// key, which the stream cannot read, may refer to what make before break
+// keeps. A route routes nothing unless a listener (or scoped route) the
+// client holds names it — Envoy and gRPC hold a route for those only — so
+// one that nothing the client holds names, as far as the stream can read
+// it, does not count: waiting on it would withhold the type for as long as
+// the client holds it. Called with mu held.
+func (st *stream) unreadableMatters(rt, key string) bool {
+	return rt != keying.RouteType || key == "" || st.referenced(rt, key)
+}
+
+// eachClientResource calls f with the key of each resource the client
+// holds of the type and the resource, as far as the stream knows (what it
+// sent last, and what it withholds), until f returns false; with nil for
+// one the stream cannot read (see clientResource), and an empty key when
+// the stream does not know the keys either. Called with mu held.
+func (ts *typeState) eachClientResource(f func(string, *Resource) bool) {
 	if ts.rejectedAll() {
 		return
 	}
 	visit := func(k string) bool {
 		if r, ok := ts.withheldRefs[k]; ok && r != nil {
-			return f(r)
+			return f(k, r)
 		}
-		return f(ts.clientResource(k))
+		return f(k, ts.clientResource(k))
 	}
 	switch {
 	case ts.holds != nil: // Delta: what the client holds
@@ -127,11 +145,11 @@ func (ts *typeState) eachClientResource(f func(*Resource) bool) {
 			}
 		}
 	case ts.fromElsewhere && ts.wildcard:
-		f(nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
+		f("", nil) // SotW LDS/CDS from elsewhere, nothing sent yet: unknown
 	default: // SotW: each subscribed name as last sent (or from elsewhere)
 		for k := range ts.names {
 			if r, ok := ts.holdsGone[k]; ok {
-				if !f(r) {
+				if !f(k, r) {
 					return
 				}
 				continue
@@ -252,15 +270,13 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
+	unread := map[string]bool{}
+	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
 	refs, unknown := st.referencedNames(v.TypeURL)
-	if unknown {
-		if ts.fromElsewhere {
-			return nil, false // the client may hold anything: nothing can be ruled out
-		}
-		for k := range ts.holdsKeys {
-			if _, in := b.keys[k]; !in && (ts.subscribes(v, k) || ts.unlistedHeld(v, k)) {
-				return nil, false
-			}
+	if unknown && ts.mayLose(v, b) {
+		unread[unreadReferrer] = true
+		if st.waitsForUnread(ts, v) {
+			return nil, false
 		}
 	}
 	// The keys the client may hold of a referenced name: the name, or its
@@ -276,8 +292,6 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	for n := range refs {
 		cands[n] = true
 	}
-	unread := map[string]bool{}
-	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
 	for k := range cands {
 		listed := ts.unlistedHeld(v, k)
 		if _, in := b.keys[k]; in || !ts.subscribes(v, k) && !listed {
@@ -311,6 +325,38 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	return keep, !slices.Contains(slices.Collect(maps.Values(keep)), nil)
 }
 
+// mayLose reports whether the full state b built from v may drop something
+// the client holds: anything, for a client from elsewhere; otherwise what
+// the stream sent that b drops. Called with mu held.
+func (ts *typeState) mayLose(v *View, b *body) bool {
+	if ts.fromElsewhere {
+		return true
+	}
+	for k := range ts.holdsKeys {
+		if _, in := b.keys[k]; !in && (ts.subscribes(v, k) || ts.unlistedHeld(v, k)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unreadReferrer is the missingSince key (never a resource's) of a full
+// state held whole for a referrer the stream cannot read.
+const unreadReferrer = ""
+
+// waitsForUnread reports whether a full state that may drop what a
+// referrer the stream cannot read refers to is still held whole: within
+// the reconnect's grace, or within Options.AnswerWait of the stream's first
+// look at it, while the relay may still get the upstream's word on the
+// referrer, or on the listener that names it, and the client the change
+// that lets it go. Past that, nothing tells when the reference goes, and
+// holding on would withhold every later update of the type. Called with mu
+// held.
+func (st *stream) waitsForUnread(ts *typeState, v *View) bool {
+	m := st.noteMissing(ts, v, unreadReferrer)
+	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait
+}
+
 // mayLeave reports whether the reference to key (of v's type), which the
 // client holds from elsewhere so that a full-state response cannot keep it,
 // may still be about to go, so the response waits for it: within the
@@ -339,7 +385,7 @@ func (st *stream) referrerDoubtful(typeURL, key string) bool {
 			continue
 		}
 		doubtful := false
-		rts.eachClientResource(func(r *Resource) bool {
+		rts.eachClientResource(func(_ string, r *Resource) bool {
 			doubtful = r != nil && slices.Contains(r.refs(rt)[typeURL], name) && rts.latest.Doubtful(r.key())
 			return !doubtful
 		})
@@ -396,7 +442,7 @@ func (st *stream) referenceLeaving(typeURL, key string) bool {
 			continue // nothing queued since the last response
 		}
 		leaving := false
-		rts.eachClientResource(func(r *Resource) bool {
+		rts.eachClientResource(func(_ string, r *Resource) bool {
 			if r == nil || !slices.Contains(r.refs(rt)[typeURL], name) {
 				return true
 			}
@@ -447,9 +493,9 @@ func (st *stream) referencedNames(typeURL string) (map[string]bool, bool) {
 			unknown = unknown || st.inGrace()
 			continue
 		}
-		rts.eachClientResource(func(r *Resource) bool {
+		rts.eachClientResource(func(k string, r *Resource) bool {
 			if r == nil {
-				unknown = true
+				unknown = unknown || st.unreadableMatters(rt, k)
 				return true
 			}
 			for _, n := range r.refs(rt)[typeURL] {

@@ -101,9 +101,9 @@ type Options struct {
 	NodeParameters func(*corev3.Node) map[string]string
 	// AnswerWait bounds how long make before break holds a full state for
 	// a referrer whose copy in the relay no live upstream confirms
-	// (View.Doubtful), waiting for the upstream's word on it: past it the
-	// upstream is away or will not answer, and holding on would freeze
-	// the type. Default one second.
+	// (View.Doubtful), or which the stream cannot read, waiting for the
+	// upstream's word on it: past it the upstream is away or will not
+	// answer, and holding on would freeze the type. Default one second.
 	AnswerWait time.Duration
 	Logger     *zap.Logger
 	// Metrics receives the server's metrics; nil: a registry of its own.

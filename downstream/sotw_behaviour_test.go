@@ -469,3 +469,53 @@ func TestSotWClusterFromElsewhereDoubtfulRouteDoesNotFreezeCDS(t *testing.T) {
 		})
 	}
 }
+
+// A SotW client comes back holding a route the relay has never had (no
+// upstream has it, ever): the stream cannot read what it refers to, but no
+// listener the client holds names it, so it routes nothing and the CDS
+// answer does not wait for it — not for good.
+func TestReviewSotWClustersFromElsewhereWithAnUnknownRoute(t *testing.T) {
+	src := newFakeSource()
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType)
+	c.Ack(c.RecvType(keying.ListenerType))
+	c.Resume(keying.RouteType, "v-before", "rx")
+	c.Resume(keying.ClusterType, "v-before")
+	for {
+		r := c.MustRecv()
+		c.Ack(r)
+		if r.GetTypeUrl() == keying.ClusterType {
+			wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
+			return
+		}
+	}
+}
+
+// As above, but a listener the client holds names the route the relay has
+// never had: the route may refer to any cluster, and its listener's next
+// change may be about to drop it, so the CDS answer waits — as long as the
+// relay waits for the upstream's word (Options.AnswerWait), not for good.
+func TestSotWClustersFromElsewhereWithAnUnknownNamedRoute(t *testing.T) {
+	src := newFakeSource()
+	src.publishResources(keying.ClusterType, map[string]*downstream.Resource{"c1": protoResource(t, "c1", xdstest.EDSCluster("c1", "c1"))})
+	src.publishResources(keying.RouteType, map[string]*downstream.Resource{})
+	src.publishResources(keying.ListenerType, map[string]*downstream.Resource{"l1": protoResource(t, "l1", xdstest.GRPCListener("l1", "rx"))})
+	c := xdstest.DialADS(t, start(t, src), testNode)
+	c.Subscribe(keying.ListenerType)
+	c.Ack(c.RecvType(keying.ListenerType)) // l1 → rx
+	c.Resume(keying.RouteType, "v-before", "rx")
+	resumed := time.Now()
+	c.Resume(keying.ClusterType, "v-before")
+	for {
+		r := c.MustRecv()
+		c.Ack(r)
+		if r.GetTypeUrl() == keying.ClusterType {
+			t.Logf("clusters %v after %v", anyClusterNames(t, r), time.Since(resumed))
+			wantNames(t, "clusters", anyClusterNames(t, r), []string{"c1"})
+			return
+		}
+	}
+}
