@@ -16,7 +16,10 @@ func (st *stream) runDelta() error {
 		if err := st.ss.RecvMsg(req); err != nil {
 			return RecvErr(err)
 		}
-		if err := st.handleDelta(req); err != nil {
+		st.readStarts()
+		err := st.handleDelta(req)
+		st.readEnds()
+		if err != nil {
 			return err
 		}
 	}

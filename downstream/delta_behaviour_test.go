@@ -2,7 +2,9 @@ package downstream_test
 
 import (
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
@@ -205,4 +207,76 @@ func (f *fakeSource) replace(v *downstream.View) {
 	for _, w := range f.ws[v.TypeURL] {
 		w.Notify(v, nil)
 	}
+}
+
+// slowWatch is a fakeSource whose Watch of one type waits until release is
+// closed: a relay slow to take in a request (ten thousand names on a loaded
+// machine).
+type slowWatch struct {
+	*fakeSource
+	typeURL string
+	release chan struct{}
+}
+
+func (s *slowWatch) Watch(w downstream.Watcher, typeURL string, c downstream.Change) {
+	if typeURL == s.typeURL {
+		<-s.release
+	}
+	s.fakeSource.Watch(w, typeURL, c)
+}
+
+// A Delta ADS client comes back (initial_resource_versions) holding l4 → r5
+// → c1, which the upstream deleted, and sends its first request of every
+// type at once; the relay takes longer than the reconnect's grace to read
+// them (here its Watch of the EDS request, ahead of LDS and RDS, is slow).
+// c1's removal waits until the client drops r5, as l4's removal tells it
+// to: the grace counts only the time the stream waits for its client. The
+// removal went out when the grace ran out, before the relay had read what
+// refers to c1 (soak seed 372006: a 10,004-name EDS request).
+func TestDeltaComebackSlowReadKeepsMakeBeforeBreak(t *testing.T) {
+	src := &slowWatch{fakeSource: newFakeSource(), typeURL: keying.EndpointType, release: make(chan struct{})}
+	src.publish(keying.ClusterType, map[string]string{"c2": "c2"})
+	src.publish(keying.ListenerType, map[string]string{"l6": "l6"})
+	c := xdstest.DialDelta(t, start(t, src), testNode)
+	release := sync.OnceFunc(func() { close(src.release) })
+	t.Cleanup(release) // (before the server stops: its handler waits in Watch)
+	for _, req := range []*discoverypb.DeltaDiscoveryRequest{
+		{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: map[string]string{"c1": "elsewhere"}},
+		{TypeUrl: keying.EndpointType, ResourceNamesSubscribe: []string{"c1"}},
+		{TypeUrl: keying.ListenerType, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: map[string]string{"l4": "elsewhere"}},
+		{TypeUrl: keying.RouteType, ResourceNamesSubscribe: []string{"r5"}, InitialResourceVersions: map[string]string{"r5": "elsewhere"}},
+	} {
+		c.Send(req)
+	}
+	holdsR5 := true
+	check := func(r *discoverypb.DeltaDiscoveryResponse) bool {
+		t.Helper()
+		c.Ack(r)
+		removed := r.GetRemovedResources()
+		switch {
+		case r.GetTypeUrl() == keying.ListenerType && slices.Contains(removed, "l4"):
+			c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.RouteType, ResourceNamesUnsubscribe: []string{"r5"}})
+			holdsR5 = false
+		case r.GetTypeUrl() == keying.ClusterType && slices.Contains(removed, "c1"):
+			if holdsR5 {
+				t.Fatal("c1 removed while the client still holds r5, which may refer to it (the relay had not read its RDS request)")
+			}
+			return true
+		}
+		return false
+	}
+	// The grace is a second; twice that while the EDS request is being read
+	// lets it run out if reading counted.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if r, ok := c.TryRecv(time.Until(deadline)); ok {
+			check(r)
+		}
+	}
+	release()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if r, ok := c.TryRecv(time.Until(deadline)); ok && check(r) {
+			return
+		}
+	}
+	t.Fatal("c1 was never removed")
 }

@@ -541,14 +541,19 @@ func (st *stream) releaseWithheld(typeURL string) bool {
 // elsewhere (a reconnect: version_info, initial_resource_versions) a type it
 // has not asked for yet may still be one it holds: clients send every
 // type's first request at once, but the relay may answer the first before
-// it reads the others. It also bounds how long a full-state response is
-// held for a referenced resource the stream cannot read after its removal
-// arrived (mayLeave).
+// it reads the others. Only the time the stream waits for its client
+// counts: the relay may take longer than that to read a request (ten
+// thousand names on a loaded machine) while the next ones wait unread. It
+// also bounds how long a full-state response is held for a referenced
+// resource the stream cannot read after its removal arrived (mayLeave).
 const referrerGrace = time.Second
 
 // inGrace reports whether the stream is within referrerGrace of a client
 // that came back with config. Called with mu held.
 func (st *stream) inGrace() bool {
+	if st.reading && st.graceLeft > 0 {
+		return true
+	}
 	return !st.graceUntil.IsZero() && time.Now().Before(st.graceUntil)
 }
 
@@ -559,7 +564,35 @@ func (st *stream) cameBack() {
 		return
 	}
 	st.graceUntil = time.Now().Add(referrerGrace)
+	if st.reading {
+		st.graceLeft = referrerGrace // (looked at again when the read ends)
+		return
+	}
 	st.recheckAfter(referrerGrace)
+}
+
+// readStarts stops the grace while the handler takes in a request the
+// client sent.
+func (st *stream) readStarts() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.reading = true
+	if st.inGrace() {
+		st.graceLeft = time.Until(st.graceUntil)
+	}
+}
+
+// readEnds restarts the grace once the handler waits for the client again,
+// and looks again at what the stream withholds when it ends.
+func (st *stream) readEnds() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.reading = false
+	if st.graceLeft > 0 {
+		st.graceUntil = time.Now().Add(st.graceLeft)
+		st.recheckAfter(st.graceLeft)
+		st.graceLeft = 0
+	}
 }
 
 // recheckAfter looks again at what the stream withholds once d has passed.

@@ -16,7 +16,10 @@ func (st *stream) runSotW() error {
 		if err := st.ss.RecvMsg(r); err != nil {
 			return RecvErr(err)
 		}
-		if err := st.handleSotW(r.DiscoveryRequest); err != nil {
+		st.readStarts()
+		err := st.handleSotW(r.DiscoveryRequest)
+		st.readEnds()
+		if err != nil {
 			return err
 		}
 	}

@@ -87,9 +87,13 @@ type stream struct {
 	gated       bool // see inflight
 	ttl         bool // the node supports TTLs (and, SotW, resources wrapped)
 	limitLogged bool // a request over a limit was logged (overLimit)
+	reading     bool // the handler takes in a request: the reconnect's grace stands still
 	// graceUntil: the client came back with config from elsewhere; until
 	// then a type it has not asked for may hold something (mbb.go).
-	graceUntil time.Time // guarded by mu
+	// graceLeft: what was left of the grace when the handler began reading
+	// a request; graceUntil moves on by the time the read took.
+	graceUntil time.Time     // guarded by mu
+	graceLeft  time.Duration // guarded by mu
 	// inflight are the responses the client has not acknowledged yet, and
 	// inflightBytes their size; gated: the stream waits for acknowledgements
 	// before it sends more (see sendBudget).
