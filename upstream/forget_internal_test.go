@@ -112,11 +112,21 @@ func TestForgottenTP2KeyNotConfirmedByTheWildcard(t *testing.T) {
 	}
 }
 
-// nopHandler accepts every update.
-type nopHandler struct{}
+// hookHandler accepts every update, running during (when set) as it
+// applies one.
+type hookHandler struct{ during func() }
 
-func (nopHandler) OnUpdate(Update) error       { return nil }
-func (nopHandler) OnState(string, bool, error) {}
+func (h *hookHandler) OnUpdate(Update) error {
+	if h.during != nil {
+		h.during()
+	}
+	return nil
+}
+func (*hookHandler) OnState(string, bool, error) {}
+
+func bareSotW(h Handler) *Client {
+	return &Client{types: map[string]*typeState{}, mode: ModeSotW, log: zap.NewNop(), h: h}
+}
 
 // acceptRoutes has the SotW client c accept a response of routes, as its
 // receive loop does.
@@ -131,8 +141,8 @@ func acceptRoutes(t *testing.T, c *Client, version, nonce string, names ...strin
 		resp.Resources = append(resp.Resources, a)
 	}
 	c.onSotWResponse("server", resp)
-	if st := c.types[keying.RouteType]; st.version != version || st.nack != nil {
-		t.Fatalf("response %s not accepted: %v", version, st.nack)
+	if st := c.types[keying.RouteType]; st.nonce != nonce || st.nack != nil {
+		t.Fatalf("response %s not accepted: %v", nonce, st.nack)
 	}
 }
 
@@ -145,7 +155,7 @@ func acceptRoutes(t *testing.T, c *Client, version, nonce string, names ...strin
 // the oracle's soak, seed 373270: a REST poller's route, evicted between two
 // polls, was never sent again).
 func TestSotWForgetBetweenUnsubscribeAndSubscribe(t *testing.T) {
-	c := &Client{types: map[string]*typeState{}, mode: ModeSotW, log: zap.NewNop(), h: nopHandler{}}
+	c := bareSotW(&hookHandler{})
 	c.Subscribe(keying.RouteType, "r7", "r14")
 	c.takeSotW()
 	acceptRoutes(t, c, "i10", "1", "r7", "r14")
@@ -165,5 +175,30 @@ func TestSotWForgetBetweenUnsubscribeAndSubscribe(t *testing.T) {
 	acceptRoutes(t, c, "i10", "2", "r7", "r14")
 	if !c.AnsweredSince(keying.RouteType, "r14") {
 		t.Fatalf("r14 not answered after a response to the request that asks for it again")
+	}
+}
+
+// The same while a response is applied (the relay unsubscribes, evicts and
+// subscribes again under its lock, which the response's OnUpdate has just
+// released): the ACK of that response, the first request the server does
+// not ignore for its nonce, still asks with no version.
+func TestSotWForgetWhileAResponseIsApplied(t *testing.T) {
+	h := &hookHandler{}
+	c := bareSotW(h)
+	c.Subscribe(keying.RouteType, "r7", "r14")
+	c.takeSotW()
+	acceptRoutes(t, c, "i10", "1", "r7", "r14")
+	c.takeSotW()
+	h.during = func() {
+		c.Unsubscribe(keying.RouteType, "r14")
+		c.Forget(keying.RouteType, "r14")
+		c.Subscribe(keying.RouteType, "r14")
+		c.takeSotW() // with the nonce of the response before: the server ignores it
+	}
+	acceptRoutes(t, c, "i11", "2", "r7", "r14")
+	h.during = nil
+	reqs := c.takeSotW()
+	if len(reqs) != 1 || reqs[0].GetResponseNonce() != "2" || reqs[0].GetVersionInfo() != "" {
+		t.Fatalf("requests %v: want the ACK of nonce 2 asked with no version", reqs)
 	}
 }
