@@ -111,6 +111,13 @@ type typeState struct {
 	// confirmed when they are subscribed again (Forget); forgetNew: those
 	// forgotten since the last request was built.
 	forget, forgetNew map[string]struct{}
+	// reask (SotW): names forgotten (Forget) while unsubscribed, whose
+	// unsubscription the server may not have heard (not sent yet, or sent
+	// with a stale nonce): subscribed again, the request names what the
+	// server last heard, so it asks with no version (Subscribe); reasks
+	// counts those asks (onSotWResponse).
+	reask  map[string]struct{}
+	reasks uint64
 	// confirming (Delta): forgotten names subscribed and unsubscribed under
 	// the wildcard (confirmForgotten) whose answer, the resource or its
 	// removal, has not come yet: the relay lacks them, the server thinks it
@@ -249,6 +256,11 @@ func (c *Client) Subscribe(typeURL string, names ...string) {
 			st.spellLocked(n)
 			st.names[n] = struct{}{}
 			delete(st.dropped, n)
+			if _, again := st.reask[n]; again {
+				delete(st.reask, n)
+				st.version = "" // a server answers a request it has heard before only when its version differs
+				st.reasks++
+			}
 			changed = true
 			if n == keying.Wildcard && (st.requested || st.sent != nil) || keying.IsGlob(n) && st.requested && keying.FullState(typeURL) {
 				// Added mid-stream: no response proves it yet (settle.go).
@@ -283,6 +295,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.globs, n)
 			delete(st.globsAnswered, n)
 			delete(st.asked, n)
+			delete(st.askedAt, n) // subscribed again, it is asked anew (AnsweredSince)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
@@ -343,12 +356,16 @@ func (c *Client) Delta() bool {
 // them again. When something subscribes them again on the stream (by name,
 // or the wildcard), the server is made to send them or say they are gone
 // (takeDelta); a new stream's first request leaves them out of its initial
-// versions. Names the relay subscribes to are left alone; SotW servers need
-// nothing (a new subscription is answered with the full set).
+// versions. Names the relay subscribes to are left alone. A SotW server
+// answers a subscription that names them again with the full set, provided
+// it hears of a change: see typeState.reask.
 func (c *Client) Forget(typeURL string, names ...string) {
 	c.mu.Lock()
 	st, ok := c.types[typeURL]
 	if !ok || c.mode != ModeDelta {
+		if ok {
+			st.reaskLocked(names)
+		}
 		c.mu.Unlock()
 		return
 	}
@@ -372,6 +389,25 @@ func (c *Client) Forget(typeURL string, names ...string) {
 	c.mu.Unlock()
 	if changed {
 		c.notify()
+	}
+}
+
+// reaskLocked notes the forgotten names that a SotW request is to ask for
+// again with no version should they be subscribed again on this stream
+// (reask), up to maxForgotten. Called with c.mu held.
+func (st *typeState) reaskLocked(names []string) {
+	if !st.requested {
+		return // the stream's first request asks with no version anyway
+	}
+	for _, n := range names {
+		n = st.spelling(n)
+		if _, sub := st.names[n]; sub || len(st.reask) >= maxForgotten {
+			continue
+		}
+		if st.reask == nil {
+			st.reask = make(map[string]struct{})
+		}
+		st.reask[n] = struct{}{}
 	}
 }
 
@@ -516,7 +552,7 @@ func (c *Client) resetForStreamLocked() {
 	for _, st := range c.types {
 		st.version, st.nonce = "", ""
 		st.dirty, st.requested, st.named, st.sent, st.nack, st.acks, st.forget, st.forgetNew = false, false, false, nil, nil, nil, nil, nil
-		st.confirming = nil
+		st.confirming, st.reask = nil, nil
 		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
 		st.globSettled, st.answers, st.askedAt = false, 0, nil

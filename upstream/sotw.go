@@ -153,6 +153,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		return
 	}
 	u, full := c.sotwUpdateLocked(server, st, typeURL, resp, resources)
+	reasks := st.reasks
 	c.mu.Unlock()
 
 	err := c.handle(u)
@@ -164,6 +165,11 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 		c.rejectedLocked(typeURL, st)
 	} else {
 		st.version, st.nack = resp.GetVersionInfo(), nil
+		if st.reasks != reasks {
+			// Asked again meanwhile (Subscribe): the requests built since
+			// carry the older nonce, which the server ignores; the ACK asks.
+			st.version = ""
+		}
 		st.answers++
 		if full {
 			st.knowLocked(resources)
