@@ -97,13 +97,15 @@ func (ts *typeState) subscribes(v *View, key string) bool {
 }
 
 // checkRemoval reports whether a Delta stream may tell its client that key,
-// which it holds, is gone: the View knows it, and not from unconfirmed data
+// which it holds, is gone: the View knows it (or the client holds the copy
+// the relay withdrew: View.Withdrew), and not from unconfirmed data
 // (View.Stale) when the client brought the resource from elsewhere. If not,
 // it withholds the removal (looked at again with every later change).
 // Called with mu held.
 func (st *stream) checkRemoval(ts *typeState, v *View, key string) bool {
 	_, brought := ts.initial[key]
-	if v.Gone(key) && !(brought && v.Stale(key)) {
+	gone := v.Gone(key) || v.Withdrew(key, ts.holds[key])
+	if gone && !(brought && v.Stale(key)) {
 		delete(ts.withheld, key)
 		return true
 	}

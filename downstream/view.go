@@ -148,6 +148,13 @@ type View struct {
 	// so the default authority's names the View lacks are not found yet. Only
 	// a client that holds nothing of it may be answered from it (Known).
 	Unfound map[string]struct{}
+	// Withdrawn holds, for an unfound name whose cached copy the relay took
+	// for gone (a SotW server's silence on RDS/EDS, the protocol's limit),
+	// the version of that copy (never modified once published; may be
+	// shared between Views). A client that holds that copy is told it is
+	// gone (Withdrew): the relay takes back its own word; one that holds
+	// another version, brought from elsewhere, keeps it.
+	Withdrawn map[string]string
 	// Errors holds TP3 per-resource errors by name (may be shared between
 	// Views; never modified once published). Streams that subscribe to such
 	// a name get the error, now and when they subscribe later.
@@ -198,7 +205,7 @@ type View struct {
 // publishes it. v is not modified.
 func (v *View) Next(seq uint64, changed map[string]struct{}) *View {
 	return &View{TypeURL: v.TypeURL, Seq: seq, Resources: v.Resources, Changed: changed, Absent: v.Absent,
-		Unfound: v.Unfound, Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Unsure: v.Unsure, Received: v.Received}
+		Unfound: v.Unfound, Withdrawn: v.Withdrawn, Errors: v.Errors, Complete: v.Complete, AnsweredGlobs: v.AnsweredGlobs, Unconfirmed: v.Unconfirmed, Unsure: v.Unsure, Received: v.Received}
 }
 
 // GlobAnswered reports whether the View knows the whole set of the glob
@@ -257,6 +264,13 @@ func (v *View) Gone(key string) bool {
 	}
 	auth, _ := keying.Authority(key)
 	return v.Complete && auth == "" && !keying.HasParams(key) && !keying.IsGlob(key)
+}
+
+// Withdrew reports whether the relay took back its copy of key at version
+// (Withdrawn): a client that holds it may be told it is gone.
+func (v *View) Withdrew(key, version string) bool {
+	w, ok := v.Withdrawn[key]
+	return ok && w == version
 }
 
 // Known reports whether a client may be answered that there is nothing more

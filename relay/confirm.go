@@ -440,7 +440,10 @@ func (tc *typeCache) speaker(name string) string {
 // server's type that is not full state (RDS, EDS), where silence is all the
 // protocol offers (no response proves a name it lacks, on any stream): the
 // relay's copy is taken as gone, as xDS clients do with their own timer, or
-// a deletion the relay missed would be served for good.
+// a deletion the relay missed would be served for good. That takes back
+// the relay's own word only: the name is unfound, and clients that hold
+// that copy are told it is gone (View.Withdrawn), not those that hold
+// another version brought from elsewhere.
 func (s *state) silent(tc *typeCache, names []string) {
 	e := editOf(tc.view)
 	sured := false
@@ -459,7 +462,9 @@ func (s *state) silent(tc *typeCache, names []string) {
 			continue
 		}
 		e.change(name)
+		version := ""
 		if cached {
+			version = e.res[name].Version
 			// In TP2 variant mode, the variant the name selects is gone.
 			if tc.variantMode(name) {
 				tc.dropVariant(name, e.res[name].Constraints)
@@ -470,10 +475,9 @@ func (s *state) silent(tc *typeCache, names []string) {
 			tc.clearUnsure(name)
 			s.unref.forget(tc.lruKey(name))
 		}
-		if tc.up[name] && gone {
-			e.markAbsent(name)
-		} else if tc.up[name] {
+		if tc.up[name] {
 			e.markUnfound(name, true)
+			e.withdraw(name, version)
 		}
 		if tc.get(name).unreachable() {
 			e.clearError(name) // the upstream is back: it is no longer unreachable

@@ -191,6 +191,36 @@ func inFlightSotW(t *testing.T, push bool) {
 	toldGone(t, named, "e")
 }
 
+// The control's silence takes the relay's copy of e for gone, yet it is not
+// the upstream's word (the response without e may answer an older request,
+// crossing the one that named e): a client that brought e from elsewhere
+// keeps it, while one that holds nothing is told it does not exist.
+func TestSotWSilenceKeepsWhatAClientHolds(t *testing.T) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	keeper := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.EndpointType, "e0")
+	s := f.stream(t)
+	s.nextNames(resource.EndpointType, "e0")
+	s.send(resource.EndpointType, "1", xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80"))
+	keeper.Ack(keeper.RecvType(resource.EndpointType)) // e cached, unsubscribed: unsure
+
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"e"},
+		InitialResourceVersions: map[string]string{"e": "v-elsewhere"}})
+	s.nextNames(resource.EndpointType, "e0", "e")
+	s.send(resource.EndpointType, "2", xdstest.Endpoints("e0", "10.0.0.1:80")) // no e
+	fresh := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "fresh"})
+	fresh.Subscribe(resource.EndpointType, []string{"e"}, nil)
+	toldGone(t, fresh, "e")
+	// The silence has acted (fresh was told); 1 s is five times the wait.
+	refuseRemovals(t, moved, time.Now().Add(time.Second))
+}
+
 // A warm-restart file's TP2 name (in variant mode: it has a constrained
 // variant) was never marked unsure on load (persist.go skipped variant-mode
 // names), and a SotW upstream has no first-request declaration (declared)

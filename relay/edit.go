@@ -19,12 +19,16 @@ type viewEdit struct {
 	changed map[string]struct{}
 	globs   map[string]struct{} // the glob collections whose set the upstream answered
 
-	resCopied, absentCopied, unfoundCopied, errsCopied, globsCopied bool
+	// withdrawn holds the versions of unfound names' copies taken for gone
+	// (View.Withdrawn).
+	withdrawn map[string]string
+
+	resCopied, absentCopied, unfoundCopied, withdrawnCopied, errsCopied, globsCopied bool
 }
 
 // editOf starts an edit of v.
 func editOf(v *downstream.View) *viewEdit {
-	return &viewEdit{old: v, res: v.Resources, absent: v.Absent, unfound: v.Unfound, errs: v.Errors, globs: v.AnsweredGlobs}
+	return &viewEdit{old: v, res: v.Resources, absent: v.Absent, unfound: v.Unfound, withdrawn: v.Withdrawn, errs: v.Errors, globs: v.AnsweredGlobs}
 }
 
 // resources returns the edit's own copy of the resources, to change.
@@ -117,6 +121,26 @@ func (e *viewEdit) markUnfound(key string, on bool) {
 		e.unfound[key] = struct{}{}
 	} else {
 		delete(e.unfound, key)
+		e.withdraw(key, "")
+	}
+}
+
+// withdraw records that key, unfound, had a cached copy at version that the
+// relay took for gone (View.Withdrawn), or, with version "", forgets it.
+func (e *viewEdit) withdraw(key, version string) {
+	if e.withdrawn[key] == version {
+		return
+	}
+	if !e.withdrawnCopied {
+		e.withdrawn, e.withdrawnCopied = maps.Clone(e.withdrawn), true
+		if e.withdrawn == nil {
+			e.withdrawn = make(map[string]string)
+		}
+	}
+	if version != "" {
+		e.withdrawn[key] = version
+	} else {
+		delete(e.withdrawn, key)
 	}
 }
 
@@ -156,6 +180,6 @@ func (e *viewEdit) change(key string) {
 // sequence number seq and the changed names, for the caller to publish.
 func (e *viewEdit) view(seq uint64) *downstream.View {
 	v := e.old.Next(seq, e.changed)
-	v.Resources, v.Absent, v.Unfound, v.Errors, v.AnsweredGlobs = e.res, e.absent, e.unfound, e.errs, e.globs
+	v.Resources, v.Absent, v.Unfound, v.Withdrawn, v.Errors, v.AnsweredGlobs = e.res, e.absent, e.unfound, e.withdrawn, e.errs, e.globs
 	return v
 }
