@@ -283,6 +283,9 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.globs, n)
 			delete(st.globsAnswered, n)
 			delete(st.asked, n)
+			// The server forgets an unsubscribed name the first request
+			// declared: its silence on it says nothing any more (Resync).
+			delete(st.declared, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
@@ -302,6 +305,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 						delete(st.known, k)
 					}
 				}
+				st.undeclareUncoveredLocked()
 			case keying.HasParams(n) && !st.wildcard():
 				st.forgetKeyName(n)
 			case !st.wildcard() && keying.IsGlob(n):

@@ -241,3 +241,14 @@ func (c *Client) startResync(server string) {
 		c.cfg.OnResync(reason)
 	}
 }
+
+// undeclareUncoveredLocked drops from the first request's declarations the
+// names the wildcard alone covered once it ends: the server forgets what it
+// holds of them (go-control-plane), so only a new stream can ask.
+func (st *typeState) undeclareUncoveredLocked() {
+	for n := range st.declared {
+		if _, named := st.names[n]; !named && !st.globNamed(n) {
+			delete(st.declared, n)
+		}
+	}
+}
