@@ -441,3 +441,39 @@ func TestDeclaredNameUnsubscribedIsAskedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A name the relay asked the Delta server about on a new stream (Resync)
+// stays in doubt until the server answers it: when that stream ends first
+// — another new stream asks about something else — the next stream's first
+// request declares it again. Otherwise it was asked once, never answered,
+// and never asked again (soak seed 380935: the deletion of a listener a
+// client had brought never reached the relay).
+func TestDoubtOutlivesAStreamThatEndedUnanswered(t *testing.T) {
+	f := &scriptedADS{delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)} // never answers
+	srv := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	rec := &recorder{}
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, ResyncAfter: 100 * time.Millisecond}, rec, srv.Addr())
+	cur, scur := 0, 0
+	c.Subscribe(keying.ListenerType, "l6")
+	srv.NextDelta(t, &cur, keying.ListenerType)
+	rec.nextState(t, &scur, srv.Addr(), true)
+	firstOf := func(stream int64) *discoveryv3.DeltaDiscoveryRequest {
+		return srv.NextRequest(t, &cur, "a new stream's first request", func(r xdstest.Request) bool {
+			return r.StreamID > stream && r.Delta != nil && r.Delta.GetTypeUrl() == keying.ListenerType && r.Delta.GetResponseNonce() == ""
+		}).Delta
+	}
+	if !c.Resync(keying.ListenerType, "l6") {
+		t.Fatal("Resync(l6) = false")
+	}
+	if req := firstOf(1); req.GetInitialResourceVersions()["l6"] == "" {
+		t.Fatalf("the new stream's first request = %v, want l6 declared", req)
+	}
+	c.Subscribe(keying.ListenerType, "x")
+	srv.NextDelta(t, &cur, keying.ListenerType)
+	if !c.Resync(keying.ListenerType, "x") {
+		t.Fatal("Resync(x) = false")
+	}
+	if req := firstOf(2); req.GetInitialResourceVersions()["l6"] == "" {
+		t.Fatalf("the next stream's first request = %v, want l6 declared again: the server never answered it", req)
+	}
+}
