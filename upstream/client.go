@@ -138,8 +138,9 @@ type typeState struct {
 	refetch     bool
 	rejected    bool
 	// doubt (Delta) holds names the relay lacks and asked the server about
-	// (Resync): the next stream's first request declares them; declared
-	// holds the names the current stream's first request declared.
+	// (Resync): each new stream's first request declares them until the
+	// server answers; declared holds the names the current stream's first
+	// request declared.
 	doubt, declared map[string]struct{}
 	// answers (SotW) counts the responses of the type accepted on this
 	// stream; askedAt holds, for each name its requests name, the count
@@ -286,6 +287,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			// The server forgets an unsubscribed name the first request
 			// declared: its silence on it says nothing any more (Resync).
 			delete(st.declared, n)
+			delete(st.doubt, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
