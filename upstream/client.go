@@ -145,8 +145,9 @@ type typeState struct {
 	refetch     bool
 	rejected    bool
 	// doubt (Delta) holds names the relay lacks and asked the server about
-	// (Resync): the next stream's first request declares them; declared
-	// holds the names the current stream's first request declared.
+	// (Resync): each new stream's first request declares them until the
+	// server answers; declared holds the names the current stream's first
+	// request declared.
 	doubt, declared map[string]struct{}
 	// answers (SotW) counts the responses of the type accepted on this
 	// stream; askedAt holds, for each name its requests name, the count
@@ -296,6 +297,10 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 			delete(st.globsAnswered, n)
 			delete(st.asked, n)
 			delete(st.askedAt, n) // subscribed again, it is asked anew (AnsweredSince)
+			// The server forgets an unsubscribed name the first request
+			// declared: its silence on it says nothing any more (Resync).
+			delete(st.declared, n)
+			delete(st.doubt, n)
 			changed = true
 			if n != keying.Wildcard && !st.wildSure && keying.WildcardCapable(typeURL) {
 				if st.dropped == nil {
@@ -315,6 +320,7 @@ func (c *Client) Unsubscribe(typeURL string, names ...string) {
 						delete(st.known, k)
 					}
 				}
+				st.undeclareUncoveredLocked()
 			case keying.HasParams(n) && !st.wildcard():
 				st.forgetKeyName(n)
 			case !st.wildcard() && keying.IsGlob(n):

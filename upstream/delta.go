@@ -370,6 +370,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 	}
 	st.heardLocked(resources)
 	st.confirmedLocked(resp)
+	st.answeredDoubtLocked(resp)
 	u := Update{
 		Server:          server,
 		TypeURL:         typeURL,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -390,5 +391,89 @@ func TestDeltaForgottenMemberConfirmedAsSpelled(t *testing.T) {
 		if slices.Contains(names(u), canon) {
 			return
 		}
+	}
+}
+
+// A name the Delta stream's first request declared is forgotten by the
+// server once the relay unsubscribes it, or the wildcard that covered it
+// (xDS; go-control-plane): subscribed again after the server deleted it, it
+// meets silence, and a new stream must ask for it — the first request's
+// declaration no longer stands, or a client that brought it would keep it
+// for good.
+func TestDeclaredNameUnsubscribedIsAskedAgain(t *testing.T) {
+	for _, sub := range []string{"a", keying.Wildcard} {
+		t.Run(sub, func(t *testing.T) {
+			cp := startControlPlane(t, false)
+			cp.UpdateResources(keying.ListenerType, listener("a"))
+			rec := &recorder{}
+			var declare sync.Once // the relay's cache has a only at the start
+			c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, ResyncAfter: 100 * time.Millisecond,
+				InitialVersions: func(string) map[string]string {
+					var iv map[string]string
+					declare.Do(func() { iv = map[string]string{"a": "v0"} })
+					return iv
+				}}, rec, cp.Addr())
+			c.Subscribe(keying.ListenerType, sub)
+			cur, ucur := 0, 0
+			if req := cp.NextDelta(t, &cur, keying.ListenerType); req.GetInitialResourceVersions()["a"] != "v0" {
+				t.Fatalf("first request = %v, want a declared", req)
+			}
+			if u := rec.nextUpdate(t, &ucur, keying.ListenerType); !slices.Equal(names(u), []string{"a"}) {
+				t.Fatalf("answer = %+v, want a", u)
+			}
+			cp.NextDelta(t, &cur, keying.ListenerType) // ACK
+			c.Unsubscribe(keying.ListenerType, sub)
+			cp.NextDelta(t, &cur, keying.ListenerType)
+			cp.DeleteResources(keying.ListenerType, "a")
+			c.Subscribe(keying.ListenerType, "a")
+			if req := cp.NextDelta(t, &cur, keying.ListenerType); !slices.Equal(req.GetResourceNamesSubscribe(), []string{"a"}) {
+				t.Fatalf("request = %v, want subscribe [a]", req)
+			}
+			if !c.Resync(keying.ListenerType, "a") {
+				t.Fatal("Resync(a) = false: the server, silent on a, is never asked on a new stream")
+			}
+			for {
+				u := rec.nextUpdate(t, &ucur, keying.ListenerType)
+				if slices.Contains(u.Removed, "a") {
+					return
+				}
+			}
+		})
+	}
+}
+
+// A name the relay asked the Delta server about on a new stream (Resync)
+// stays in doubt until the server answers it: when that stream ends first
+// — another new stream asks about something else — the next stream's first
+// request declares it again. Otherwise it was asked once, never answered,
+// and never asked again (soak seed 380935: the deletion of a listener a
+// client had brought never reached the relay).
+func TestDoubtOutlivesAStreamThatEndedUnanswered(t *testing.T) {
+	f := &scriptedADS{delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)} // never answers
+	srv := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	rec := &recorder{}
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, ResyncAfter: 100 * time.Millisecond}, rec, srv.Addr())
+	cur, scur := 0, 0
+	c.Subscribe(keying.ListenerType, "l6")
+	srv.NextDelta(t, &cur, keying.ListenerType)
+	rec.nextState(t, &scur, srv.Addr(), true)
+	firstOf := func(stream int64) *discoveryv3.DeltaDiscoveryRequest {
+		return srv.NextRequest(t, &cur, "a new stream's first request", func(r xdstest.Request) bool {
+			return r.StreamID > stream && r.Delta != nil && r.Delta.GetTypeUrl() == keying.ListenerType && r.Delta.GetResponseNonce() == ""
+		}).Delta
+	}
+	if !c.Resync(keying.ListenerType, "l6") {
+		t.Fatal("Resync(l6) = false")
+	}
+	if req := firstOf(1); req.GetInitialResourceVersions()["l6"] == "" {
+		t.Fatalf("the new stream's first request = %v, want l6 declared", req)
+	}
+	c.Subscribe(keying.ListenerType, "x")
+	srv.NextDelta(t, &cur, keying.ListenerType)
+	if !c.Resync(keying.ListenerType, "x") {
+		t.Fatal("Resync(x) = false")
+	}
+	if req := firstOf(2); req.GetInitialResourceVersions()["l6"] == "" {
+		t.Fatalf("the next stream's first request = %v, want l6 declared again: the server never answered it", req)
 	}
 }

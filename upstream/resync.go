@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
 
 	"github.com/xds-relay/xds-relay/keying"
@@ -206,7 +207,8 @@ func (st *typeState) declareDoubtLocked(iv map[string]string) map[string]string 
 		}
 		iv[n] = askVersion
 	}
-	st.doubt = nil
+	// The doubt stays until the server answers (answeredDoubtLocked): this
+	// stream may end first.
 	st.declared = make(map[string]struct{}, len(iv))
 	for n := range iv {
 		st.declared[n] = struct{}{}
@@ -239,5 +241,27 @@ func (c *Client) startResync(server string) {
 		zap.String("server", server), zap.String("reason", reason))
 	if c.cfg.OnResync != nil {
 		c.cfg.OnResync(reason)
+	}
+}
+
+// undeclareUncoveredLocked drops from the first request's declarations the
+// names the wildcard alone covered once it ends: the server forgets what it
+// holds of them (go-control-plane), so only a new stream can ask.
+func (st *typeState) undeclareUncoveredLocked() {
+	for n := range st.declared {
+		if _, named := st.names[n]; !named && !st.globNamed(n) {
+			delete(st.declared, n)
+		}
+	}
+}
+
+// answeredDoubtLocked ends the doubt of the names a Delta response carries
+// or removes: the server has answered what a first request asked.
+func (st *typeState) answeredDoubtLocked(resp *discoveryv3.DeltaDiscoveryResponse) {
+	for _, r := range resp.GetResources() {
+		delete(st.doubt, r.GetName())
+	}
+	for _, n := range resp.GetRemovedResources() {
+		delete(st.doubt, n)
 	}
 }
