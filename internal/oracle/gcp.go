@@ -47,6 +47,7 @@ type gcpStreamID struct {
 type gcpPending struct {
 	node    string
 	pending map[string][]pendingIndex
+	names   map[string][]string // SotW: by type, the names the last request subscribed
 }
 
 // worldKey is the one snapshot key every node maps to.
@@ -259,6 +260,7 @@ func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 	return xdsserver.CallbackFuncs{
 		StreamRequestFunc: func(id int64, req *discoverypb.DiscoveryRequest) error {
 			g.request(u, gcpStreamID{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
+			g.subscribedSotW(u, id, req.GetTypeUrl(), req.GetResourceNames())
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoverypb.DiscoveryRequest, resp *discoverypb.DiscoveryResponse) {
@@ -272,6 +274,7 @@ func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoverypb.DeltaDiscoveryRequest) error {
 			g.request(u, gcpStreamID{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
+			g.untold(u, gcpStreamID{delta: true, id: id}, req.GetTypeUrl(), req.GetResourceNamesUnsubscribe())
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoverypb.DeltaDiscoveryRequest, resp *discoverypb.DeltaDiscoveryResponse) {
@@ -315,6 +318,51 @@ func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeUR
 		u.mu.Unlock()
 		return
 	}
+}
+
+// subscribedSotW records the names a SotW request of typeURL subscribes and
+// forgets what the relay was told of those it drops (Upstream.untoldLocked),
+// unless the wildcard covers them: "*", or no names for LDS and CDS.
+func (g *gcpServer) subscribedSotW(u *Upstream, id int64, typeURL string, names []string) {
+	g.mu.Lock()
+	p := g.stream(gcpStreamID{id: id})
+	was := p.names[typeURL]
+	if p.names == nil {
+		p.names = map[string][]string{}
+	}
+	p.names[typeURL] = names
+	g.mu.Unlock()
+	if slices.Contains(names, keying.Wildcard) || len(names) == 0 && keying.WildcardCapable(typeURL) {
+		return
+	}
+	now := make(map[string]bool, len(names))
+	for _, n := range names {
+		now[n] = true
+	}
+	var dropped []string
+	for _, n := range was {
+		if !now[n] {
+			dropped = append(dropped, n)
+		}
+	}
+	g.untold(u, gcpStreamID{id: id}, typeURL, dropped)
+}
+
+// untold forgets what stream id's relay scope was told of names of typeURL,
+// which it unsubscribed (Upstream.untoldLocked).
+func (g *gcpServer) untold(u *Upstream, id gcpStreamID, typeURL string, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.stream(id)
+	if instanceOf(p.node) == "" {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.untoldLocked(p.node, typeURL, names)
 }
 
 // response records a response about to be sent: its version names the
