@@ -178,4 +178,13 @@ func TestToldForgottenOnceTheRelayUnsubscribes(t *testing.T) {
 	if _, told := g.ToldAt("relay-B5", keying.RouteType, "r7"); told {
 		t.Error("r7 still counts as told to relay-B5 after it unsubscribed r7 from go-control-plane")
 	}
+	// go-control-plane answers the request without names as a legacy
+	// wildcard; the relay, which subscribes nothing of the type, ignores the
+	// answer and ACKs it all the same (seed 371205 on replay).
+	cb.StreamResponseFunc(context.Background(), 1, req, &discoverypb.DiscoveryResponse{TypeUrl: keying.RouteType,
+		VersionInfo: "i0", Nonce: "2", Resources: []*anypb.Any{r7}})
+	_ = cb.StreamRequestFunc(1, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, VersionInfo: "i0", ResponseNonce: "2"})
+	if _, told := g.ToldAt("relay-B5", keying.RouteType, "r7"); told {
+		t.Error("r7 counts as told to relay-B5 by its ACK of an answer to no subscription of r7, which it ignored")
+	}
 }
