@@ -109,6 +109,24 @@ func (s *ustream) ackedLocked(typeURL, nonce string, nack bool) {
 	}
 }
 
+// untoldDroppedLocked forgets what the relay was told of the names in was
+// that are not in now, unless the wildcard still covers them (wild): it
+// unsubscribed them (Upstream.untoldLocked). Called with s.mu held.
+func (s *ustream) untoldDroppedLocked(typeURL string, was, now map[string]string, wild bool) {
+	if wild || instanceOf(s.node) == "" {
+		return
+	}
+	var dropped []string
+	for k := range was {
+		if _, ok := now[k]; !ok {
+			dropped = append(dropped, k)
+		}
+	}
+	s.u.mu.Lock()
+	defer s.u.mu.Unlock()
+	s.u.untoldLocked(s.node, typeURL, dropped)
+}
+
 // noteAuthority notes, from the first name the stream subscribes, which
 // authority's names it serves: the relay's stream of the default servers
 // subscribes the wildcard and plain names, that of an authority its
@@ -206,6 +224,7 @@ func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
 	} else if keying.WildcardCapable(t) && !st.named {
 		wild = true
 	}
+	s.untoldDroppedLocked(t, st.keys, keys, wild)
 	changed := !st.requested || wild != st.wildcard || !mapsEqual(keys, st.keys)
 	st.requested, st.wildcard, st.keys = true, wild, keys
 	if s.u.quietAfterNACK(req.GetErrorDetail() != nil, changed) {
@@ -321,6 +340,7 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 		st.keys[locatorKey(l)] = l.GetDynamicParameters()[envParam]
 	}
 	unsub := func(k string) {
+		s.untoldDroppedLocked(t, map[string]string{k: ""}, nil, st.wildcard)
 		delete(st.keys, k)
 		delete(st.held, k)
 		delete(st.heldEnv, k)

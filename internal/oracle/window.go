@@ -51,6 +51,19 @@ func (u *Upstream) toldLocked(node string, keys []string) {
 	}
 }
 
+// untoldLocked forgets that relay scope node was told names of typeURL: it
+// unsubscribed them upstream, and may evict them from its cache since (the
+// LRU of unreferenced resources), so that, subscribed again, the upstream's
+// silence may answer "not found yet" like that of a name never heard of.
+// Keyed by instance, as told is: one scope's unsubscription forgets what
+// another may still hold, which only loosens notFoundYet. Called with u.mu
+// held.
+func (u *Upstream) untoldLocked(node, typeURL string, names []string) {
+	for _, n := range names {
+		delete(u.told[instanceOf(node)], typeURL+" "+n)
+	}
+}
+
 // toldKeys returns "type name" of each resource resp carries.
 func toldKeys(resp proto.Message) []string {
 	var out []string

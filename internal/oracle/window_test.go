@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"context"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -9,6 +10,7 @@ import (
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/keying"
 )
@@ -115,5 +117,74 @@ func TestWindowsPerAuthorityStream(t *testing.T) {
 	}
 	if within(windows, since, "c19", current("c19")) {
 		t.Errorf("relay-A2 may have c19's old content, but the default stream, which alone brings c19, applied the new one (windows %v)", windows)
+	}
+}
+
+// TestToldForgottenOnceTheRelayUnsubscribes: a name the relay unsubscribed
+// upstream may leave its cache (the LRU of unreferenced resources), so what
+// an earlier acknowledged response told it no longer says that it knows the
+// name; subscribed again, the upstream's silence past the does-not-exist
+// time may answer "not found yet" (seed 371205, dims large,gcp,
+// max_unreferenced=2: relay-B5 ACKed EDS c3 at 52.300, its clients left,
+// the name was unsubscribed and evicted; c6 subscribed it again at 58.9,
+// go-control-plane answered the 10,004-name request only after the relay's
+// 600 ms wait, and the run failed with a phantom loss of c3, which c6 never
+// held). Both upstreams: the oracle's own and go-control-plane's callbacks.
+func TestToldForgottenOnceTheRelayUnsubscribes(t *testing.T) {
+	w := newWorld()
+	s := &Snapshot{Res: map[string]map[string][]*Res{}}
+	s.put(newRes(keying.RouteType, "r7", "", &route.RouteConfiguration{Name: "r7"}, nil))
+	w.add(s)
+	u := newUpstream(w, true, false, 1)
+	st := u.open(false, func(proto.Message) error { return nil })
+	node := &corepb.Node{Id: "relay-B1"}
+	st.onSotW(&discoverypb.DiscoveryRequest{Node: node, TypeUrl: keying.RouteType, ResourceNames: []string{"r7"}})
+	st.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: []string{"r7"},
+		VersionInfo: version(s), ResponseNonce: "1"})
+	if _, told := u.ToldAt("relay-B1", keying.RouteType, "r7"); !told {
+		t.Fatal("r7 does not count as told once relay-B1 acknowledged the response that carried it")
+	}
+	st.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, VersionInfo: version(s), ResponseNonce: "1"})
+	if _, told := u.ToldAt("relay-B1", keying.RouteType, "r7"); told {
+		t.Error("r7 still counts as told to relay-B1 after it unsubscribed r7 (SotW), which it may have evicted since")
+	}
+
+	d := u.open(true, func(proto.Message) error { return nil })
+	node3 := &corepb.Node{Id: "relay-B3"}
+	d.onDelta(&discoverypb.DeltaDiscoveryRequest{Node: node3, TypeUrl: keying.RouteType, ResourceNamesSubscribe: []string{"r7"}})
+	d.onDelta(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.RouteType, ResponseNonce: "1"})
+	d.onDelta(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.RouteType, ResourceNamesUnsubscribe: []string{"r7"}})
+	if _, told := u.ToldAt("relay-B3", keying.RouteType, "r7"); told {
+		t.Error("r7 still counts as told to relay-B3 after it unsubscribed r7 (Delta)")
+	}
+
+	g := newUpstream(w, true, false, 1)
+	g.useGCP()
+	cb := g.gcp.callbacks(g)
+	req := &discoverypb.DiscoveryRequest{Node: &corepb.Node{Id: "relay-B5"}, TypeUrl: keying.RouteType, ResourceNames: []string{"r7"}}
+	_ = cb.StreamRequestFunc(1, req)
+	r7, err := anypb.New(&route.RouteConfiguration{Name: "r7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb.StreamResponseFunc(context.Background(), 1, req, &discoverypb.DiscoveryResponse{TypeUrl: keying.RouteType,
+		VersionInfo: "i0", Nonce: "1", Resources: []*anypb.Any{r7}})
+	_ = cb.StreamRequestFunc(1, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: []string{"r7"},
+		VersionInfo: "i0", ResponseNonce: "1"})
+	if _, told := g.ToldAt("relay-B5", keying.RouteType, "r7"); !told {
+		t.Fatal("r7 does not count as told once relay-B5 acknowledged go-control-plane's response that carried it")
+	}
+	_ = cb.StreamRequestFunc(1, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, VersionInfo: "i0", ResponseNonce: "1"})
+	if _, told := g.ToldAt("relay-B5", keying.RouteType, "r7"); told {
+		t.Error("r7 still counts as told to relay-B5 after it unsubscribed r7 from go-control-plane")
+	}
+	// go-control-plane answers the request without names as a legacy
+	// wildcard; the relay, which subscribes nothing of the type, ignores the
+	// answer and ACKs it all the same (seed 371205 on replay).
+	cb.StreamResponseFunc(context.Background(), 1, req, &discoverypb.DiscoveryResponse{TypeUrl: keying.RouteType,
+		VersionInfo: "i0", Nonce: "2", Resources: []*anypb.Any{r7}})
+	_ = cb.StreamRequestFunc(1, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, VersionInfo: "i0", ResponseNonce: "2"})
+	if _, told := g.ToldAt("relay-B5", keying.RouteType, "r7"); told {
+		t.Error("r7 counts as told to relay-B5 by its ACK of an answer to no subscription of r7, which it ignored")
 	}
 }
