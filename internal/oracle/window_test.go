@@ -3,11 +3,13 @@ package oracle
 import (
 	"context"
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -186,5 +188,67 @@ func TestToldForgottenOnceTheRelayUnsubscribes(t *testing.T) {
 	_ = cb.StreamRequestFunc(1, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, VersionInfo: "i0", ResponseNonce: "2"})
 	if _, told := g.ToldAt("relay-B5", keying.RouteType, "r7"); told {
 		t.Error("r7 counts as told to relay-B5 by its ACK of an answer to no subscription of r7, which it ignored")
+	}
+}
+
+// fakeSotW is a client's SotW stream that sends nowhere.
+type fakeSotW struct{}
+
+func (fakeSotW) Send(*discoverypb.DiscoveryRequest) error      { return nil }
+func (fakeSotW) Recv() (*discoverypb.DiscoveryResponse, error) { select {} }
+
+// TestNotFoundYetOnceNoClientWatched: a relay evicts only what none of its
+// clients watches (relay/evict.go), and may then unsubscribe a name without
+// the upstream seeing it: on a new stream that no longer names it, or in
+// one request that drops and adds it again (seed 371205, dims large,gcp:
+// relay-B5's EDS request carried c3 until its stream was replaced by one
+// that did not; c6 subscribed c3 again and go-control-plane answered only
+// after the relay's wait: "not found yet" for a name it had evicted). So
+// "not found yet" is allowed once no client of the relay watched the name
+// after it was last told of it — and refused while one watched it
+// throughout, or once it was told again since.
+func TestNotFoundYetOnceNoClientWatched(t *testing.T) {
+	w := newWorld()
+	s := &Snapshot{Res: map[string]map[string][]*Res{}}
+	s.put(newRes(keying.RouteType, "r7", "", &route.RouteConfiguration{Name: "r7"}, nil))
+	s.put(newRes(keying.RouteType, "r9", "", &route.RouteConfiguration{Name: "r9"}, nil))
+	w.add(s)
+	u := newUpstream(w, true, false, 1)
+	r := &Run{world: w, ups: []*Upstream{u}, relays: []*relaySlot{{id: "relay-B5"}}, clients: map[string]*Client{},
+		log: zap.NewNop()}
+	watch := func(id string) *Client {
+		c := newClient(r, ClientSpec{ID: id})
+		c.streams = map[string]*cstream{"": {sotw: fakeSotW{}, cancel: func() {}}}
+		c.mu.Lock()
+		c.types[keying.RouteType].names["r7"] = true
+		c.requestLocked(keying.RouteType, nil, nil)
+		c.mu.Unlock()
+		return c
+	}
+	relay := func(st *ustream, names ...string) {
+		st.onSotW(&discoverypb.DiscoveryRequest{Node: &corepb.Node{Id: "relay-B5"}, TypeUrl: keying.RouteType,
+			ResourceNames: names})
+		st.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: names,
+			VersionInfo: version(s), ResponseNonce: "1"})
+	}
+	c2 := watch("c2")
+	relay(u.open(false, func(proto.Message) error { return nil }), "r7")
+	time.Sleep(1100 * time.Millisecond) // past notFoundYet's second for an answer in flight
+	c7 := watch("c7")
+	if c7.notFoundYet(keying.RouteType, "r7") {
+		t.Error(`"not found yet" allowed for r7, which c2 watched on relay-B5 throughout since the relay was told of it`)
+	}
+	// Every client leaves; the relay's new stream subscribes r9 only.
+	c2.dropLocked()
+	c7.dropLocked()
+	relay(u.open(false, func(proto.Message) error { return nil }), "r9")
+	c6 := watch("c6")
+	if !c6.notFoundYet(keying.RouteType, "r7") {
+		t.Error(`"not found yet" refused for r7, which no client of relay-B5 watched for a while: the relay may have evicted it`)
+	}
+	// Subscribed again, the relay is told of r7 again: it knows it.
+	relay(u.open(false, func(proto.Message) error { return nil }), "r7", "r9")
+	if c6.notFoundYet(keying.RouteType, "r7") {
+		t.Error(`"not found yet" allowed for r7, which relay-B5 was told of again while c6 watched it`)
 	}
 }
