@@ -41,15 +41,22 @@ func (u *Upstream) toldLocked(node string, keys []string) {
 	}
 	inst := instanceOf(node)
 	if u.told[inst] == nil {
-		u.told[inst] = map[string]time.Time{}
+		u.told[inst] = map[string]toldTimes{}
 	}
 	now := time.Now()
 	for _, k := range keys {
-		if _, ok := u.told[inst][k]; !ok {
-			u.told[inst][k] = now
+		tt, ok := u.told[inst][k]
+		if !ok {
+			tt.first = now
 		}
+		tt.last = now
+		u.told[inst][k] = tt
 	}
 }
+
+// toldTimes is when a relay instance first and last acknowledged a response
+// carrying a name (since it last unsubscribed it: untoldLocked).
+type toldTimes struct{ first, last time.Time }
 
 // untoldLocked forgets that relay scope node was told names of typeURL: it
 // unsubscribed them upstream, and may evict them from its cache since (the
@@ -89,6 +96,15 @@ func toldKeys(resp proto.Message) []string {
 func (u *Upstream) ToldAt(instance, typeURL, name string) (time.Time, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	at, ok := u.told[instance][typeURL+" "+name]
-	return at, ok
+	tt, ok := u.told[instance][typeURL+" "+name]
+	return tt.first, ok
+}
+
+// toldTimesOf returns when relay instance first and last acknowledged a
+// response that carried name of typeURL, and whether it did.
+func (u *Upstream) toldTimesOf(instance, typeURL, name string) (toldTimes, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	tt, ok := u.told[instance][typeURL+" "+name]
+	return tt, ok
 }
