@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -317,7 +318,7 @@ func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeUR
 		u.mu.Lock()
 		u.ackedIndexLocked(p.node, "", typeURL, q.index) // its streams are not told apart by authority
 		if !nack {
-			u.toldLocked(p.node, coveredKeys(q.told, typeURL, covers))
+			u.toldLocked(p.node, coveredKeys(q.told, typeURL, covers), q.sent)
 		}
 		u.mu.Unlock()
 		return
@@ -410,7 +411,7 @@ func (g *gcpServer) response(u *Upstream, id gcpStreamID, resp proto.Message, ty
 	if instanceOf(p.node) == "" {
 		return
 	}
-	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index, toldKeys(resp)})
+	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index, toldKeys(resp), time.Now()})
 	u.mu.Lock()
 	u.sentLocked(p.node, "", typeURL, index)
 	u.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,7 @@ type pendingIndex struct {
 	nonce string
 	index int
 	told  []string
+	sent  time.Time // when queued: the relay applied it no earlier
 }
 
 // ustream is one ADS stream to the Upstream.
@@ -82,7 +84,7 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 		return
 	}
 	st := s.sub(typeURL)
-	st.pending = append(st.pending, pendingIndex{nonce, index, toldKeys(m)})
+	st.pending = append(st.pending, pendingIndex{nonce, index, toldKeys(m), time.Now()})
 	s.u.mu.Lock()
 	defer s.u.mu.Unlock()
 	s.u.sentLocked(s.node, s.auth, typeURL, index)
@@ -102,7 +104,7 @@ func (s *ustream) ackedLocked(typeURL, nonce string, nack bool) {
 		s.u.mu.Lock()
 		s.u.ackedIndexLocked(s.node, s.auth, typeURL, p.index)
 		if !nack {
-			s.u.toldLocked(s.node, p.told)
+			s.u.toldLocked(s.node, p.told, p.sent)
 		}
 		s.u.mu.Unlock()
 		return

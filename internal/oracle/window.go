@@ -34,8 +34,10 @@ func (u *Upstream) ackedIndexLocked(node, auth, typeURL string, index int) {
 // NACK) a response carrying each of keys ("type name", toldKeys): only then
 // has the relay certainly applied it. A response merely queued may still be
 // on its way (behind a large one) or lost with the connection, and a NACKed
-// one is no answer. Called with u.mu held.
-func (u *Upstream) toldLocked(node string, keys []string) {
+// one is no answer. It also records, as the last time the relay was told,
+// when that response was sent: the relay applied it no earlier, and its
+// acknowledgement may be read much later. Called with u.mu held.
+func (u *Upstream) toldLocked(node string, keys []string, sent time.Time) {
 	if len(keys) == 0 {
 		return
 	}
@@ -49,13 +51,16 @@ func (u *Upstream) toldLocked(node string, keys []string) {
 		if !ok {
 			tt.first = now
 		}
-		tt.last = now
+		if sent.After(tt.last) {
+			tt.last = sent
+		}
 		u.told[inst][k] = tt
 	}
 }
 
-// toldTimes is when a relay instance first and last acknowledged a response
-// carrying a name (since it last unsubscribed it: untoldLocked).
+// toldTimes is when a relay instance first acknowledged a response carrying
+// a name, and when the last one it acknowledged was sent (since it last
+// unsubscribed it: untoldLocked).
 type toldTimes struct{ first, last time.Time }
 
 // untoldLocked forgets that relay scope node was told names of typeURL: it
@@ -100,8 +105,8 @@ func (u *Upstream) ToldAt(instance, typeURL, name string) (time.Time, bool) {
 	return tt.first, ok
 }
 
-// toldTimesOf returns when relay instance first and last acknowledged a
-// response that carried name of typeURL, and whether it did.
+// toldTimesOf returns when relay instance was told of name of typeURL
+// (toldTimes), and whether it was.
 func (u *Upstream) toldTimesOf(instance, typeURL, name string) (toldTimes, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()

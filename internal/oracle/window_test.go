@@ -252,3 +252,49 @@ func TestNotFoundYetOnceNoClientWatched(t *testing.T) {
 		t.Error(`"not found yet" allowed for r7, which relay-B5 was told of again while c6 watched it`)
 	}
 }
+
+// TestNotFoundYetFromWhenTheAnswerWasSent: the relay applied a response no
+// earlier than it was sent, but its acknowledgement may be read much later
+// (go-control-plane reads requests between sends of a 10,000-name answer):
+// judged by the time the acknowledgement was read, a client that began to
+// watch the name after the relay applied the response seemed to watch it
+// since before (seed 371205 on replay: relay-B5 applied r5 at 45.724 and
+// then unsubscribed and evicted it, but go-control-plane read the ACK after
+// c6 had subscribed r5 at 47.649).
+func TestNotFoundYetFromWhenTheAnswerWasSent(t *testing.T) {
+	w := newWorld()
+	s := &Snapshot{Res: map[string]map[string][]*Res{}}
+	s.put(newRes(keying.RouteType, "r7", "", &route.RouteConfiguration{Name: "r7"}, nil))
+	s.put(newRes(keying.RouteType, "r9", "", &route.RouteConfiguration{Name: "r9"}, nil))
+	w.add(s)
+	u := newUpstream(w, true, false, 1)
+	r := &Run{world: w, ups: []*Upstream{u}, relays: []*relaySlot{{id: "relay-B5"}}, clients: map[string]*Client{},
+		log: zap.NewNop()}
+	watch := func(id string) *Client {
+		c := newClient(r, ClientSpec{ID: id})
+		c.streams = map[string]*cstream{"": {sotw: fakeSotW{}, cancel: func() {}}}
+		c.mu.Lock()
+		c.types[keying.RouteType].names["r7"] = true
+		c.requestLocked(keying.RouteType, nil, nil)
+		c.mu.Unlock()
+		return c
+	}
+	st := u.open(false, func(proto.Message) error { return nil })
+	node := &corepb.Node{Id: "relay-B5"}
+	c2 := watch("c2")
+	st.onSotW(&discoverypb.DiscoveryRequest{Node: node, TypeUrl: keying.RouteType, ResourceNames: []string{"r7"}})
+	st.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: []string{"r7"},
+		VersionInfo: version(s), ResponseNonce: "1"})
+	time.Sleep(1100 * time.Millisecond) // past notFoundYet's second for an answer in flight
+	c2.dropLocked()
+	// The relay subscribes r9 too: the answer (nonce 2) carries r7 again.
+	st.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: []string{"r7", "r9"},
+		VersionInfo: version(s), ResponseNonce: "1"})
+	time.Sleep(10 * time.Millisecond) // (c6 begins to watch strictly later)
+	c6 := watch("c6")
+	st.onSotW(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: []string{"r7", "r9"},
+		VersionInfo: version(s), ResponseNonce: "2"})
+	if !c6.notFoundYet(keying.RouteType, "r7") {
+		t.Error(`"not found yet" refused for r7, which no client of relay-B5 watched when the relay applied the last answer carrying it`)
+	}
+}
