@@ -270,6 +270,7 @@ func (c *Client) retryLocked(target int) {
 
 // dropLocked closes the client's streams. Called with mu held.
 func (c *Client) dropLocked() {
+	c.run.watches.drop(c)
 	for _, s := range c.streams {
 		s.cancel()
 	}
@@ -329,6 +330,7 @@ func (c *Client) recvLoop(s *cstream, key string) {
 		if err != nil {
 			c.mu.Lock()
 			if !c.closed && c.gen == s.gen {
+				c.run.watches.drop(c) // the relay sees its watches end
 				c.note("stream ended: %v", err)
 				c.retryLocked(c.target)
 			}
@@ -349,6 +351,9 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 	ct := c.types[typeURL]
 	if !ct.sent {
 		ct.since = c.run.windows(c.run.instance(c.target), typeURL)
+	}
+	if !c.spec.REST { // (a REST poll watches only while it lasts)
+		c.run.watches.set(c, c.run.instance(c.target), typeURL, slices.Collect(maps.Keys(ct.names)), ct.wildcard)
 	}
 	var node *corev3.Node
 	if s.first {

@@ -24,7 +24,10 @@
 //     after publishing the content the client holds, or the relay it talks
 //     to may have nothing newer from the upstream than a state without it
 //     (one it had acknowledged when the client's stream asked for the type,
-//     or one sent since: a replica behind);
+//     or one sent since: a replica behind); a name it subscribes and does
+//     not hold is "not found yet" only if the relay may not know it (it
+//     acknowledged no response carrying it a second before, or no client
+//     of it watched the name for a while since: it may have evicted it);
 //   - no invented state: every (name, variant, content) it holds is one the
 //     upstream published, for a variant its parameters select;
 //   - make before break on ADS: nothing it holds refers to a resource it was

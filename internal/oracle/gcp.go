@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -47,6 +48,7 @@ type gcpStreamID struct {
 type gcpPending struct {
 	node    string
 	pending map[string][]pendingIndex
+	names   map[string]map[string]bool // SotW: by type, the names the last request subscribed (nil: the wildcard)
 }
 
 // worldKey is the one snapshot key every node maps to.
@@ -258,7 +260,9 @@ func (g *gcpServer) set(snap *Snapshot) {
 func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 	return xdsserver.CallbackFuncs{
 		StreamRequestFunc: func(id int64, req *discoverypb.DiscoveryRequest) error {
-			g.request(u, gcpStreamID{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
+			covers := sotwCovers(req)
+			g.request(u, gcpStreamID{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil, covers)
+			g.subscribedSotW(u, id, req.GetTypeUrl(), covers)
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoverypb.DiscoveryRequest, resp *discoverypb.DiscoveryResponse) {
@@ -271,7 +275,9 @@ func (g *gcpServer) callbacks(u *Upstream) xdsserver.CallbackFuncs {
 			g.response(u, gcpStreamID{id: id}, resp, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoverypb.DeltaDiscoveryRequest) error {
-			g.request(u, gcpStreamID{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
+			g.request(u, gcpStreamID{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil,
+				nil)
+			g.untold(u, gcpStreamID{delta: true, id: id}, req.GetTypeUrl(), req.GetResourceNamesUnsubscribe())
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoverypb.DeltaDiscoveryRequest, resp *discoverypb.DeltaDiscoveryResponse) {
@@ -294,8 +300,10 @@ func (g *gcpServer) stream(id gcpStreamID) *gcpPending {
 
 // request records a request: the stream's node (only the first request
 // need carry it), and the acknowledgement (ACK or NACK, nack) of the
-// response with nonce and those before it (an ACK: what it carried is told).
-func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeURL, nonce string, nack bool) {
+// response with nonce and those before it (an ACK: what it carried of the
+// names the request subscribes, covers, is told; nil: all of it).
+func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeURL, nonce string, nack bool,
+	covers map[string]bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.stream(id)
@@ -310,11 +318,84 @@ func (g *gcpServer) request(u *Upstream, id gcpStreamID, node *core.Node, typeUR
 		u.mu.Lock()
 		u.ackedIndexLocked(p.node, "", typeURL, q.index) // its streams are not told apart by authority
 		if !nack {
-			u.toldLocked(p.node, q.told)
+			u.toldLocked(p.node, coveredKeys(q.told, typeURL, covers), q.sent)
 		}
 		u.mu.Unlock()
 		return
 	}
+}
+
+// sotwCovers returns the names a SotW request subscribes, nil for the
+// wildcard ("*", or no names for LDS and CDS): what its acknowledgement can
+// tell the relay. A relay that subscribes nothing of a type ignores the
+// response go-control-plane still sends it (as to a legacy wildcard), and
+// ACKs it all the same.
+func sotwCovers(req *discoverypb.DiscoveryRequest) map[string]bool {
+	names := req.GetResourceNames()
+	if slices.Contains(names, keying.Wildcard) || len(names) == 0 && keying.WildcardCapable(req.GetTypeUrl()) {
+		return nil
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = true
+	}
+	return out
+}
+
+// coveredKeys returns the keys ("type name", toldKeys) of typeURL whose name
+// covers holds; all of them when covers is nil.
+func coveredKeys(keys []string, typeURL string, covers map[string]bool) []string {
+	if covers == nil {
+		return keys
+	}
+	var out []string
+	for _, k := range keys {
+		if covers[strings.TrimPrefix(k, typeURL+" ")] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// subscribedSotW records the names a SotW request of typeURL subscribes
+// (covers, sotwCovers) and forgets what the relay was told of those it
+// drops (Upstream.untoldLocked), unless the wildcard covers them.
+func (g *gcpServer) subscribedSotW(u *Upstream, id int64, typeURL string, covers map[string]bool) {
+	g.mu.Lock()
+	p := g.stream(gcpStreamID{id: id})
+	was := p.names[typeURL]
+	if p.names == nil {
+		p.names = map[string]map[string]bool{}
+	}
+	p.names[typeURL] = covers
+	g.mu.Unlock()
+	if covers == nil {
+		return
+	}
+	var dropped []string
+	for n := range was {
+		if !covers[n] {
+			dropped = append(dropped, n)
+		}
+	}
+	g.untold(u, gcpStreamID{id: id}, typeURL, dropped)
+}
+
+// untold forgets what stream id's relay scope was told of names of typeURL,
+// which it unsubscribed (Upstream.untoldLocked).
+func (g *gcpServer) untold(u *Upstream, id gcpStreamID, typeURL string, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.stream(id)
+	if instanceOf(p.node) == "" {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.untoldLocked(p.node, typeURL, names)
 }
 
 // response records a response about to be sent: its version names the
@@ -330,7 +411,7 @@ func (g *gcpServer) response(u *Upstream, id gcpStreamID, resp proto.Message, ty
 	if instanceOf(p.node) == "" {
 		return
 	}
-	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index, toldKeys(resp)})
+	p.pending[typeURL] = append(p.pending[typeURL], pendingIndex{nonce, index, toldKeys(resp), time.Now()})
 	u.mu.Lock()
 	u.sentLocked(p.node, "", typeURL, index)
 	u.mu.Unlock()

@@ -138,14 +138,16 @@ func (c *Client) accept(t string, it item) (*held, bool) {
 
 // notFoundYet reports whether the relay may not yet have heard of name
 // of t from its upstreams: it had acknowledged no response carrying it a
-// second before now (Upstream.ToldAt). A loaded
+// second before now (Upstream.ToldAt), or no client of it watched the name
+// for a while since it last did (watchBook: it may have evicted it). A loaded
 // machine may delay the upstream's first answer past the relay's
 // does-not-exist time (seeds 190025, 181215, 140161); the second covers an
 // answer sent while the relay's timer was firing.
 func (c *Client) notFoundYet(t, name string) bool {
 	inst := c.run.instance(c.target)
 	for _, u := range c.run.ups {
-		if at, ok := u.ToldAt(inst, t, name); ok && time.Since(at) > time.Second {
+		tt, ok := u.toldTimesOf(inst, t, name)
+		if ok && time.Since(tt.first) > time.Second && !c.run.watches.unwatchedAfter(inst, t, name, tt.last) {
 			return false
 		}
 	}

@@ -155,6 +155,8 @@ type Run struct {
 	dir    string
 	log    *zap.Logger
 
+	watches watchBook // what the clients watch, per relay instance
+
 	mu       sync.Mutex
 	clients  map[string]*Client
 	failures []string

@@ -38,7 +38,7 @@ type Upstream struct {
 	rng     *rand.Rand
 	streams map[*ustream]struct{}
 	sent    map[streamScope]map[string]*window // a relay scope's streams of one authority → type → what they told it
-	told    map[string]map[string]time.Time    // relay instance → "type name" → first sent
+	told    map[string]map[string]toldTimes    // relay instance → "type name" → when acknowledged
 	faults                                     // silences and invalid responses (Dims)
 	gcp     *gcpServer                         // go-control-plane serves instead (Dims.GCP)
 }
@@ -71,7 +71,7 @@ func (w window) carries(name string) bool {
 
 func newUpstream(w *World, ordered, forgetful bool, seed uint64) *Upstream {
 	return &Upstream{world: w, ordered: ordered, forgetful: forgetful, rng: rand.New(rand.NewPCG(seed, 3)),
-		streams: map[*ustream]struct{}{}, sent: map[streamScope]map[string]*window{}, told: map[string]map[string]time.Time{}}
+		streams: map[*ustream]struct{}{}, sent: map[streamScope]map[string]*window{}, told: map[string]map[string]toldTimes{}}
 }
 
 // start serves on addr (port 0 the first time, the same address on a

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,7 @@ type pendingIndex struct {
 	nonce string
 	index int
 	told  []string
+	sent  time.Time // when queued: the relay applied it no earlier
 }
 
 // ustream is one ADS stream to the Upstream.
@@ -82,7 +84,7 @@ func (s *ustream) releaseLocked(m proto.Message, typeURL, nonce string, index in
 		return
 	}
 	st := s.sub(typeURL)
-	st.pending = append(st.pending, pendingIndex{nonce, index, toldKeys(m)})
+	st.pending = append(st.pending, pendingIndex{nonce, index, toldKeys(m), time.Now()})
 	s.u.mu.Lock()
 	defer s.u.mu.Unlock()
 	s.u.sentLocked(s.node, s.auth, typeURL, index)
@@ -102,11 +104,29 @@ func (s *ustream) ackedLocked(typeURL, nonce string, nack bool) {
 		s.u.mu.Lock()
 		s.u.ackedIndexLocked(s.node, s.auth, typeURL, p.index)
 		if !nack {
-			s.u.toldLocked(s.node, p.told)
+			s.u.toldLocked(s.node, p.told, p.sent)
 		}
 		s.u.mu.Unlock()
 		return
 	}
+}
+
+// untoldDroppedLocked forgets what the relay was told of the names in was
+// that are not in now, unless the wildcard still covers them (wild): it
+// unsubscribed them (Upstream.untoldLocked). Called with s.mu held.
+func (s *ustream) untoldDroppedLocked(typeURL string, was, now map[string]string, wild bool) {
+	if wild || instanceOf(s.node) == "" {
+		return
+	}
+	var dropped []string
+	for k := range was {
+		if _, ok := now[k]; !ok {
+			dropped = append(dropped, k)
+		}
+	}
+	s.u.mu.Lock()
+	defer s.u.mu.Unlock()
+	s.u.untoldLocked(s.node, typeURL, dropped)
 }
 
 // noteAuthority notes, from the first name the stream subscribes, which
@@ -206,6 +226,7 @@ func (s *ustream) onSotW(req *discoverypb.DiscoveryRequest) {
 	} else if keying.WildcardCapable(t) && !st.named {
 		wild = true
 	}
+	s.untoldDroppedLocked(t, st.keys, keys, wild)
 	changed := !st.requested || wild != st.wildcard || !mapsEqual(keys, st.keys)
 	st.requested, st.wildcard, st.keys = true, wild, keys
 	if s.u.quietAfterNACK(req.GetErrorDetail() != nil, changed) {
@@ -321,6 +342,7 @@ func (s *ustream) onDelta(req *discoverypb.DeltaDiscoveryRequest) {
 		st.keys[locatorKey(l)] = l.GetDynamicParameters()[envParam]
 	}
 	unsub := func(k string) {
+		s.untoldDroppedLocked(t, map[string]string{k: ""}, nil, st.wildcard)
 		delete(st.keys, k)
 		delete(st.held, k)
 		delete(st.heldEnv, k)

@@ -34,20 +34,45 @@ func (u *Upstream) ackedIndexLocked(node, auth, typeURL string, index int) {
 // NACK) a response carrying each of keys ("type name", toldKeys): only then
 // has the relay certainly applied it. A response merely queued may still be
 // on its way (behind a large one) or lost with the connection, and a NACKed
-// one is no answer. Called with u.mu held.
-func (u *Upstream) toldLocked(node string, keys []string) {
+// one is no answer. It also records, as the last time the relay was told,
+// when that response was sent: the relay applied it no earlier, and its
+// acknowledgement may be read much later. Called with u.mu held.
+func (u *Upstream) toldLocked(node string, keys []string, sent time.Time) {
 	if len(keys) == 0 {
 		return
 	}
 	inst := instanceOf(node)
 	if u.told[inst] == nil {
-		u.told[inst] = map[string]time.Time{}
+		u.told[inst] = map[string]toldTimes{}
 	}
 	now := time.Now()
 	for _, k := range keys {
-		if _, ok := u.told[inst][k]; !ok {
-			u.told[inst][k] = now
+		tt, ok := u.told[inst][k]
+		if !ok {
+			tt.first = now
 		}
+		if sent.After(tt.last) {
+			tt.last = sent
+		}
+		u.told[inst][k] = tt
+	}
+}
+
+// toldTimes is when a relay instance first acknowledged a response carrying
+// a name, and when the last one it acknowledged was sent (since it last
+// unsubscribed it: untoldLocked).
+type toldTimes struct{ first, last time.Time }
+
+// untoldLocked forgets that relay scope node was told names of typeURL: it
+// unsubscribed them upstream, and may evict them from its cache since (the
+// LRU of unreferenced resources), so that, subscribed again, the upstream's
+// silence may answer "not found yet" like that of a name never heard of.
+// Keyed by instance, as told is: one scope's unsubscription forgets what
+// another may still hold, which only loosens notFoundYet. Called with u.mu
+// held.
+func (u *Upstream) untoldLocked(node, typeURL string, names []string) {
+	for _, n := range names {
+		delete(u.told[instanceOf(node)], typeURL+" "+n)
 	}
 }
 
@@ -76,6 +101,15 @@ func toldKeys(resp proto.Message) []string {
 func (u *Upstream) ToldAt(instance, typeURL, name string) (time.Time, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	at, ok := u.told[instance][typeURL+" "+name]
-	return at, ok
+	tt, ok := u.told[instance][typeURL+" "+name]
+	return tt.first, ok
+}
+
+// toldTimesOf returns when relay instance was told of name of typeURL
+// (toldTimes), and whether it was.
+func (u *Upstream) toldTimesOf(instance, typeURL, name string) (toldTimes, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	tt, ok := u.told[instance][typeURL+" "+name]
+	return tt, ok
 }
