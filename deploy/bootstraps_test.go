@@ -12,6 +12,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
 	// The extensions the Envoy bootstraps reference in Anys, so that
 	// protojson resolves them.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
