@@ -208,23 +208,7 @@ func (fakeSotW) Recv() (*discoverypb.DiscoveryResponse, error) { select {} }
 // after it was last told of it — and refused while one watched it
 // throughout, or once it was told again since.
 func TestNotFoundYetOnceNoClientWatched(t *testing.T) {
-	w := newWorld()
-	s := &Snapshot{Res: map[string]map[string][]*Res{}}
-	s.put(newRes(keying.RouteType, "r7", "", &route.RouteConfiguration{Name: "r7"}, nil))
-	s.put(newRes(keying.RouteType, "r9", "", &route.RouteConfiguration{Name: "r9"}, nil))
-	w.add(s)
-	u := newUpstream(w, true, false, 1)
-	r := &Run{world: w, ups: []*Upstream{u}, relays: []*relaySlot{{id: "relay-B5"}}, clients: map[string]*Client{},
-		log: zap.NewNop()}
-	watch := func(id string) *Client {
-		c := newClient(r, ClientSpec{ID: id})
-		c.streams = map[string]*cstream{"": {sotw: fakeSotW{}, cancel: func() {}}}
-		c.mu.Lock()
-		c.types[keying.RouteType].names["r7"] = true
-		c.requestLocked(keying.RouteType, nil, nil)
-		c.mu.Unlock()
-		return c
-	}
+	s, u, watch := routesOfRelayB5()
 	relay := func(st *ustream, names ...string) {
 		st.onSotW(&discoverypb.DiscoveryRequest{Node: &corepb.Node{Id: "relay-B5"}, TypeUrl: keying.RouteType,
 			ResourceNames: names})
@@ -262,23 +246,7 @@ func TestNotFoundYetOnceNoClientWatched(t *testing.T) {
 // then unsubscribed and evicted it, but go-control-plane read the ACK after
 // c6 had subscribed r5 at 47.649).
 func TestNotFoundYetFromWhenTheAnswerWasSent(t *testing.T) {
-	w := newWorld()
-	s := &Snapshot{Res: map[string]map[string][]*Res{}}
-	s.put(newRes(keying.RouteType, "r7", "", &route.RouteConfiguration{Name: "r7"}, nil))
-	s.put(newRes(keying.RouteType, "r9", "", &route.RouteConfiguration{Name: "r9"}, nil))
-	w.add(s)
-	u := newUpstream(w, true, false, 1)
-	r := &Run{world: w, ups: []*Upstream{u}, relays: []*relaySlot{{id: "relay-B5"}}, clients: map[string]*Client{},
-		log: zap.NewNop()}
-	watch := func(id string) *Client {
-		c := newClient(r, ClientSpec{ID: id})
-		c.streams = map[string]*cstream{"": {sotw: fakeSotW{}, cancel: func() {}}}
-		c.mu.Lock()
-		c.types[keying.RouteType].names["r7"] = true
-		c.requestLocked(keying.RouteType, nil, nil)
-		c.mu.Unlock()
-		return c
-	}
+	s, u, watch := routesOfRelayB5()
 	st := u.open(false, func(proto.Message) error { return nil })
 	node := &corepb.Node{Id: "relay-B5"}
 	c2 := watch("c2")
@@ -297,4 +265,27 @@ func TestNotFoundYetFromWhenTheAnswerWasSent(t *testing.T) {
 	if !c6.notFoundYet(keying.RouteType, "r7") {
 		t.Error(`"not found yet" refused for r7, which no client of relay-B5 watched when the relay applied the last answer carrying it`)
 	}
+}
+
+// routesOfRelayB5 returns a world of routes r7 and r9, its upstream, and a
+// function that starts a client of relay-B5 watching r7.
+func routesOfRelayB5() (*Snapshot, *Upstream, func(id string) *Client) {
+	w := newWorld()
+	s := &Snapshot{Res: map[string]map[string][]*Res{}}
+	s.put(newRes(keying.RouteType, "r7", "", &route.RouteConfiguration{Name: "r7"}, nil))
+	s.put(newRes(keying.RouteType, "r9", "", &route.RouteConfiguration{Name: "r9"}, nil))
+	w.add(s)
+	u := newUpstream(w, true, false, 1)
+	r := &Run{world: w, ups: []*Upstream{u}, relays: []*relaySlot{{id: "relay-B5"}}, clients: map[string]*Client{},
+		log: zap.NewNop()}
+	watch := func(id string) *Client {
+		c := newClient(r, ClientSpec{ID: id})
+		c.streams = map[string]*cstream{"": {sotw: fakeSotW{}, cancel: func() {}}}
+		c.mu.Lock()
+		c.types[keying.RouteType].names["r7"] = true
+		c.requestLocked(keying.RouteType, nil, nil)
+		c.mu.Unlock()
+		return c
+	}
+	return s, u, watch
 }
