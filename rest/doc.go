@@ -15,9 +15,7 @@
 // rollout rules are those of the gRPC paths. What a node was last sent, its
 // NACKs and a canary's pending verdict are remembered between its polls
 // (bounded LRU), so a NACKed version is not served to it again and a canary
-// reports on its next poll. A node's ended poll stays subscribed until the
-// node polls the type again or a poll timeout passes, so that what it
-// watches (a wildcard, its own scope) does not end between two polls.
+// reports on its next poll.
 //
 // REST-JSON is the one place where the relay decodes resources: JSON needs
 // the message types. The Envoy types linked in types.go are known; a resource

@@ -414,36 +414,3 @@ func TestPollWildcardAnsweredOnceAListedGlobEnds(t *testing.T) {
 
 	wantClusters(t, rr.post(t, "clusters", request("moved", "v-elsewhere")), clusters("c0", m1))
 }
-
-// A poller's subscription outlives its poll until it polls the type again
-// (or a poll timeout passes): REST-JSON has no stream, and a wildcard (or a
-// node's own scope, for a do_not_cache resource) that ended with each poll
-// was fetched anew for each: with a large set that takes longer than a poll,
-// the poller never converged.
-func TestPollSubscriptionOutlivesThePoll(t *testing.T) {
-	first := clusters("c1", "c2")
-	rr := startREST(t, first, 20*time.Second, xdstest.WithConfig(func(c *config.Config) {
-		c.Upstream.Linger = time.Millisecond
-	}))
-	wantClusters(t, rr.post(t, "clusters", request("envoy-1", "")), first)
-	xdstest.Eventually(t, func() bool { return len(rr.DebugClients("envoy-1")) == 0 }, "the poll ended", nil)
-	// Without the poll's lease, the wildcard leaves the upstream a linger
-	// (1 ms) after the poll ended: quiet is far longer.
-	time.Sleep(quiet)
-	if !upstreamWildcard(rr, resource.ClusterType) {
-		t.Fatalf("the wildcard was unsubscribed upstream between two polls: %+v", rr.DebugUpstreams())
-	}
-}
-
-// upstreamWildcard reports whether the relay subscribes typeURL's wildcard
-// upstream.
-func upstreamWildcard(rr *restRelay, typeURL string) bool {
-	for _, u := range rr.DebugUpstreams() {
-		for _, ts := range u.Types {
-			if ts.TypeURL == typeURL && ts.Wildcard {
-				return true
-			}
-		}
-	}
-	return false
-}

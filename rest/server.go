@@ -103,9 +103,6 @@ type memory struct {
 	sent   string // the version of the last 200 answer
 	acked  string // the last version whose ACK was counted (re-polls of it are not ACKs again)
 	nacked string // a version the node rejected: not served to it again
-	// lease is the node's last ended poll of the type, still subscribed
-	// until the node polls again (Server.end).
-	lease *poll
 	// canary is the rollout the last answer carried to this node as a
 	// canary; its verdict comes with the next poll, reported for canaryW.
 	canary  downstream.Rollout
@@ -334,51 +331,18 @@ func (s *Server) start(r *http.Request, req *discoverypb.DiscoveryRequest) (*pol
 	}
 	p.watching = true
 	s.src.Watch(p, p.typeURL, p.change(true))
-	s.unlease(p.mem, nil) // (after the new subscription: nothing it shares leaves in between)
 	return p, nil
 }
 
 // protocolREST is the protocol label of REST polls.
 const protocolREST = "rest"
 
-// end forgets a poll. Its subscription stays, leased, until the node polls
-// the type again or a poll timeout passes: REST-JSON has no stream, and what
-// ended with each poll (a wildcard, the node's own scope) would be fetched
-// upstream anew for each, never in time for a large set.
+// end unsubscribes a poll and forgets it.
 func (s *Server) end(p *poll) {
-	if !p.watching {
-		s.cancel(p)
-		return
+	if p.watching {
+		s.src.Watch(p, p.typeURL, p.change(false))
 	}
-	s.forget(p)
-	s.mu.Lock()
-	old := p.mem.lease
-	p.mem.lease = p
-	s.mu.Unlock()
-	if old != nil {
-		s.release(old)
-	}
-	time.AfterFunc(s.opts.PollTimeout, func() { s.unlease(p.mem, p) })
-}
-
-// unlease ends the lease of mem's node on the type, if it is still p's (nil:
-// any): the node polls it again with a subscription of its own.
-func (s *Server) unlease(mem *memory, p *poll) {
-	s.mu.Lock()
-	old := mem.lease
-	if old == nil || (p != nil && old != p) {
-		s.mu.Unlock()
-		return
-	}
-	mem.lease = nil
-	s.mu.Unlock()
-	s.release(old)
-}
-
-// release unsubscribes an ended poll and ends its binding.
-func (s *Server) release(p *poll) {
-	s.src.Watch(p, p.typeURL, p.change(false))
-	s.src.Cancel(p)
+	s.cancel(p)
 }
 
 // cancel ends a poll's binding and forgets it.
