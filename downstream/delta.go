@@ -113,9 +113,11 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 				delete(ts.names, n)
 				delete(ts.wrapped, n)
 				delete(ts.holdsTP2, n)
-				// The client drops what it unsubscribed; if the wildcard still
-				// covers it, the answer to the unsubscription resends it.
+				// The client drops what it unsubscribed, brought from
+				// elsewhere or not; if the wildcard still covers it, the
+				// answer to the unsubscription resends it.
 				delete(ts.holds, n)
+				delete(ts.initial, n)
 				remove = append(remove, n)
 			}
 		}
@@ -129,6 +131,7 @@ func (st *stream) subscribeDelta(ts *typeState, typeURL string, req *discoverypb
 			for n := range ts.holds {
 				if _, named := ts.names[n]; !named {
 					delete(ts.holds, n)
+					delete(ts.initial, n)
 					ts.unwild = append(ts.unwild, n)
 				}
 			}

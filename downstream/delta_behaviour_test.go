@@ -73,6 +73,42 @@ func TestDeltaRemovalAndUnsubscribe(t *testing.T) {
 	c.ExpectNoResponse(quiet)
 }
 
+// xDS Delta: a client that brought a version of a from elsewhere
+// (initial_resource_versions) is not sent the View's unsure copy (no
+// rollback); once it unsubscribes a it holds none, and subscribed again it
+// is sent a like any new subscriber — at the latest once the upstream
+// confirms a. It was never sent: its unsubscription left a marked as
+// brought from elsewhere, so the resubscription was withheld as a rollback,
+// then dropped as settled since the client held nothing.
+func TestDeltaResubscribedAfterBroughtGetsTheName(t *testing.T) {
+	src := newFakeSource()
+	rs := map[string]*downstream.Resource{"a": resource("a", "a1")}
+	src.publishView(keying.ClusterType, rs, map[string]struct{}{"a": {}})
+	src.publish(keying.EndpointType, map[string]string{"e1": "e1", "e2": "e2"})
+	c := xdstest.DialDelta(t, start(t, src), testNode)
+
+	// The stream handles requests in order: the answer of an EDS
+	// subscription comes after whatever the CDS requests before it queued.
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a"},
+		InitialResourceVersions: map[string]string{"a": "a-from-elsewhere"}})
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.EndpointType, ResourceNamesSubscribe: []string{"e1"}})
+	if r := c.MustRecv(); r.GetTypeUrl() != keying.EndpointType {
+		t.Fatalf("%v sent while a is unsure: it could roll the client back", names(r))
+	}
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesUnsubscribe: []string{"a"}})
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNamesSubscribe: []string{"a"}})
+	c.Send(&discoverypb.DeltaDiscoveryRequest{TypeUrl: keying.EndpointType, ResourceNamesSubscribe: []string{"e2"}})
+	var got []string
+	for r := c.MustRecv(); r.GetTypeUrl() != keying.EndpointType; r = c.MustRecv() {
+		got = append(got, names(r)...)
+	}
+	src.publishView(keying.ClusterType, rs, nil) // the upstream confirms a
+	if len(got) == 0 {
+		got = names(c.MustRecv())
+	}
+	wantNames(t, "resources after the resubscription", got, []string{"a"})
+}
+
 // xDS Delta: "*" subscribes to every resource of the type; a change sends
 // only what changed.
 func TestDeltaWildcardSendsOnlyChanges(t *testing.T) {
