@@ -167,7 +167,7 @@ func revertView(v *downstream.View, accepted map[string]*downstream.Resource, ro
 			if res == nil {
 				res = maps.Clone(v.Resources)
 			}
-			res[n] = accepted[n]
+			res[n] = reverted(accepted[n], cur)
 		}
 	}
 	if res == nil {
@@ -176,6 +176,20 @@ func revertView(v *downstream.View, accepted map[string]*downstream.Resource, ro
 	rv := v.Next(v.Seq, v.Changed)
 	rv.Resources = res
 	return rv
+}
+
+// reverted returns the accepted content of a name where its rolled-out copy
+// cur stands: from cur's upstream and listed as cur is. Which servers speak
+// for the name, and whether the default servers list it in the wildcard
+// set, is their current word, not part of the change rolled out.
+func reverted(acc, cur *downstream.Resource) *downstream.Resource {
+	plain := acc.Key == "" || acc.Key == acc.Name
+	if !plain || (acc.Authority == cur.Authority && acc.Listed == cur.Listed) {
+		return acc
+	}
+	c := acc.WithListed(cur.Listed)
+	c.Authority = cur.Authority
+	return c
 }
 
 // Report implements downstream.Rollout. A verdict on responses that carried

@@ -331,6 +331,8 @@ var regressions = []struct {
 		"a SotW CDS client that moved to a replica named c1 plainly while another client's c1{env=prod} kept the name in TP2 variant mode, and the upstream had no default variant: the Delta upstream's removed_resources of c1 dropped only the (missing) unconstrained variant and never recorded the plain name absent, so the client, held until the relay had the upstream's word on c1, waited for good (fails every run before the fix; relay's TestTP2PlainNameGoneInVariantModeAnswersClientFromElsewhere always)"},
 	{440797, wholeSchedule(44),
 		"a gRPC Delta client that came back to a replica bringing c12 (do_not_cache), unsubscribed it and subscribed it again was never sent it: the stream still took c12 for brought from elsewhere, withheld the own scope's unsure copy as a rollback, and dropped the withheld name as settled once the upstream confirmed it, the client holding nothing (fails 5 of 6 runs before the fix; downstream's TestDeltaResubscribedAfterBroughtGetsTheName always)"},
+	{462738, wholeSchedule(43),
+		"a wildcard Delta Envoy, a canary of a glob member's new version that its authority sent, rejected the response that carried it (a bad cluster beside it): the halted rollout put back the accepted copy as it stood when the authority sent it, before the default servers listed the member, so unlisted, and the client was told the member was gone while both servers had it (phantom loss; fails 11 of 83 runs before the fix; relay's TestHaltedRolloutKeepsTheListing always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -353,13 +355,13 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
 	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
-	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn, 440797: drawn}
+	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn, 440797: drawn, 462738: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
 var foundForgetful = map[uint64]bool{800326: true, 1300250: true, 1701006: true, 4101837: true, 5100472: true, 2019: true, 4010: true,
 	6221: true, 81451: true, 80719: true, 5016: true, 5261: true, 5490: true, 5497: true, 5585: true,
-	160673: true, 160079: true, 180443: true, 180351: true, 190215: true, 221355: true, 260000: true, 440797: true}
+	160673: true, 160079: true, 180443: true, 180351: true, 190215: true, 221355: true, 260000: true, 440797: true, 462738: true}
 
 // wholeSchedule returns the step numbers 0..n-1: a whole generated schedule.
 func wholeSchedule(n int) []int {
