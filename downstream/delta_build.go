@@ -32,6 +32,7 @@ type deltaBuilder struct {
 	removed []string
 	errs    []*ResourceError
 	swapped []removal // TP2: variants replaced by another variant sent now
+	refs    *refSet   // what the client refers to of the type, once read (withholdReferenced)
 }
 
 // build looks at every name the change concerns and encodes the response,
@@ -160,7 +161,7 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 		// by the resource or by its removal.
 		b.removed = append(b.removed, n)
 	case covered && ofDefault(n):
-		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.st.withholdReferenced(ts, v, n) {
+		if _, held := ts.holds[n]; held && b.st.checkRemoval(ts, v, n) && !b.withholdReferenced(n) {
 			b.drop(n)
 		}
 	case ts.wildcard && plainKey:
@@ -168,7 +169,7 @@ func (b *deltaBuilder) consider(n string, forced bool) {
 		// default servers' whole set no longer lists it (Resource.Listed),
 		// or no longer has it at all — their word on what the wildcard
 		// covers, not on the name.
-		if _, held := ts.holds[n]; held && b.unlisted(n) && !b.st.withholdReferenced(ts, v, n) {
+		if _, held := ts.holds[n]; held && b.unlisted(n) && !b.withholdReferenced(n) {
 			b.drop(n)
 		}
 	}
@@ -214,7 +215,7 @@ func (b *deltaBuilder) dropGoneMembers(glob string) {
 	}
 	for k := range ts.holds {
 		if _, present := v.Resources[k]; !present && keying.GlobOf(k) == glob &&
-			st.checkRemoval(ts, v, k) && !st.withholdReferenced(ts, v, k) {
+			st.checkRemoval(ts, v, k) && !b.withholdReferenced(k) {
 			b.drop(k)
 		}
 	}
@@ -225,7 +226,7 @@ func (b *deltaBuilder) dropGoneMembers(glob string) {
 func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named bool) {
 	st, ts, v := b.st, b.ts, b.v
 	if e, failed := ts.errorFor(v, n); failed && named && (!present || ts.denied[n] != nil) {
-		if _, held := ts.holds[n]; held && e.NotFound() && st.withholdReferenced(ts, v, n) {
+		if _, held := ts.holds[n]; held && e.NotFound() && b.withholdReferenced(n) {
 			return // make before break: the client still refers to it
 		}
 		// TP3: the error, and for NOT_FOUND also a removal. A transient
@@ -240,7 +241,7 @@ func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named boo
 	} else if present {
 		b.sendIfNew(r)
 	} else if _, held := ts.holds[n]; held {
-		if st.checkRemoval(ts, v, n) && !st.withholdReferenced(ts, v, n) {
+		if st.checkRemoval(ts, v, n) && !b.withholdReferenced(n) {
 			b.drop(n)
 		}
 	} else if named && v.Known(n, false) {
@@ -285,7 +286,7 @@ func (b *deltaBuilder) answerWildcard() bool {
 		}
 		// Another authority's name the wildcard alone gave, cached or not:
 		// the default servers' whole set is the word on it.
-		if (ofDefault(n) && st.checkRemoval(ts, v, n) || !ofDefault(n) && b.unlisted(n)) && !st.withholdReferenced(ts, v, n) {
+		if (ofDefault(n) && st.checkRemoval(ts, v, n) || !ofDefault(n) && b.unlisted(n)) && !b.withholdReferenced(n) {
 			b.drop(n)
 		}
 	}
