@@ -33,6 +33,7 @@ type poll struct {
 	wildcard  bool
 	denied    []*downstream.ResourceError // names the node may not have, by name
 	wake      chan struct{}               // one slot: a View arrived or a rollout resolved
+	trial     downstream.Rollout          // the pending rollout the node is a canary of (memory.trial)
 
 	// owned by the handler goroutine
 	watching bool
@@ -197,6 +198,8 @@ func (p *poll) NotifyRollout(v *downstream.View, r downstream.Rollout, canary bo
 		p.after = v
 	case canary:
 		p.cur, p.canary = v, r
+	case r == p.trial:
+		p.cur = v // the node holds the rollout's versions already: no barrier
 	default:
 		p.barrier, p.barrierView = r, v
 	}
@@ -292,7 +295,7 @@ func (s *Server) respond(w http.ResponseWriter, p *poll, a answer, canary downst
 	s.mu.Lock()
 	p.mem.sent = a.version
 	if canary != nil {
-		p.mem.canary, p.mem.canaryW, p.mem.canarySeq = canary, p, seq
+		p.mem.canary, p.mem.canaryW, p.mem.canarySeq, p.mem.trial = canary, p, seq, canary
 	}
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
