@@ -38,7 +38,10 @@ var errResync = errors.New("upstream: a new stream asks the server about names i
 // was asked about once already since it was subscribed, or for SotW types
 // that are not full state (a response without a name proves nothing, on any
 // stream). New streams start at most once per Config.ResyncAfter: the names
-// in doubt meanwhile are asked together.
+// in doubt meanwhile are asked together. And not while the current stream,
+// itself started to ask, awaits the answer owed to its first request (a new
+// one would ask the same and wait as long): meanwhile Resync reports false,
+// and the new stream asks once the server has answered.
 func (c *Client) Resync(typeURL string, names ...string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,7 +74,18 @@ func (c *Client) Resync(typeURL string, names ...string) bool {
 	if ask {
 		c.resyncLocked(ResyncDoesNotExist)
 	}
-	return ask
+	return ask && !c.awaitsLocked()
+}
+
+// awaitsLocked reports whether the current stream awaits the answer owed to
+// its first request of a type (typeState.owed). Called with c.mu held.
+func (c *Client) awaitsLocked() bool {
+	for _, st := range c.types {
+		if st.owed {
+			return true
+		}
+	}
+	return false
 }
 
 // AnsweredSince reports whether the server may have answered name of
@@ -210,18 +224,20 @@ func (st *typeState) declareDoubtLocked(iv map[string]string) map[string]string 
 	// The doubt stays until the server answers (answeredDoubtLocked): this
 	// stream may end first.
 	st.declared = make(map[string]struct{}, len(iv))
-	for n := range iv {
+	for n, v := range iv {
 		st.declared[n] = struct{}{}
+		st.owed = st.owed || v == askVersion
 	}
 	return iv
 }
 
 // resyncWait returns how long until the due new stream may start (resync),
-// and whether one is due.
+// and whether one is due: not while the current stream awaits an owed
+// answer, whose arrival wakes the sender.
 func (c *Client) resyncWait() (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.resyncDue {
+	if !c.resyncDue || c.awaitsLocked() {
 		return 0, false
 	}
 	at := c.resynced.Add(c.resyncEvery())
