@@ -59,3 +59,32 @@ func TestResyncWaitsForTheAnswerItIsOwed(t *testing.T) {
 		t.Fatalf("the stream after the answer: first request %v, want x declared", req)
 	}
 }
+
+// A server that never sends the answer owed to a new stream's first request
+// (stuck on that stream) holds the next new stream back only for a while:
+// the name that came into doubt meanwhile is asked on a new stream.
+func TestResyncOwedAnswerHoldsBackForAWhile(t *testing.T) {
+	const resyncAfter = 50 * time.Millisecond
+	f := &scriptedADS{delta: make(chan *discoveryv3.DeltaDiscoveryResponse, 4)} // never answers
+	srv := xdstest.StartUpstream(t, xdstest.WithADS(f))
+	rec := &recorder{}
+	c := newClientCfg(t, upstream.Config{Mode: upstream.ModeDelta, ResyncAfter: resyncAfter}, rec, srv.Addr())
+	cur, scur := 0, 0
+	c.Subscribe(keying.ListenerType, "l6")
+	srv.NextDelta(t, &cur, keying.ListenerType)
+	rec.nextState(t, &scur, srv.Addr(), true)
+	if !c.Resync(keying.ListenerType, "l6") {
+		t.Fatal("Resync(l6) = false")
+	}
+	srv.NextRequest(t, &cur, "the second stream's first request", func(r xdstest.Request) bool {
+		return r.StreamID > 1 && r.Delta != nil && r.Delta.GetResponseNonce() == ""
+	})
+	c.Subscribe(keying.ListenerType, "x")
+	srv.NextDelta(t, &cur, keying.ListenerType)
+	c.Resync(keying.ListenerType, "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Wait(ctx, func(s xdstest.Stats) bool { return s.TotalStreams > 2 }); err != nil {
+		t.Fatalf("no new stream asked about x while the server never answered the second stream: %v", err)
+	}
+}
