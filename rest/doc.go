@@ -14,8 +14,8 @@
 // resource_errors, a denied wildcard 403), the TP3 errors and the guarded
 // rollout rules are those of the gRPC paths. What a node was last sent, its
 // NACKs and a canary's pending verdict are remembered between its polls
-// (bounded LRU), so a NACKed version is not served to it again and a canary
-// reports on its next poll.
+// (bounded LRU), so a NACKed version is not served to it again, and a canary
+// reports on its next poll and is not held behind its rollout's barrier.
 //
 // REST-JSON is the one place where the relay decodes resources: JSON needs
 // the message types. The Envoy types linked in types.go are known; a resource

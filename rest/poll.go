@@ -33,6 +33,7 @@ type poll struct {
 	wildcard  bool
 	denied    []*downstream.ResourceError // names the node may not have, by name
 	wake      chan struct{}               // one slot: a View arrived or a rollout resolved
+	trial     downstream.Rollout          // the pending rollout the node is a canary of (memory.trial)
 
 	// owned by the handler goroutine
 	watching bool
@@ -189,14 +190,18 @@ func (p *poll) Notify(v *downstream.View, _ []string) {
 	p.signal()
 }
 
-// NotifyRollout implements downstream.Watcher.
+// NotifyRollout implements downstream.Watcher. One rollout per type runs at
+// a time: a barrier still held is that of a rollout that resolved before r
+// started, settled first so that r is taken as it comes.
 func (p *poll) NotifyRollout(v *downstream.View, r downstream.Rollout, canary bool) {
 	p.mu.Lock()
 	switch {
-	case p.barrier != nil:
+	case p.settleLocked(nil):
 		p.after = v
 	case canary:
 		p.cur, p.canary = v, r
+	case r == p.trial:
+		p.cur = v // the node holds the rollout's versions already: no barrier
 	default:
 		p.barrier, p.barrierView = r, v
 	}
@@ -221,23 +226,34 @@ func (p *poll) signal() {
 func (p *poll) current() (*downstream.View, downstream.Rollout) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.barrier != nil {
-		pending, halted := downstream.ResolveBarrier(p.barrier, p, p.halted)
-		if pending {
-			return p.cur, p.canary // woken when it resolves
-		}
-		p.halted = halted
-		p.cur = p.barrierView
-		if p.after != nil {
-			p.cur = p.after
-		}
-		p.barrier, p.barrierView, p.after = nil, nil, nil
+	if p.settleLocked(p) {
+		return p.cur, p.canary // woken when it resolves
 	}
 	v := p.cur
 	if v != nil {
 		v, _ = downstream.Reverted(v, p.halted)
 	}
 	return v, p.canary
+}
+
+// settleLocked reports whether the poll's barrier is pending (w, unless
+// nil, is woken when it resolves); a resolved one is dropped, and what it
+// held back becomes the View to answer from. Called with mu held.
+func (p *poll) settleLocked(w downstream.Watcher) bool {
+	if p.barrier == nil {
+		return false
+	}
+	pending, halted := downstream.ResolveBarrier(p.barrier, w, p.halted)
+	if pending {
+		return true
+	}
+	p.halted = halted
+	p.cur = p.barrierView
+	if p.after != nil {
+		p.cur = p.after
+	}
+	p.barrier, p.barrierView, p.after = nil, nil, nil
+	return false
 }
 
 // hold answers the poll as soon as there is something new for it, or 304
@@ -292,7 +308,7 @@ func (s *Server) respond(w http.ResponseWriter, p *poll, a answer, canary downst
 	s.mu.Lock()
 	p.mem.sent = a.version
 	if canary != nil {
-		p.mem.canary, p.mem.canaryW, p.mem.canarySeq = canary, p, seq
+		p.mem.canary, p.mem.canaryW, p.mem.canarySeq, p.mem.trial = canary, p, seq, canary
 	}
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")

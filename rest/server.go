@@ -109,6 +109,10 @@ type memory struct {
 	canaryW downstream.Watcher
 	// canarySeq is the Seq of the View that answer was built from.
 	canarySeq uint64
+	// trial is the rollout the node was last a canary of: a poll is a new
+	// watcher, not the canary, and would be sent the accepted versions
+	// behind a barrier while the node holds the rolled-out ones.
+	trial downstream.Rollout
 }
 
 // bodyKey names an encoded answer: a type's resources at one version.
@@ -325,6 +329,7 @@ func (s *Server) start(r *http.Request, req *discoverypb.DiscoveryRequest) (*pol
 	s.m.DownstreamClients.WithLabelValues(protocolREST).Inc()
 
 	p.verdict(req)
+	p.trial = s.trial(p)
 	if err := s.src.Bind(p, node); err != nil {
 		s.cancel(p)
 		return nil, statusError(err)
@@ -332,6 +337,23 @@ func (s *Server) start(r *http.Request, req *discoverypb.DiscoveryRequest) (*pol
 	p.watching = true
 	s.src.Watch(p, p.typeURL, p.change(true))
 	return p, nil
+}
+
+// trial returns the pending rollout p's node is a canary of, if any, and
+// forgets one that resolved.
+func (s *Server) trial(p *poll) downstream.Rollout {
+	s.mu.Lock()
+	r := p.mem.trial
+	s.mu.Unlock()
+	if r == nil || r.State() == downstream.RolloutPending {
+		return r
+	}
+	s.mu.Lock()
+	if p.mem.trial == r {
+		p.mem.trial = nil
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // protocolREST is the protocol label of REST polls.

@@ -147,8 +147,11 @@ type typeState struct {
 	// doubt (Delta) holds names the relay lacks and asked the server about
 	// (Resync): each new stream's first request declares them until the
 	// server answers; declared holds the names the current stream's first
-	// request declared.
+	// request declared. owed: when that request declared names in doubt,
+	// which the server answers for certain; zero once a response of the
+	// type came on this stream.
 	doubt, declared map[string]struct{}
+	owed            time.Time
 	// answers (SotW) counts the responses of the type accepted on this
 	// stream; askedAt holds, for each name its requests name, the count
 	// when the first request naming it was built: a response accepted
@@ -561,7 +564,7 @@ func (c *Client) resetForStreamLocked() {
 		st.confirming, st.reask = nil, nil
 		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
-		st.globSettled, st.answers, st.askedAt = false, 0, nil
+		st.globSettled, st.answers, st.askedAt, st.owed = false, 0, nil, time.Time{}
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/zap"
@@ -323,6 +324,7 @@ func (c *Client) onDeltaResponse(server string, resp *discoveryv3.DeltaDiscovery
 
 	c.mu.Lock()
 	st := c.typeLocked(typeURL)
+	st.owed = time.Time{} // the first request is answered
 	if len(st.names) == 0 {
 		// Not subscribed: ACK and ignore. The server now thinks the relay
 		// holds what it sent — an answer in flight when the wildcard was

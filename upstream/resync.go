@@ -38,7 +38,11 @@ var errResync = errors.New("upstream: a new stream asks the server about names i
 // was asked about once already since it was subscribed, or for SotW types
 // that are not full state (a response without a name proves nothing, on any
 // stream). New streams start at most once per Config.ResyncAfter: the names
-// in doubt meanwhile are asked together.
+// in doubt meanwhile are asked together. And not while the current stream,
+// itself started to ask, awaits the answer owed to its first request (a new
+// one would ask the same and wait as long), for at most owedWait:
+// meanwhile Resync reports false, and the new stream asks once the server
+// has answered.
 func (c *Client) Resync(typeURL string, names ...string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,7 +75,25 @@ func (c *Client) Resync(typeURL string, names ...string) bool {
 	if ask {
 		c.resyncLocked(ResyncDoesNotExist)
 	}
-	return ask
+	return ask && !time.Now().Before(c.owedUntilLocked())
+}
+
+// owedWait bounds how long a stream's owed answer holds new streams back,
+// in units of Config.ResyncAfter: a large first answer takes several on a
+// busy server, and a server stuck on the stream must still be asked anew.
+const owedWait = 10
+
+// owedUntilLocked returns until when the current stream awaits the answer
+// owed to its first request of a type (typeState.owed): zero when none.
+// Called with c.mu held.
+func (c *Client) owedUntilLocked() time.Time {
+	var until time.Time
+	for _, st := range c.types {
+		if u := st.owed.Add(owedWait * c.resyncEvery()); !st.owed.IsZero() && u.After(until) {
+			until = u
+		}
+	}
+	return until
 }
 
 // AnsweredSince reports whether the server may have answered name of
@@ -210,14 +232,18 @@ func (st *typeState) declareDoubtLocked(iv map[string]string) map[string]string 
 	// The doubt stays until the server answers (answeredDoubtLocked): this
 	// stream may end first.
 	st.declared = make(map[string]struct{}, len(iv))
-	for n := range iv {
+	for n, v := range iv {
 		st.declared[n] = struct{}{}
+		if v == askVersion && st.owed.IsZero() {
+			st.owed = time.Now()
+		}
 	}
 	return iv
 }
 
 // resyncWait returns how long until the due new stream may start (resync),
-// and whether one is due.
+// and whether one is due: not before the current stream's owed answer, whose
+// arrival wakes the sender, or its bound.
 func (c *Client) resyncWait() (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -227,6 +253,9 @@ func (c *Client) resyncWait() (time.Duration, bool) {
 	at := c.resynced.Add(c.resyncEvery())
 	if c.resyncNotBefore.After(at) {
 		at = c.resyncNotBefore
+	}
+	if u := c.owedUntilLocked(); u.After(at) {
+		at = u
 	}
 	return time.Until(at), true
 }
