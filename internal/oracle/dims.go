@@ -249,7 +249,7 @@ func (r *Run) mutateDims() []string {
 func (r *Run) configDims(cfg *config.Config) {
 	d := r.sched.Opts.Dims
 	if d.REST {
-		cfg.REST = &config.REST{PollTimeout: restPollTimeout}
+		cfg.REST = &config.REST{PollTimeout: restPollTimeout(d)}
 	}
 	if !d.federated() {
 		return

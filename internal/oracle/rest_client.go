@@ -23,8 +23,18 @@ import (
 )
 
 // restPollTimeout is how long the relays hold a REST poll with nothing new
-// (Dims.REST): short, so that a poller's new subscription goes out soon.
-const restPollTimeout = 300 * time.Millisecond
+// (Dims.REST). A poll of a type that holds a do_not_cache resource is
+// answered from its node's own scope, which is made for the poll and closed
+// with it (relay/nocache.go): every such poll fetches the type upstream
+// again, which in a large world takes longer than a short poll lasts, so
+// that the poller could never be answered. Operators must likewise set
+// rest.poll_timeout above their control plane's time to answer a type.
+func restPollTimeout(d Dims) time.Duration {
+	if d.Large {
+		return 10 * time.Second
+	}
+	return 300 * time.Millisecond
+}
 
 // restStream is a REST-JSON poller of one type, seen by the Client as a
 // SotW stream: Send records the request to poll with, Recv polls until the
