@@ -6,8 +6,11 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -312,4 +315,63 @@ func TestSotWClustersWaitWhileTheRouteIsDoubtful(t *testing.T) {
 	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.ClusterType}) {
 		t.Fatalf("sent %v once r5 is confirmed, want the clusters", got)
 	}
+}
+
+// A SotW client comes back holding l5 → r6 → c1 while the relay's upstream
+// is away: the relay can read none of it, and c1 is not known gone, so the
+// clusters wait. Longer than the relay waits for the upstream's word, the
+// upstream answers: the CDS without c1 before the RDS that moves r6 off it.
+// The clusters wait for the move: the wait for the upstream's word on r6
+// runs from its word on c1, not from the start of the outage.
+func TestSotWClustersFromElsewhereWaitForTheRouteAfterAnOutage(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: wait})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	unreachable := func(typeURL, name string) *View {
+		return &View{TypeURL: typeURL, Seq: 1, Resources: map[string]*Resource{},
+			Errors: map[string]*ResourceError{name: {Name: name, Code: codes.Unavailable, Message: "unreachable"}}}
+	}
+	for _, req := range []*discoverypb.DiscoveryRequest{
+		{TypeUrl: keying.ListenerType, ResourceNames: []string{"l5"}, VersionInfo: "v-elsewhere"},
+		{TypeUrl: keying.RouteType, ResourceNames: []string{"r6"}, VersionInfo: "v-elsewhere"},
+		{TypeUrl: keying.ClusterType, ResourceNames: []string{"c1"}, VersionInfo: "v-elsewhere"},
+	} {
+		if err := st.handleSotW(req); err != nil {
+			t.Fatal(err)
+		}
+		name := req.ResourceNames[0]
+		st.Notify(unreachable(req.TypeUrl, name), []string{name})
+		st.flush()
+	}
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.RouteType}) {
+		t.Fatalf("sent %v while the upstream is away, want r6's error only", got)
+	}
+	time.Sleep(2 * wait) // the upstream stays away
+
+	st.Notify(clustersWithout(t, 2, time.Now()), nil) // c1 is gone
+	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 2, Resources: map[string]*Resource{"l5": resourceOf(t, "l5", listenerOf(t, "l5", "r6"))},
+		Changed: map[string]struct{}{"l5": {}}}, nil)
+	st.Notify(&View{TypeURL: keying.RouteType, Seq: 2, Resources: map[string]*Resource{"r6": resourceOf(t, "r6", routeTo("r6", "c14"))},
+		Changed: map[string]struct{}{"r6": {}}}, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.ListenerType, keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want l5, the move of r6 off c1, then the clusters without c1", got)
+	}
+}
+
+// listenerOf returns a proxyless gRPC listener that takes its routes from
+// route by RDS.
+func listenerOf(t *testing.T, name, route string) *listenerv3.Listener {
+	t.Helper()
+	m, err := anypb.New(&hcmv3.HttpConnectionManager{RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{
+		Rds: &hcmv3.Rds{RouteConfigName: route}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: m}}
 }

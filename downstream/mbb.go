@@ -348,14 +348,25 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 }
 
 // mayLose reports whether the full state b built from v may drop something
-// the client holds: anything, for a client from elsewhere; otherwise what
-// the stream sent that b drops. Called with mu held.
+// the client holds — one that may go (mayGo): losesNothing holds back a
+// response that drops any other, so until one may go no wait for a referrer
+// starts. For a client from elsewhere: anything of the wildcard set, a
+// member of an answered glob or a name it subscribes to; otherwise what the
+// stream sent that b drops. Called with mu held.
 func (ts *typeState) mayLose(v *View, b *body) bool {
 	if ts.fromElsewhere {
-		return true
+		if ts.wildcard {
+			return true
+		}
+		for k := range ts.names {
+			if keying.IsGlob(k) && v.GlobAnswered(k) || !keying.IsGlob(k) && !b.has(k) && ts.mayGo(v, k) {
+				return true
+			}
+		}
+		return false
 	}
 	for k := range ts.holdsKeys {
-		if _, in := b.keys[k]; !in && (ts.subscribes(v, k) || ts.unlistedHeld(v, k)) {
+		if !b.has(k) && (ts.subscribes(v, k) && ts.mayGo(v, k) || ts.unlistedHeld(v, k)) {
 			return true
 		}
 	}

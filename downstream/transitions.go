@@ -32,15 +32,7 @@ import (
 // longer subscribes to, or may not have (denied), may go. Called with mu
 // held.
 func (ts *typeState) losesNothing(v *View, b *body) bool {
-	lost := func(k string) bool {
-		if _, in := b.keys[k]; in {
-			return false
-		}
-		if _, denied := ts.denied[k]; denied {
-			return false
-		}
-		return !v.Gone(k)
-	}
+	lost := func(k string) bool { return !b.has(k) && !ts.mayGo(v, k) }
 	if ts.fromElsewhere {
 		for k := range ts.names {
 			if keying.IsGlob(k) {
@@ -58,6 +50,14 @@ func (ts *typeState) losesNothing(v *View, b *body) bool {
 		}
 	}
 	return true
+}
+
+// mayGo reports whether a full-state response may leave out key, which the
+// stream subscribes to: the View knows it is gone, or the client may not
+// have it (denied). Called with mu held.
+func (ts *typeState) mayGo(v *View, key string) bool {
+	_, denied := ts.denied[key]
+	return denied || v.Gone(key)
 }
 
 // staleIn reports whether v's copy of what the stream subscribes to may be

@@ -417,6 +417,12 @@ type body struct {
 	covered bool               // guarded by mu: and its answer
 }
 
+// has reports whether b carries key.
+func (b *body) has(key string) bool {
+	_, in := b.keys[key]
+	return in
+}
+
 // covers reports whether b carries every key of prev (nil: nothing): a
 // client that holds prev loses nothing with b. The answer for the last prev
 // asked is kept, since the streams of a fleet mostly hold the same body.

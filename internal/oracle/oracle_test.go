@@ -333,6 +333,8 @@ var regressions = []struct {
 		"a gRPC Delta client that came back to a replica bringing c12 (do_not_cache), unsubscribed it and subscribed it again was never sent it: the stream still took c12 for brought from elsewhere, withheld the own scope's unsure copy as a rollback, and dropped the withheld name as settled once the upstream confirmed it, the client holding nothing (fails 5 of 6 runs before the fix; downstream's TestDeltaResubscribedAfterBroughtGetsTheName always)"},
 	{462738, wholeSchedule(43),
 		"a wildcard Delta Envoy, a canary of a glob member's new version that its authority sent, rejected the response that carried it (a bad cluster beside it): the halted rollout put back the accepted copy as it stood when the authority sent it, before the default servers listed the member, so unlisted, and the client was told the member was gone while both servers had it (phantom loss; fails 11 of 83 runs before the fix; relay's TestHaltedRolloutKeepsTheListing always)"},
+	{471451, wholeSchedule(46),
+		"a SotW gRPC client that came back to a restarted replica while the upstream was down, holding l5 -> r6 -> c1, was sent the CDS without c1 (deleted upstream) before the RDS that moved r6 off it: the wait for a route the stream cannot read had started at the first look during the outage, when the CDS carried only c1's UNAVAILABLE error, and was over when the upstream came back (more than AnswerWait later on a loaded machine) and answered CDS before RDS (fails 0 of 155 runs before the fix, 10 of 10 with the quiesce 3 s later, 0 of 20 of those after; downstream's TestSotWClustersFromElsewhereWaitForTheRouteAfterAnOutage always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -355,7 +357,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	190215: "glob,auth-servers,silence,foreign",
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
 	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
-	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn, 440797: drawn, 462738: drawn}
+	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn, 440797: drawn, 462738: drawn, 471451: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
