@@ -244,6 +244,12 @@ func (c *Client) connect(target int) {
 		c.retryLocked(target)
 		return
 	}
+	c.requestAllLocked()
+}
+
+// requestAllLocked sends the first request of every type the client
+// subscribes to on its new streams. Called with mu held.
+func (c *Client) requestAllLocked() {
 	for _, t := range worldTypes {
 		ct := c.types[t]
 		ct.sent, ct.nonce, ct.asked = false, "", true
