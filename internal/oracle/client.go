@@ -119,8 +119,9 @@ type ctype struct {
 	// response repeating the held version is then that answer, no duplicate.
 	resub map[string]bool
 	// since: the relay's windows (see window) when the first request of
-	// the type went out on the current stream: every response on it is
-	// built from a state at least as new as the low it had then.
+	// the type on the current stream was built, just before it went out:
+	// every response on it is built from a state at least as new as the
+	// low it had then.
 	since map[string]window
 }
 
@@ -244,12 +245,25 @@ func (c *Client) connect(target int) {
 		c.retryLocked(target)
 		return
 	}
+	c.requestAllLocked()
+}
+
+// requestAllLocked sends the first request of every type the client
+// subscribes to on its new streams, at once, as Envoy and gRPC do: the relay
+// gives a type not asked for yet a short grace. What the oracle books for
+// each request (seconds for 10,000 names on a loaded machine) is done before
+// the first goes out. Called with mu held.
+func (c *Client) requestAllLocked() {
+	var sends []func()
 	for _, t := range worldTypes {
 		ct := c.types[t]
 		ct.sent, ct.nonce, ct.asked = false, "", true
 		if ct.wildcard || len(ct.names) > 0 || len(ct.globs) > 0 {
-			c.requestLocked(t, nil, nil)
+			sends = append(sends, c.buildLocked(t, nil, nil))
 		}
+	}
+	for _, send := range sends {
+		send()
 	}
 }
 
@@ -344,9 +358,15 @@ func (c *Client) recvLoop(s *cstream, key string) {
 // accepted version and nonce, ACK or NACK; Delta: the change sub/unsub, or
 // an ACK/NACK of nonce). Called with mu held.
 func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...string) {
+	c.buildLocked(typeURL, sub, unsub, nack...)()
+}
+
+// buildLocked books and builds the request requestLocked sends and returns
+// what sends it. Called with mu held, and so is what it returns.
+func (c *Client) buildLocked(typeURL string, sub, unsub []string, nack ...string) (send func()) {
 	s := c.streamFor(typeURL)
 	if s == nil {
-		return
+		return func() {}
 	}
 	ct := c.types[typeURL]
 	if !ct.sent {
@@ -363,8 +383,6 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 	if len(nack) > 0 {
 		detail = &statuspb.Status{Code: 3, Message: nack[0]}
 	}
-	s.send.Lock()
-	defer s.send.Unlock()
 	if s.sotw != nil {
 		req := &discoverypb.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: ct.acked, ResponseNonce: ct.nonce, ErrorDetail: detail}
 		if ct.wildcard && (ct.sent || len(ct.names)+len(ct.globs) > 0 || !keying.WildcardCapable(typeURL)) {
@@ -382,8 +400,7 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 		ct.sent = true
 		c.note("-> %s v=%s n=%s names=%v locators=%d nack=%v", keying.ShortType(typeURL), req.VersionInfo, req.ResponseNonce,
 			req.ResourceNames, len(req.ResourceLocators), detail != nil)
-		_ = s.sotw.Send(req)
-		return
+		return func() { s.sendLocked(func() error { return s.sotw.Send(req) }) }
 	}
 	req := &discoverypb.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResponseNonce: ct.nonce, ErrorDetail: detail}
 	if !ct.sent {
@@ -421,7 +438,15 @@ func (c *Client) requestLocked(typeURL string, sub, unsub []string, nack ...stri
 	c.note("-> %s n=%s sub=%v unsub=%v initial=%d nack=%v", keying.ShortType(typeURL), req.ResponseNonce,
 		append(req.ResourceNamesSubscribe, locNames(req.ResourceLocatorsSubscribe)...),
 		append(req.ResourceNamesUnsubscribe, locNames(req.ResourceLocatorsUnsubscribe)...), len(req.InitialResourceVersions), detail != nil)
-	_ = s.delta.Send(req)
+	return func() { s.sendLocked(func() error { return s.delta.Send(req) }) }
+}
+
+// sendLocked sends a request on the stream with send. Called with the
+// client's mu held.
+func (s *cstream) sendLocked(send func() error) {
+	s.send.Lock()
+	defer s.send.Unlock()
+	_ = send()
 }
 
 func locNames(ls []*discoverypb.ResourceLocator) []string {
