@@ -24,10 +24,9 @@ func (s *state) watchKey(tc *typeCache, key string, id uint64) bool {
 			tc.watchers[key] = ws
 		}
 	}
-	if ws.contains(id) {
+	if !ws.add(id) {
 		return false
 	}
-	ws.add(id)
 	if ws.len() == 1 {
 		s.ref(tc, key)
 	}
@@ -41,10 +40,9 @@ func (s *state) unwatchKey(tc *typeCache, key string, id uint64) bool {
 	if key != keying.Wildcard {
 		ws = tc.watchers[key]
 	}
-	if !ws.contains(id) {
+	if !ws.remove(id) {
 		return false
 	}
-	ws.remove(id)
 	if ws.len() == 0 {
 		if key != keying.Wildcard {
 			delete(tc.watchers, key)
