@@ -375,3 +375,50 @@ func listenerOf(t *testing.T, name, route string) *listenerv3.Listener {
 	}
 	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: m}}
 }
+
+// A SotW Envoy came back holding r5 → c1, which its listener names; the
+// relay's copy of r5 is unsure, so the stream withholds it (no rollback)
+// and cannot read what the client's r5 refers to. The upstream then breaks
+// first: the CDS without c1, then the RDS that confirms r5 moved to c14,
+// both queued before the stream looks, after the relay's wait for the
+// upstream's word is over (a relay busy for seconds on a loaded machine).
+// The clusters wait for the queued route: they went out first, and the
+// client held a route to a cluster it had been told was gone.
+func TestSotWClustersWaitForTheQueuedAnswerOnARouteTheStreamCannotRead(t *testing.T) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	lds := &View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}
+	st.Notify(lds, []string{keying.Wildcard})
+	request(keying.RouteType, "v-elsewhere", "r5") // it holds r5 → c1
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Unsure: map[string]struct{}{"r5": {}},
+		Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st.Notify(rds1, []string{"r5"})
+	request(keying.ClusterType, "v-elsewhere", "*") // it holds c1
+	st.flush()
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.ListenerType}) {
+		t.Fatalf("sent %v, want only the listeners (r5 withheld while unsure, the clusters while r5 is unread)", got)
+	}
+
+	st.Notify(clustersWithout(t, 2, time.Now()), nil)
+	rds2 := rds1.Next(2, map[string]struct{}{"r5": {}})
+	rds2.Unsure = nil // the upstream's word on r5
+	rds2.Resources = map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c14"))}
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the move of r5 to c14, then the clusters without c1", got)
+	}
+}

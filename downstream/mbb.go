@@ -30,8 +30,8 @@ import (
 // may refer to anything, and holds the full state back whole, but only
 // while a listener the client holds names it (or may: one the stream cannot
 // read either) — clients hold a route for their listeners only — and, like
-// every such wait, for as long as the relay waits for the upstream's word
-// (waitsForUnread).
+// every such wait, for as long as the relay waits for the upstream's word,
+// or that word waits in the stream's queue (waitsForUnread).
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
@@ -85,6 +85,18 @@ func anyValue(b []byte) []byte {
 type refSet struct {
 	names   map[string]bool
 	unknown bool
+	// unread holds, by type, the keys of the referrers the stream cannot
+	// read ("": it cannot tell which either).
+	unread map[string][]string
+}
+
+// addUnread records a referrer of type rt at key that the stream cannot read.
+func (rs *refSet) addUnread(rt, key string) {
+	rs.unknown = true
+	if rs.unread == nil {
+		rs.unread = make(map[string][]string)
+	}
+	rs.unread[rt] = append(rs.unread[rt], key)
 }
 
 // has reports whether what the client holds may refer to key.
@@ -109,7 +121,9 @@ func (st *stream) references(typeURL string) refSet {
 		}
 		rts.eachClientResource(func(k string, r *Resource) bool {
 			if r == nil {
-				rs.unknown = rs.unknown || st.unreadableMatters(rt, k)
+				if st.unreadableMatters(rt, k) {
+					rs.addUnread(rt, k)
+				}
 				return true
 			}
 			for _, n := range r.refs(rt)[typeURL] {
@@ -297,7 +311,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	refs := st.references(v.TypeURL)
 	if refs.unknown && ts.mayLose(v, b) {
 		unread[unreadReferrer] = true
-		if st.waitsForUnread(ts, v) {
+		if st.waitsForUnread(ts, v, refs.unread) {
 			return nil, false
 		}
 	}
@@ -378,16 +392,37 @@ func (ts *typeState) mayLose(v *View, b *body) bool {
 const unreadReferrer = ""
 
 // waitsForUnread reports whether a full state that may drop what a
-// referrer the stream cannot read refers to is still held whole: within
-// the reconnect's grace, or within Options.AnswerWait of the stream's first
-// look at it, while the relay may still get the upstream's word on the
-// referrer, or on the listener that names it, and the client the change
-// that lets it go. Past that, nothing tells when the reference goes, and
+// referrer the stream cannot read (unread, by type) refers to is still held
+// whole: within the reconnect's grace, or within Options.AnswerWait of the
+// stream's first look at it, while the relay may still get the upstream's
+// word on the referrer, or on the listener that names it, and the client
+// the change that lets it go; or while that word is queued for the client
+// (unreadQueued). Past that, nothing tells when the reference goes, and
 // holding on would withhold every later update of the type. Called with mu
 // held.
-func (st *stream) waitsForUnread(ts *typeState, v *View) bool {
+func (st *stream) waitsForUnread(ts *typeState, v *View, unread map[string][]string) bool {
 	m := st.noteMissing(ts, v, unreadReferrer)
-	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait
+	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
+}
+
+// unreadQueued reports whether a change queued behind the response concerns
+// a referrer the stream cannot read (unread, by type): the upstream's word
+// on it has come, an upstream that breaks first sends the cluster's removal
+// before the route's move, and the stream looks again once the change is
+// built (releaseWithheld). The queue drains, so the wait ends even when the
+// relay itself was too busy to look before AnswerWait passed. Called with
+// mu held.
+func (st *stream) unreadQueued(unread map[string][]string) bool {
+	for _, it := range st.q.items {
+		for _, k := range unread[it.view.TypeURL] {
+			_, changed := it.names[k]
+			_, forced := it.force[k]
+			if k == "" || changed || forced {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // mayLeave reports whether the reference to key (of v's type), which the
