@@ -352,11 +352,14 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
-	unread := map[string]bool{}
-	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
+	unread, fresh := map[string]bool{}, rechecks{}
+	defer func() {
+		maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] })
+		st.recheckMissing(fresh)
+	}()
 	note := func(k string) missing { // (noted always: the waits run from the removal)
 		unread[k] = true
-		return st.noteMissing(ts, v, k)
+		return ts.noteMissing(v, k, &fresh)
 	}
 	refs := st.references(v.TypeURL)
 	if refs.unknown && ts.mayLose(v, b) && st.waitsForUnread(note(unreadReferrer), refs.unread) {
@@ -491,14 +494,14 @@ func (st *stream) mayLeave(m missing, refs refSet, name string) bool {
 type missing struct{ removed, seen time.Time }
 
 // noteMissing returns when key's removal, as first seen by the stream in v,
-// arrived from upstream and when the stream first saw it. An upstream that
-// sends type by type — ordered, or not — may send the referrer's move just
-// after the removal, and nothing on a SotW stream says whether one is
-// coming, so only a short wait from the removal (not from the reconnect,
-// which may be long past) tells a move from the upstream's own dangling
-// reference. The stream looks again when the waits end. Called with mu
-// held.
-func (st *stream) noteMissing(ts *typeState, v *View, key string) missing {
+// arrived from upstream and when the stream first saw it; when that is now,
+// it notes in rc that the stream looks again when the waits end. An
+// upstream that sends type by type — ordered, or not — may send the
+// referrer's move just after the removal, and nothing on a SotW stream
+// says whether one is coming, so only a short wait from the removal (not
+// from the reconnect, which may be long past) tells a move from the
+// upstream's own dangling reference. Called with mu held.
+func (ts *typeState) noteMissing(v *View, key string, rc *rechecks) missing {
 	m, seen := ts.missingSince[key]
 	if seen {
 		return m
@@ -511,11 +514,34 @@ func (st *stream) noteMissing(ts *typeState, v *View, key string) missing {
 		ts.missingSince = make(map[string]missing)
 	}
 	ts.missingSince[key] = m
-	if wait := time.Until(m.removed.Add(referrerGrace)); wait > 0 {
-		st.recheckAfter(wait)
-	}
-	st.recheckAfter(st.srv.opts.AnswerWait)
+	rc.add(m)
 	return m
+}
+
+// rechecks are when the stream looks again at the keys a full state first
+// lacked in one look (see mayLeave): once for them all, not once per key,
+// each looking at them all.
+type rechecks struct {
+	any   bool      // a key was first missing: its AnswerWait runs from now
+	grace time.Time // when the last removal's grace a key was judged within ends (zero: none)
+}
+
+// add notes a key first missing since m.
+func (rc *rechecks) add(m missing) {
+	rc.any = true
+	if time.Since(m.removed) < referrerGrace {
+		rc.grace = m.removed.Add(referrerGrace)
+	}
+}
+
+// recheckMissing sets the timers of rc. Called with mu held.
+func (st *stream) recheckMissing(rc rechecks) {
+	if !rc.grace.IsZero() {
+		st.recheckAfter(time.Until(rc.grace)) // (at once when already past)
+	}
+	if rc.any {
+		st.recheckAfter(st.srv.opts.AnswerWait)
+	}
 }
 
 // unlistedHeld reports whether the client holds key, a name of another

@@ -24,7 +24,9 @@ const largeWait = 10 * time.Second
 // them: make before break holds the clusters whole while no live upstream
 // confirms the routes (TestSotWClustersWaitWhileTheRouteIsDoubtful), and
 // sends them once it does. A look at the clusters must not ask, for each
-// cluster it cannot read, which route the client holds refers to it.
+// cluster it cannot read, which route the client holds refers to it; nor
+// must the looks again when the removal's grace ends come once per
+// cluster, each going over every cluster withheld.
 func TestSotWManyClustersFromElsewhereWaitForDoubtfulRoutes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -32,6 +34,7 @@ func TestSotWManyClustersFromElsewhereWaitForDoubtfulRoutes(t *testing.T) {
 		quiet   time.Duration // how long no response comes before the routes are confirmed
 	}{
 		{"removed long ago", -time.Minute, referrerGrace / 4},
+		{"confirmed past the grace", 0, 2 * referrerGrace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, rds, next := manyRoutesFromElsewhere(t)
