@@ -117,6 +117,8 @@ func (st *stream) references(typeURL string) refSet {
 	if st.typeURL != "" {
 		return rs
 	}
+	// What the client refers to of routes, read once if needed (unreadableMatters).
+	routed := sync.OnceValue(func() refSet { return st.references(keying.RouteType) })
 	for _, rt := range keying.Referrers(typeURL) {
 		rts := st.types[rt]
 		if rts == nil {
@@ -125,7 +127,7 @@ func (st *stream) references(typeURL string) refSet {
 		}
 		rts.eachClientResource(func(k string, r *Resource) bool {
 			if r == nil {
-				if st.unreadableMatters(rt, k) {
+				if st.unreadableMatters(rt, k, routed) {
 					rs.addUnread(rt, k)
 				}
 				return true
@@ -187,9 +189,10 @@ func mark(set map[string]bool, names ...string) map[string]bool {
 // client holds names it — Envoy and gRPC hold a route for those only — so
 // one that nothing the client holds names, as far as the stream can read
 // it, does not count: waiting on it would withhold the type for as long as
-// the client holds it. Called with mu held.
-func (st *stream) unreadableMatters(rt, key string) bool {
-	return rt != keying.RouteType || key == "" || st.references(rt).has(key)
+// the client holds it. routed returns what the client refers to of routes.
+// Called with mu held.
+func (st *stream) unreadableMatters(rt, key string, routed func() refSet) bool {
+	return rt != keying.RouteType || key == "" || routed().has(key)
 }
 
 // eachClientResource calls f with the key of each resource the client

@@ -2,6 +2,8 @@ package downstream
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,13 +73,78 @@ func TestSotWManyDanglingReferencesFromElsewhere(t *testing.T) {
 	}
 }
 
-// manyRoutesFromElsewhere returns a SotW ADS stream, flushed by the
-// server's sender pool, past its reconnect's grace, whose client came back
-// holding 10,001 routes, r%05d → c%05d, and its clusters from elsewhere:
-// the stream sent it the routes of rds, and it subscribes to every cluster.
-// next returns the next response, failing the test after largeWait and the
-// removal's grace.
+// A SotW client that moved in holding 10,001 routes its listeners name
+// (the stream sent it the listeners; it brought the routes, which the relay
+// holds unconfirmed, so the stream cannot send them) and its clusters, while
+// the relay's clusters lack those the routes name: the clusters wait for
+// the routes (TestSotWCDSWaitsForARouteWithheldFromElsewhere), and go once
+// the routes are confirmed and sent. Each route the stream cannot read must
+// not have it read every listener the client holds.
+func TestSotWManyRoutesFromElsewhereNamedByManyListeners(t *testing.T) {
+	st, next := pooledStream(t)
+	lds := &View{TypeURL: keying.ListenerType, Seq: 1, Complete: true, Resources: map[string]*Resource{}}
+	rds := manyRoutes(t)
+	routes := slices.Sorted(maps.Keys(rds.Resources))
+	for i, r := range routes {
+		l := fmt.Sprintf("l%05d", i)
+		lds.Resources[l] = resourceOf(t, l, listenerOf(t, l, r))
+	}
+	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.ListenerType})
+	st.Notify(lds, []string{keying.Wildcard})
+	st.ack(t, next("the listeners"), nil)
+	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: routes, VersionInfo: "v-elsewhere"})
+	doubtful := rds.Next(2, nil)
+	doubtful.Unconfirmed = map[string]bool{"": true}
+	st.Notify(doubtful, routes)
+	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"*"}, VersionInfo: "v-elsewhere"})
+	st.Notify(clustersWithout(t, 3, time.Now().Add(-time.Minute)), []string{keying.Wildcard})
+	select {
+	case resp := <-st.ss.(*chanRecorder).sent:
+		t.Fatalf("sent %s while the client's routes are unconfirmed", resp.GetTypeUrl())
+	case <-time.After(referrerGrace / 4):
+	}
+
+	start := time.Now()
+	st.Notify(rds.Next(4, nil), nil) // confirmed again, unchanged
+	st.ack(t, next("the routes once confirmed"), routes)
+	if resp := next("the clusters once the routes are sent"); resp.GetTypeUrl() != keying.ClusterType || len(resp.GetResources()) != 1 {
+		t.Fatalf("sent %d %s, want the clusters without those deleted", len(resp.GetResources()), resp.GetTypeUrl())
+	}
+	if took := time.Since(start); took > largeWait {
+		t.Fatalf("the routes and clusters took %v once the routes were confirmed (bound %v)", took.Round(time.Millisecond), largeWait)
+	}
+}
+
+// manyRoutesFromElsewhere returns a SotW ADS stream (pooledStream) whose
+// client came back holding 10,001 routes, r%05d → c%05d, and its clusters
+// from elsewhere: the stream sent it the routes of rds, and it subscribes
+// to every cluster.
 func manyRoutesFromElsewhere(t *testing.T) (st *stream, rds *View, next func(what string) *discoverypb.DiscoveryResponse) {
+	t.Helper()
+	st, next = pooledStream(t)
+	rds = manyRoutes(t)
+	routes := slices.Sorted(maps.Keys(rds.Resources))
+	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: routes, VersionInfo: "v-elsewhere"})
+	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"*"}, VersionInfo: "v-elsewhere"})
+	st.Notify(rds, routes)
+	st.ack(t, next("the routes"), routes)
+	return st, rds, next
+}
+
+// manyRoutes returns a View of 10,001 routes, r%05d → c%05d.
+func manyRoutes(t *testing.T) *View {
+	rds := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{}}
+	for i := range largeWorld {
+		r := fmt.Sprintf("r%05d", i)
+		rds.Resources[r] = resourceOf(t, r, routeTo(r, fmt.Sprintf("c%05d", i)))
+	}
+	return rds
+}
+
+// pooledStream returns a SotW ADS stream flushed by its server's sender
+// pool, past its reconnect's grace. next returns its next response,
+// failing the test after largeWait and a removal's grace.
+func pooledStream(t *testing.T) (st *stream, next func(what string) *discoverypb.DiscoveryResponse) {
 	t.Helper()
 	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: 31 * time.Second})
 	t.Cleanup(srv.Close)
@@ -85,7 +152,7 @@ func manyRoutesFromElsewhere(t *testing.T) (st *stream, rds *View, next func(wha
 	st = &stream{srv: srv, ss: &chanRecorder{sent: sent}, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
 	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
 	t.Cleanup(func() { st.mu.Lock(); st.closed = true; st.mu.Unlock() })
-	next = func(what string) *discoverypb.DiscoveryResponse {
+	return st, func(what string) *discoverypb.DiscoveryResponse {
 		t.Helper()
 		select {
 		case resp := <-sent:
@@ -95,25 +162,21 @@ func manyRoutesFromElsewhere(t *testing.T) (st *stream, rds *View, next func(wha
 			return nil
 		}
 	}
-	rds = &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{}}
-	routes := make([]string, largeWorld)
-	for i := range routes {
-		routes[i] = fmt.Sprintf("r%05d", i)
-		rds.Resources[routes[i]] = resourceOf(t, routes[i], routeTo(routes[i], fmt.Sprintf("c%05d", i)))
+}
+
+// request hands the stream its client's request.
+func (st *stream) request(t *testing.T, req *discoverypb.DiscoveryRequest) {
+	t.Helper()
+	if err := st.handleSotW(req); err != nil {
+		t.Fatal(err)
 	}
-	request := func(req *discoverypb.DiscoveryRequest) {
-		t.Helper()
-		if err := st.handleSotW(req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	request(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: routes, VersionInfo: "v-elsewhere"})
-	request(&discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"*"}, VersionInfo: "v-elsewhere"})
-	st.Notify(rds, routes)
-	resp := next("the routes")
-	request(&discoverypb.DiscoveryRequest{TypeUrl: keying.RouteType, ResourceNames: routes,
+}
+
+// ack hands the stream its client's ACK of resp, subscribed to names.
+func (st *stream) ack(t *testing.T, resp *discoverypb.DiscoveryResponse, names []string) {
+	t.Helper()
+	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: names,
 		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
-	return st, rds, next
 }
 
 // chanRecorder is a SotW stream's client that passes on every response.
