@@ -8,6 +8,7 @@ import (
 	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xds-relay/xds-relay/internal/metrics"
@@ -45,8 +46,8 @@ func TestSotWManyClustersFromElsewhereWaitForDoubtfulRoutes(t *testing.T) {
 			st.Notify(doubtful, nil)
 			st.Notify(clustersWithout(t, rds.Seq+2, time.Now().Add(tc.removed)), []string{keying.Wildcard})
 			select {
-			case resp := <-st.ss.(*chanRecorder).sent:
-				t.Fatalf("sent %s while the routes that refer to the clusters are unconfirmed", resp.GetTypeUrl())
+			case e := <-st.ss.(*chanRecorder).sent:
+				t.Fatalf("sent %s while the routes that refer to the clusters are unconfirmed", decoded(t, e).GetTypeUrl())
 			case <-time.After(tc.quiet):
 			}
 			start := time.Now()
@@ -99,8 +100,8 @@ func TestSotWManyRoutesFromElsewhereNamedByManyListeners(t *testing.T) {
 	st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.ClusterType, ResourceNames: []string{"*"}, VersionInfo: "v-elsewhere"})
 	st.Notify(clustersWithout(t, 3, time.Now().Add(-time.Minute)), []string{keying.Wildcard})
 	select {
-	case resp := <-st.ss.(*chanRecorder).sent:
-		t.Fatalf("sent %s while the client's routes are unconfirmed", resp.GetTypeUrl())
+	case e := <-st.ss.(*chanRecorder).sent:
+		t.Fatalf("sent %s while the client's routes are unconfirmed", decoded(t, e).GetTypeUrl())
 	case <-time.After(referrerGrace / 4):
 	}
 
@@ -148,15 +149,15 @@ func pooledStream(t *testing.T) (st *stream, next func(what string) *discoverypb
 	t.Helper()
 	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: 31 * time.Second})
 	t.Cleanup(srv.Close)
-	sent := make(chan *discoverypb.DiscoveryResponse, 8)
+	sent := make(chan *encoded, 8)
 	st = &stream{srv: srv, ss: &chanRecorder{sent: sent}, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
 	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
 	t.Cleanup(func() { st.mu.Lock(); st.closed = true; st.mu.Unlock() })
 	return st, func(what string) *discoverypb.DiscoveryResponse {
 		t.Helper()
 		select {
-		case resp := <-sent:
-			return resp
+		case e := <-sent:
+			return decoded(t, e)
 		case <-time.After(largeWait + referrerGrace):
 			t.Fatalf("%s: no response for %v", what, largeWait+referrerGrace)
 			return nil
@@ -179,18 +180,66 @@ func (st *stream) ack(t *testing.T, resp *discoverypb.DiscoveryResponse, names [
 		VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
 }
 
-// chanRecorder is a SotW stream's client that passes on every response.
+// chanRecorder is a SotW stream's client that passes on every response as
+// sent (decoded by decoded).
 type chanRecorder struct {
 	recorder[*discoverypb.DiscoveryResponse]
-	sent chan *discoverypb.DiscoveryResponse
+	sent chan *encoded
 }
 
 func (r *chanRecorder) SendMsg(m any) error {
-	e := m.(*encoded)
+	r.sent <- m.(*encoded)
+	return nil
+}
+
+// decoded returns the response e.
+func decoded(t *testing.T, e *encoded) *discoverypb.DiscoveryResponse {
+	t.Helper()
 	resp := &discoverypb.DiscoveryResponse{}
 	if err := proto.Unmarshal(append(append([]byte{}, e.body...), e.nonce...), resp); err != nil {
-		return err
+		t.Fatal(err)
 	}
-	r.sent <- resp
-	return nil
+	return resp
+}
+
+// Proxyless gRPC clients that each subscribe to 10,001 endpoints by xdstp
+// name while no upstream server is reachable each get the relay's 10,001
+// UNAVAILABLE errors. The name of a response in the View's memo must not
+// be built error by error, each copying all the names before it.
+func TestSotWManyErrorsReachEveryClient(t *testing.T) {
+	const clients = 8
+	names := make([]string, largeWorld)
+	eds := &View{TypeURL: keying.EndpointType, Seq: 1, Resources: map[string]*Resource{}, Errors: map[string]*ResourceError{}}
+	for i := range names {
+		names[i] = fmt.Sprintf("xdstp://authority.example/envoy.config.endpoint.v3.ClusterLoadAssignment/service-%05d", i)
+		eds.Errors[names[i]] = &ResourceError{Name: names[i], Code: codes.Unavailable, Message: "unreachable"}
+	}
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New()})
+	t.Cleanup(srv.Close)
+	sent := make(chan *encoded, clients)
+	var streams []*stream
+	for range clients {
+		st := &stream{srv: srv, ss: &chanRecorder{sent: sent}, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+		t.Cleanup(func() { st.mu.Lock(); st.closed = true; st.mu.Unlock() })
+		st.request(t, &discoverypb.DiscoveryRequest{TypeUrl: keying.EndpointType, ResourceNames: names})
+		streams = append(streams, st)
+	}
+	start := time.Now()
+	for _, st := range streams {
+		st.Notify(eds, names)
+	}
+	var got []*encoded
+	for len(got) < clients {
+		select {
+		case e := <-sent:
+			got = append(got, e)
+		case <-time.After(time.Until(start.Add(largeWait))):
+			t.Fatalf("%d of %d clients got their errors within %v", len(got), clients, largeWait)
+		}
+	}
+	for i, e := range got {
+		if n := len(decoded(t, e).GetResourceErrors()); n != largeWorld {
+			t.Fatalf("client %d: %d errors, want %d", i, n, largeWorld)
+		}
+	}
 }
