@@ -79,12 +79,16 @@ func anyValue(b []byte) []byte {
 // refSet is what the client of an ADS stream holds refers to, of one type:
 // the names, and whether it holds a referrer the stream cannot read yet (the
 // client brought it from elsewhere and the cache has not got it), which may
-// refer to any name. Read once for a whole response or pass: a check per
-// name of everything the client holds would cost names × holdings, minutes
-// for a fleet of 10,000 clusters.
+// refer to any name. Of the names, leaving are those a change queued for the
+// client drops a reference to, and doubtful those referred to by a resource
+// whose copy in the relay's latest View no live upstream confirms (see
+// mayLeave). Read once for a whole response or pass: a check per name of
+// everything the client holds would cost names × holdings, minutes for a
+// fleet of 10,000 clusters.
 type refSet struct {
-	names   map[string]bool
-	unknown bool
+	names             map[string]bool
+	unknown           bool
+	leaving, doubtful map[string]bool
 	// unread holds, by type, the keys of the referrers the stream cannot
 	// read ("": it cannot tell which either).
 	unread map[string][]string
@@ -109,10 +113,12 @@ func (rs refSet) has(key string) bool {
 // typeURL; nothing on a per-type stream, whose other types travel
 // elsewhere. Called with mu held.
 func (st *stream) references(typeURL string) refSet {
-	rs := refSet{names: map[string]bool{}}
+	var rs refSet
 	if st.typeURL != "" {
 		return rs
 	}
+	// What the client refers to of routes, read once if needed (unreadableMatters).
+	routed := sync.OnceValue(func() refSet { return st.references(keying.RouteType) })
 	for _, rt := range keying.Referrers(typeURL) {
 		rts := st.types[rt]
 		if rts == nil {
@@ -121,18 +127,60 @@ func (st *stream) references(typeURL string) refSet {
 		}
 		rts.eachClientResource(func(k string, r *Resource) bool {
 			if r == nil {
-				if st.unreadableMatters(rt, k) {
+				if st.unreadableMatters(rt, k, routed) {
 					rs.addUnread(rt, k)
 				}
 				return true
 			}
-			for _, n := range r.refs(rt)[typeURL] {
-				rs.names[n] = true
-			}
+			rs.add(rts, rt, typeURL, r)
 			return true
 		})
 	}
 	return rs
+}
+
+// add notes what r, a resource of rt the client holds (rts), refers to of
+// typeURL, and whether those references may be about to go: a change of r
+// queued for the client drops them (the upstream broke first — a
+// snapshot's CDS without the cluster came before its RDS that moves the
+// route — and r's next response mends it), or the relay's latest copy of r
+// is one no live upstream confirms (View.Doubtful: the upstream may have
+// moved it off them already, and its answer, which notifies the stream,
+// tells).
+func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource) {
+	names := r.refs(rt)[typeURL]
+	rs.names = mark(rs.names, names...)
+	latest := rts.latest
+	if len(names) == 0 || latest == nil {
+		return
+	}
+	if latest.Doubtful(r.key()) {
+		rs.doubtful = mark(rs.doubtful, names...)
+	}
+	if latest == rts.lastView {
+		return // nothing queued since the last response
+	}
+	next, ok := latest.Resources[r.key()]
+	if !ok || next.Root() == r.Root() {
+		return
+	}
+	kept := mark(nil, next.refs(rt)[typeURL]...)
+	for _, n := range names {
+		if !kept[n] {
+			rs.leaving = mark(rs.leaving, n)
+		}
+	}
+}
+
+// mark adds names to set, made when nil, and returns it.
+func mark(set map[string]bool, names ...string) map[string]bool {
+	if set == nil {
+		set = make(map[string]bool, len(names))
+	}
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
 }
 
 // unreadableMatters reports whether a resource of rt the client holds at
@@ -141,9 +189,10 @@ func (st *stream) references(typeURL string) refSet {
 // client holds names it — Envoy and gRPC hold a route for those only — so
 // one that nothing the client holds names, as far as the stream can read
 // it, does not count: waiting on it would withhold the type for as long as
-// the client holds it. Called with mu held.
-func (st *stream) unreadableMatters(rt, key string) bool {
-	return rt != keying.RouteType || key == "" || st.references(rt).has(key)
+// the client holds it. routed returns what the client refers to of routes.
+// Called with mu held.
+func (st *stream) unreadableMatters(rt, key string, routed func() refSet) bool {
+	return rt != keying.RouteType || key == "" || routed().has(key)
 }
 
 // eachClientResource calls f with the key of each resource the client
@@ -306,14 +355,18 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
-	unread := map[string]bool{}
-	defer func() { maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] }) }()
+	unread, fresh := map[string]bool{}, rechecks{}
+	defer func() {
+		maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] })
+		st.recheckMissing(fresh)
+	}()
+	note := func(k string) missing { // (noted always: the waits run from the removal)
+		unread[k] = true
+		return ts.noteMissing(v, k, &fresh)
+	}
 	refs := st.references(v.TypeURL)
-	if refs.unknown && ts.mayLose(v, b) {
-		unread[unreadReferrer] = true
-		if st.waitsForUnread(ts, v, refs.unread) {
-			return nil, false
-		}
+	if refs.unknown && ts.mayLose(v, b) && st.waitsForUnread(note(unreadReferrer), refs.unread) {
+		return nil, false
 	}
 	// The keys the client may hold of a referenced name: the name, or its
 	// subscription keys with TP2 parameters.
@@ -345,8 +398,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 			r = ts.clientResource(k)
 		}
 		if r == nil {
-			unread[k] = true
-			if !st.mayLeave(ts, v, k) {
+			if name, _ := keying.SplitSubscriptionKey(k); !st.mayLeave(note(k), refs, name) {
 				// The stream cannot keep what it cannot read, and the
 				// reference may be the upstream's own for good: holding
 				// the whole type would freeze every later update.
@@ -394,14 +446,13 @@ const unreadReferrer = ""
 // waitsForUnread reports whether a full state that may drop what a
 // referrer the stream cannot read (unread, by type) refers to is still held
 // whole: within the reconnect's grace, or within Options.AnswerWait of the
-// stream's first look at it, while the relay may still get the upstream's
-// word on the referrer, or on the listener that names it, and the client
-// the change that lets it go; or while that word is queued for the client
-// (unreadQueued). Past that, nothing tells when the reference goes, and
-// holding on would withhold every later update of the type. Called with mu
-// held.
-func (st *stream) waitsForUnread(ts *typeState, v *View, unread map[string][]string) bool {
-	m := st.noteMissing(ts, v, unreadReferrer)
+// stream's first look at it (m), while the relay may still get the
+// upstream's word on the referrer, or on the listener that names it, and
+// the client the change that lets it go; or while that word is queued for
+// the client (unreadQueued). Past that, nothing tells when the reference
+// goes, and holding on would withhold every later update of the type.
+// Called with mu held.
+func (st *stream) waitsForUnread(m missing, unread map[string][]string) bool {
 	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
 }
 
@@ -425,43 +476,19 @@ func (st *stream) unreadQueued(unread map[string][]string) bool {
 	return false
 }
 
-// mayLeave reports whether the reference to key (of v's type), which the
-// client holds from elsewhere so that a full-state response cannot keep it,
-// may still be about to go, so the response waits for it: within the
-// reconnect's grace; while a queued change of the referrer drops it
-// (referenceLeaving); within referrerGrace of the removal's arrival; or,
-// while the relay's copy of the referrer is one no live upstream confirms
-// (referrerDoubtful), within Options.AnswerWait of the stream's first look
-// at the removal. Every wait is bounded: an upstream that is away, or
-// silent, may never answer, and the client would get no update of the type.
-// Called with mu held.
-func (st *stream) mayLeave(ts *typeState, v *View, key string) bool {
-	m := st.noteMissing(ts, v, key) // (noted always: the waits run from the removal)
-	return time.Since(m.removed) < referrerGrace || st.inGrace() || st.referenceLeaving(v.TypeURL, key) ||
-		time.Since(m.seen) < st.srv.opts.AnswerWait && st.referrerDoubtful(v.TypeURL, key)
-}
-
-// referrerDoubtful reports whether the client holds a resource referring to
-// key (of typeURL) whose copy in the relay's latest View no live upstream
-// confirms (View.Doubtful): the upstream may have moved it off key already,
-// and its answer, which notifies the stream, tells. Called with mu held.
-func (st *stream) referrerDoubtful(typeURL, key string) bool {
-	name, _ := keying.SplitSubscriptionKey(key)
-	for _, rt := range keying.Referrers(typeURL) {
-		rts := st.types[rt]
-		if rts == nil || rts.latest == nil {
-			continue
-		}
-		doubtful := false
-		rts.eachClientResource(func(_ string, r *Resource) bool {
-			doubtful = r != nil && slices.Contains(r.refs(rt)[typeURL], name) && rts.latest.Doubtful(r.key())
-			return !doubtful
-		})
-		if doubtful {
-			return true
-		}
-	}
-	return false
+// mayLeave reports whether the reference to name, missing from a full
+// state since m, which the client holds from elsewhere so that the
+// response cannot keep it, may still be about to go, so the response waits
+// for it: within the reconnect's grace; while a queued change of the
+// referrer drops it (refs.leaving); within referrerGrace of the removal's
+// arrival; or, while the relay's copy of the referrer is one no live
+// upstream confirms (refs.doubtful), within Options.AnswerWait of the
+// stream's first look at the removal. Every wait is bounded: an upstream
+// that is away, or silent, may never answer, and the client would get no
+// update of the type. Called with mu held.
+func (st *stream) mayLeave(m missing, refs refSet, name string) bool {
+	return time.Since(m.removed) < referrerGrace || st.inGrace() || refs.leaving[name] ||
+		time.Since(m.seen) < st.srv.opts.AnswerWait && refs.doubtful[name]
 }
 
 // missing is when a full state first lacked a referenced key the client
@@ -470,14 +497,14 @@ func (st *stream) referrerDoubtful(typeURL, key string) bool {
 type missing struct{ removed, seen time.Time }
 
 // noteMissing returns when key's removal, as first seen by the stream in v,
-// arrived from upstream and when the stream first saw it. An upstream that
-// sends type by type — ordered, or not — may send the referrer's move just
-// after the removal, and nothing on a SotW stream says whether one is
-// coming, so only a short wait from the removal (not from the reconnect,
-// which may be long past) tells a move from the upstream's own dangling
-// reference. The stream looks again when the waits end. Called with mu
-// held.
-func (st *stream) noteMissing(ts *typeState, v *View, key string) missing {
+// arrived from upstream and when the stream first saw it; when that is now,
+// it notes in rc that the stream looks again when the waits end. An
+// upstream that sends type by type — ordered, or not — may send the
+// referrer's move just after the removal, and nothing on a SotW stream
+// says whether one is coming, so only a short wait from the removal (not
+// from the reconnect, which may be long past) tells a move from the
+// upstream's own dangling reference. Called with mu held.
+func (ts *typeState) noteMissing(v *View, key string, rc *rechecks) missing {
 	m, seen := ts.missingSince[key]
 	if seen {
 		return m
@@ -490,39 +517,34 @@ func (st *stream) noteMissing(ts *typeState, v *View, key string) missing {
 		ts.missingSince = make(map[string]missing)
 	}
 	ts.missingSince[key] = m
-	if wait := time.Until(m.removed.Add(referrerGrace)); wait > 0 {
-		st.recheckAfter(wait)
-	}
-	st.recheckAfter(st.srv.opts.AnswerWait)
+	rc.add(m)
 	return m
 }
 
-// referenceLeaving reports whether a change queued for the client of a type
-// that refers to key (of typeURL) drops its reference: the upstream broke
-// first — a snapshot's CDS without the cluster came before its RDS that
-// moves the route — and the referrer's next response mends it, so holding
-// the response until then cannot freeze the type. Called with mu held.
-func (st *stream) referenceLeaving(typeURL, key string) bool {
-	name, _ := keying.SplitSubscriptionKey(key)
-	for _, rt := range keying.Referrers(typeURL) {
-		rts := st.types[rt]
-		if rts == nil || rts.latest == nil || rts.latest == rts.lastView {
-			continue // nothing queued since the last response
-		}
-		leaving := false
-		rts.eachClientResource(func(_ string, r *Resource) bool {
-			if r == nil || !slices.Contains(r.refs(rt)[typeURL], name) {
-				return true
-			}
-			next, ok := rts.latest.Resources[r.key()]
-			leaving = ok && !slices.Contains(next.refs(rt)[typeURL], name)
-			return !leaving
-		})
-		if leaving {
-			return true
-		}
+// rechecks are when the stream looks again at the keys a full state first
+// lacked in one look (see mayLeave): once for them all, not once per key,
+// each looking at them all.
+type rechecks struct {
+	any   bool      // a key was first missing: its AnswerWait runs from now
+	grace time.Time // when the last removal's grace a key was judged within ends (zero: none)
+}
+
+// add notes a key first missing since m.
+func (rc *rechecks) add(m missing) {
+	rc.any = true
+	if time.Since(m.removed) < referrerGrace {
+		rc.grace = m.removed.Add(referrerGrace)
 	}
-	return false
+}
+
+// recheckMissing sets the timers of rc. Called with mu held.
+func (st *stream) recheckMissing(rc rechecks) {
+	if !rc.grace.IsZero() {
+		st.recheckAfter(time.Until(rc.grace)) // (at once when already past)
+	}
+	if rc.any {
+		st.recheckAfter(st.srv.opts.AnswerWait)
+	}
 }
 
 // unlistedHeld reports whether the client holds key, a name of another

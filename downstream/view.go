@@ -460,11 +460,13 @@ func (v *View) sotw(key string, pick func() []*Resource, errs []*ResourceError, 
 
 // errorKey extends a memo key with the errors a response carries.
 func errorKey(errs []*ResourceError) string {
-	k := "\x00!"
+	var sb strings.Builder
+	sb.WriteString("\x00!")
 	for _, e := range errs {
-		k += e.Name + "\x00"
+		sb.WriteString(e.Name)
+		sb.WriteByte(0)
 	}
-	return k
+	return sb.String()
 }
 
 // memoized returns the body memoized under key, encoding it the first time.
