@@ -40,6 +40,8 @@ type childIO struct {
 	Stdout io.Writer
 	// OnStderrLine, when not nil, is called with each line of standard error (which is logged as well).
 	OnStderrLine func(string)
+	// Env is added to this program's environment for the child.
+	Env []string
 }
 
 // startChild starts path with args, its output in logDir/name.log. The child
@@ -50,6 +52,9 @@ func startChild(name, logDir, path string, args []string, cio childIO) (*child, 
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	cmd := exec.Command(path, args...)
+	if len(cio.Env) > 0 {
+		cmd.Env = append(os.Environ(), cio.Env...)
+	}
 	if cio.Stdin != nil {
 		cmd.Stdin = cio.Stdin
 	}

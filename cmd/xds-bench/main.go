@@ -67,6 +67,7 @@ type options struct {
 	deltaClients   int
 	streams        int
 	streamsPerConn int
+	relayMemLimit  string
 	stuckClients   int
 	healthyClients int
 	stuckFill      int
@@ -133,6 +134,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.deltaClients, "delta-clients", 0, "Delta clients (0: --clients)")
 	fs.IntVar(&o.streams, "streams", 100000, "streams held by one relay in the streams run")
 	fs.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per connection in the streams run")
+	fs.StringVar(&o.relayMemLimit, "relay-gomemlimit", "", "GOMEMLIMIT of every relay (e.g. 1843MiB, what the Helm chart sets for a 2 GiB "+
+		"memory limit; default: this program's environment)")
 	fs.IntVar(&o.stuckClients, "stuck-clients", 5000, "clients that stop reading in the stuck run")
 	fs.IntVar(&o.healthyClients, "healthy-clients", 1000, "healthy clients beside them in the stuck run")
 	fs.IntVar(&o.stuckFill, "stuck-fill", 0, "changes made in the stuck run to fill the stuck streams' flow-control windows "+
@@ -243,6 +246,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	e := env{bin: o.bin, self: self, logDir: o.logDir, clusters: o.clusters, syncTimeout: o.syncTimeout, log: stderr}
+	if o.relayMemLimit != "" {
+		e.relayEnv = []string{"GOMEMLIMIT=" + o.relayMemLimit}
+	}
 	e.logf("logs and profiles in %s", o.logDir)
 
 	s, err := runSuite(ctx, e, o, self, append([]string{"xds-bench"}, args...))

@@ -20,6 +20,7 @@ type env struct {
 	clusters    int
 	syncTimeout time.Duration
 	log         io.Writer // progress lines for the operator
+	relayEnv    []string  // added to each relay's environment (--relay-gomemlimit)
 }
 
 // runConfig describes one run of a subject under load.
@@ -259,7 +260,7 @@ func startRelay(ctx context.Context, e env, name, upstream string) (*relayProc, 
 		var err error
 		r.c, err = startChild(name, e.logDir, filepath.Join(e.bin, "xds-relay"), []string{
 			"--listen", r.addr, "--admin", r.admin, "--upstream", upstream, "--log-level", "warn",
-		}, childIO{})
+		}, childIO{Env: e.relayEnv})
 		if err != nil {
 			return err
 		}
