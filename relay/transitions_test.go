@@ -345,3 +345,45 @@ func TestSotWSilenceBeforeTheAnswerKeepsTheCachedCopy(t *testing.T) {
 	s.send(resource.EndpointType, "3", xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80"))
 	named.ExpectNoResponse(quiet) // it holds e at that version: nothing to tell
 }
+
+// A SotW server ignores a request that does not carry the nonce of its
+// latest response, so a response answers, at best, the first request that
+// carried the nonce of the one before it. Here the relay unsubscribes e and
+// names it again under the same nonce; the server answers the request
+// without e and is then slow: that answer says nothing of e, and a client
+// the relay served its cached copy of e keeps it (soak seed 501161: the
+// answer to a new stream's first RDS request, which did not name r12, took
+// the relay's copy of r12, named by the second, for deleted, and a client
+// that moved in holding it was told it was gone).
+func TestSotWAnswerToAnEarlierRequestKeepsTheCachedCopy(t *testing.T) {
+	f, addr := startScripted(t)
+	r := xdstest.StartRelay(t, addr, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Linger = 0
+		c.Upstream.DoesNotExistAfter = 200 * time.Millisecond
+	}))
+	e0, e := xdstest.Endpoints("e0", "10.0.0.1:80"), xdstest.Endpoints("e", "10.0.0.2:80")
+	keeper := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "keeper"})
+	keeper.Subscribe(resource.EndpointType, "e0")
+	s := f.stream(t)
+	s.nextNames(resource.EndpointType, "e0")
+	s.send(resource.EndpointType, "1", e0)
+	keeper.Ack(keeper.RecvType(resource.EndpointType))
+	first := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.EndpointType, "e")
+	s.nextNames(resource.EndpointType, "e0", "e")
+	s.send(resource.EndpointType, "2", e0, e)
+	first.Ack(first.RecvType(resource.EndpointType))
+	first.Close()
+	s.nextNames(resource.EndpointType, "e0") // e unsubscribed upstream, still cached (unsure)
+
+	named := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.EndpointType, []string{"e"}, nil)
+	s.nextNames(resource.EndpointType, "e0", "e") // the nonce of "2" again: the server ignores it
+	s.send(resource.EndpointType, "3", e0)        // the answer to the request without e
+	// The server is slow: nothing more for five times the wait.
+	refuseRemovals(t, named, time.Now().Add(time.Second))
+	s.nextNames(resource.EndpointType, "e0", "e") // the ACK of "3" asks for e
+	s.send(resource.EndpointType, "4", e0, e)
+	refuseRemovals(t, named, time.Now().Add(quiet))
+}

@@ -152,12 +152,14 @@ type typeState struct {
 	// type came on this stream.
 	doubt, declared map[string]struct{}
 	owed            time.Time
-	// answers (SotW) counts the responses of the type accepted on this
-	// stream; askedAt holds, for each name its requests name, the count
-	// when the first request naming it was built: a response accepted
-	// after it may answer that request (AnsweredSince).
-	answers uint64
-	askedAt map[string]uint64
+	// requests (SotW) numbers the requests of the type on this stream, and
+	// askedAt holds, for each name, the number of the first naming it; next
+	// is the request the next response answers at best, heard the one the
+	// server answered last, and seen the latest an accepted response
+	// answered (sotwAsk, AnsweredSince).
+	requests, seen uint64
+	askedAt        map[string]uint64
+	next, heard    sotwAsk
 	// asked holds the names asked about once on a new stream (Resync) since
 	// they were subscribed, with Client.streams when they were: a server
 	// silent on them on that new stream is asked no more.
@@ -564,7 +566,7 @@ func (c *Client) resetForStreamLocked() {
 		st.confirming, st.reask = nil, nil
 		st.sure, st.keys, st.globs, st.globsAnswered, st.dropped, st.declared = nil, nil, nil, nil, nil, nil
 		st.answered, st.wildSure, st.wildSettled, st.settleAt, st.refetch, st.rejected = false, false, false, time.Time{}, false, false
-		st.globSettled, st.answers, st.askedAt, st.owed = false, 0, nil, time.Time{}
+		st.globSettled, st.owed, st.requests, st.seen, st.askedAt, st.next, st.heard = false, time.Time{}, 0, 0, nil, sotwAsk{}, sotwAsk{}
 	}
 	order := make([]string, 0, len(c.types))
 	for t, st := range c.types {

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -98,12 +99,14 @@ func (c *Client) owedUntilLocked() time.Time {
 
 // AnsweredSince reports whether the server may have answered name of
 // typeURL since the relay asked for it on the current stream: on a SotW
-// stream, a response of the type was accepted after the first request naming
-// it was built (SotW responses do not say which request they answer, so one
-// in flight then counts too). Its silence on the name says something only
-// then: a server slow behind a large response has said nothing yet. Delta
-// streams, and names not subscribed by name (a glob's members), always
-// report true: Resync asks there.
+// stream, a response of the type was accepted that answers, at best, a
+// request naming it (sotwAsk). Its silence on the name says something
+// only then: a server slow behind a large response has said nothing yet, and
+// one that answered an earlier request ignores the later ones carrying the
+// same nonce. (A push that crossed the request on the wire still counts:
+// SotW responses do not say which request they answer.) Delta streams, and
+// names not subscribed by name (a glob's members), always report true:
+// Resync asks there.
 func (c *Client) AnsweredSince(typeURL, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -113,16 +116,33 @@ func (c *Client) AnsweredSince(typeURL, name string) bool {
 	}
 	n := st.spelling(name)
 	if at, asked := st.askedAt[n]; asked {
-		return st.answers > at
+		return st.seen >= at
 	}
 	_, named := st.names[n]
 	return !named // subscribed, and no request has named it yet
 }
 
-// noteAskedLocked records the names a SotW request about to be built asks
-// for that the stream's earlier requests did not (askedAt), and forgets
-// those no longer subscribed. Called with c.mu held.
-func (st *typeState) noteAskedLocked() {
+// sotwAsk is a SotW request as the server hears it. xDS: a server ignores a
+// request that does not carry the nonce of its latest response, and answers
+// one that does only when it asks for something — other names than those it
+// answered last, or anew — or when its own state changes. So a response
+// answers, at best, the first request carrying the nonce of the response
+// before it that asked for something, else the latest carrying it.
+type sotwAsk struct {
+	n     uint64   // its number on the stream (typeState.requests)
+	nonce string   // the response nonce it carries
+	names []string // its subscription, sorted (typeState.sortedNames)
+	asks  bool     // it asks for something: other names than heard, or anew
+}
+
+// noteAskedLocked numbers a SotW request about to be built with names
+// (sorted) and notes it as the one the next response answers at best
+// (typeState.next), unless an earlier request with the same nonce asked for
+// something; it records the names asked for that the stream's earlier
+// requests did not (askedAt), and forgets those no longer subscribed. anew:
+// the request carries no version, or a NACK. Called with c.mu held.
+func (st *typeState) noteAskedLocked(names []string, anew bool) {
+	st.requests++
 	for n := range st.askedAt {
 		if _, ok := st.names[n]; !ok {
 			delete(st.askedAt, n)
@@ -133,9 +153,24 @@ func (st *typeState) noteAskedLocked() {
 			if st.askedAt == nil {
 				st.askedAt = make(map[string]uint64)
 			}
-			st.askedAt[n] = st.answers
+			st.askedAt[n] = st.requests
 		}
 	}
+	if st.next.n != 0 && st.next.nonce == st.nonce && st.next.asks {
+		return // the server answers that one, and then ignores this one
+	}
+	st.next = sotwAsk{n: st.requests, nonce: st.nonce, names: names, asks: anew || !slices.Equal(names, st.heard.names)}
+}
+
+// answeredLocked notes that a response of the type arrives, and returns
+// the request it answers at best: 0 when none was sent since the response
+// before it (a push). Called with c.mu held.
+func (st *typeState) answeredLocked() uint64 {
+	if st.next.n == 0 || st.next.nonce != st.nonce {
+		return 0
+	}
+	st.heard = st.next
+	return st.next.n
 }
 
 // Reasons for a new stream (Config.OnResync).

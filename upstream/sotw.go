@@ -82,8 +82,9 @@ func (c *Client) takeSotW() []*discoveryv3.DiscoveryRequest {
 			}
 		}
 		st.requested = true
-		st.noteAskedLocked()
-		names, locs := locators(st.sortedNames())
+		sorted := st.sortedNames()
+		st.noteAskedLocked(sorted, st.version == "" || nack != nil)
+		names, locs := locators(sorted)
 		if st.wildcard() && len(names) == 1 && len(locs) == 0 && !st.named {
 			// A wildcard alone goes out as the legacy empty list, which every
 			// server understands (go-control-plane's SnapshotCache answers an
@@ -134,6 +135,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 
 	c.mu.Lock()
 	st := c.typeLocked(typeURL)
+	answered := st.answeredLocked()
 	if len(st.names) == 0 {
 		// Not subscribed: ACK and ignore.
 		st.version, st.nonce, st.nack = resp.GetVersionInfo(), resp.GetNonce(), nil
@@ -170,7 +172,7 @@ func (c *Client) onSotWResponse(server string, resp *discoveryv3.DiscoveryRespon
 			// carry the older nonce, which the server ignores; the ACK asks.
 			st.version = ""
 		}
-		st.answers++
+		st.seen = max(st.seen, answered)
 		if full {
 			st.knowLocked(resources)
 		}
