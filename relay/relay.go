@@ -145,6 +145,10 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	r.m.CollectUpstreamFallback(r.upstreamFallback)
 	r.m.CollectCache(r.cacheSizes)
 	r.m.CollectReadiness(r.Ready, r.synced.Load)
+	// Before any upstream client: one that answers (or a sync timer that
+	// fires) while New still runs sets the health status.
+	r.health = health.NewServer()
+	r.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until Serve (updateHealth)
 
 	s := r.lock()
 	s.shared = s.newScope("", r.node, false)
@@ -193,8 +197,6 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 	}
 	r.grpc = grpc.NewServer(opts...)
 	r.ds.Register(r.grpc)
-	r.health = health.NewServer()
-	r.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until Serve (updateHealth)
 	healthpb.RegisterHealthServer(r.grpc, r.health)
 	if cfg.Channelz {
 		channelz.RegisterChannelzServiceToServer(r.grpc)
