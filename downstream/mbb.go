@@ -4,7 +4,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -437,114 +436,6 @@ func (ts *typeState) mayLose(v *View, b *body) bool {
 		}
 	}
 	return false
-}
-
-// unreadReferrer is the missingSince key (never a resource's) of a full
-// state held whole for a referrer the stream cannot read.
-const unreadReferrer = ""
-
-// waitsForUnread reports whether a full state that may drop what a
-// referrer the stream cannot read (unread, by type) refers to is still held
-// whole: within the reconnect's grace, or within Options.AnswerWait of the
-// stream's first look at it (m), while the relay may still get the
-// upstream's word on the referrer, or on the listener that names it, and
-// the client the change that lets it go; or while that word is queued for
-// the client (unreadQueued). Past that, nothing tells when the reference
-// goes, and holding on would withhold every later update of the type.
-// Called with mu held.
-func (st *stream) waitsForUnread(m missing, unread map[string][]string) bool {
-	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
-}
-
-// unreadQueued reports whether a change queued behind the response concerns
-// a referrer the stream cannot read (unread, by type): the upstream's word
-// on it has come, an upstream that breaks first sends the cluster's removal
-// before the route's move, and the stream looks again once the change is
-// built (releaseWithheld). The queue drains, so the wait ends even when the
-// relay itself was too busy to look before AnswerWait passed. Called with
-// mu held.
-func (st *stream) unreadQueued(unread map[string][]string) bool {
-	for _, it := range st.q.items {
-		for _, k := range unread[it.view.TypeURL] {
-			_, changed := it.names[k]
-			_, forced := it.force[k]
-			if k == "" || changed || forced {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// mayLeave reports whether the reference to name, missing from a full
-// state since m, which the client holds from elsewhere so that the
-// response cannot keep it, may still be about to go, so the response waits
-// for it: within the reconnect's grace; while a queued change of the
-// referrer drops it (refs.leaving); within referrerGrace of the removal's
-// arrival; or, while the relay's copy of the referrer is one no live
-// upstream confirms (refs.doubtful), within Options.AnswerWait of the
-// stream's first look at the removal. Every wait is bounded: an upstream
-// that is away, or silent, may never answer, and the client would get no
-// update of the type. Called with mu held.
-func (st *stream) mayLeave(m missing, refs refSet, name string) bool {
-	return time.Since(m.removed) < referrerGrace || st.inGrace() || refs.leaving[name] ||
-		time.Since(m.seen) < st.srv.opts.AnswerWait && refs.doubtful[name]
-}
-
-// missing is when a full state first lacked a referenced key the client
-// holds from elsewhere: when that removal arrived from upstream, and when
-// the stream first judged it.
-type missing struct{ removed, seen time.Time }
-
-// noteMissing returns when key's removal, as first seen by the stream in v,
-// arrived from upstream and when the stream first saw it; when that is now,
-// it notes in rc that the stream looks again when the waits end. An
-// upstream that sends type by type — ordered, or not — may send the
-// referrer's move just after the removal, and nothing on a SotW stream
-// says whether one is coming, so only a short wait from the removal (not
-// from the reconnect, which may be long past) tells a move from the
-// upstream's own dangling reference. Called with mu held.
-func (ts *typeState) noteMissing(v *View, key string, rc *rechecks) missing {
-	m, seen := ts.missingSince[key]
-	if seen {
-		return m
-	}
-	m = missing{removed: v.Received, seen: time.Now()}
-	if m.removed.IsZero() {
-		m.removed = m.seen
-	}
-	if ts.missingSince == nil {
-		ts.missingSince = make(map[string]missing)
-	}
-	ts.missingSince[key] = m
-	rc.add(m)
-	return m
-}
-
-// rechecks are when the stream looks again at the keys a full state first
-// lacked in one look (see mayLeave): once for them all, not once per key,
-// each looking at them all.
-type rechecks struct {
-	any   bool      // a key was first missing: its AnswerWait runs from now
-	grace time.Time // when the last removal's grace a key was judged within ends (zero: none)
-}
-
-// add notes a key first missing since m.
-func (rc *rechecks) add(m missing) {
-	rc.any = true
-	if time.Since(m.removed) < referrerGrace {
-		rc.grace = m.removed.Add(referrerGrace)
-	}
-}
-
-// recheckMissing sets the timers of rc. Called with mu held.
-func (st *stream) recheckMissing(rc rechecks) {
-	if !rc.grace.IsZero() {
-		st.recheckAfter(time.Until(rc.grace)) // (at once when already past)
-	}
-	if rc.any {
-		st.recheckAfter(st.srv.opts.AnswerWait)
-	}
 }
 
 // unlistedHeld reports whether the client holds key, a name of another
