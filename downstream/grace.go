@@ -112,6 +112,24 @@ func (st *stream) waitsForUnread(m missing, unread map[string][]string) bool {
 	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
 }
 
+// removedLately reports whether v itself removed, less than referrerGrace
+// ago, something the client may hold that b drops, and notes in rc that the
+// stream looks again when that wait ends: an upstream that sends type by
+// type sends the referrer's move just after, and the stream's first look at
+// the referrer may be long past (see noteMissing). Called with mu held.
+func (ts *typeState) removedLately(v *View, b *body, rc *rechecks) bool {
+	if time.Since(v.Received) >= referrerGrace {
+		return false
+	}
+	for k := range v.Changed {
+		if _, present := v.Resources[k]; !present && ts.drops(v, b, k) {
+			rc.within(v.Received)
+			return true
+		}
+	}
+	return false
+}
+
 // unreadQueued reports whether a change queued behind the response concerns
 // a referrer the stream cannot read (unread, by type): the upstream's word
 // on it has come, an upstream that breaks first sends the cluster's removal
@@ -188,8 +206,14 @@ type rechecks struct {
 // add notes a key first missing since m.
 func (rc *rechecks) add(m missing) {
 	rc.any = true
-	if time.Since(m.removed) < referrerGrace {
-		rc.grace = m.removed.Add(referrerGrace)
+	rc.within(m.removed)
+}
+
+// within notes a wait of referrerGrace from a removal that arrived at
+// removed, if it has not ended.
+func (rc *rechecks) within(removed time.Time) {
+	if end := removed.Add(referrerGrace); time.Now().Before(end) && end.After(rc.grace) {
+		rc.grace = end
 	}
 }
 

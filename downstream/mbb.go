@@ -30,7 +30,8 @@ import (
 // while a listener the client holds names it (or may: one the stream cannot
 // read either) — clients hold a route for their listeners only — and, like
 // every such wait, for as long as the relay waits for the upstream's word,
-// or that word waits in the stream's queue (waitsForUnread).
+// or that word waits in the stream's queue (waitsForUnread), or shortly
+// (referrerGrace) after a removal arrived (removedLately).
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
@@ -364,7 +365,8 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		return ts.noteMissing(v, k, &fresh)
 	}
 	refs := st.references(v.TypeURL)
-	if refs.unknown && ts.mayLose(v, b) && st.waitsForUnread(note(unreadReferrer), refs.unread) {
+	if refs.unknown && ts.mayLose(v, b) &&
+		(st.waitsForUnread(note(unreadReferrer), refs.unread) || ts.removedLately(v, b, &fresh)) {
 		return nil, false
 	}
 	// The keys the client may hold of a referenced name: the name, or its
@@ -431,11 +433,21 @@ func (ts *typeState) mayLose(v *View, b *body) bool {
 		return false
 	}
 	for k := range ts.holdsKeys {
-		if !b.has(k) && (ts.subscribes(v, k) && ts.mayGo(v, k) || ts.unlistedHeld(v, k)) {
+		if ts.drops(v, b, k) {
 			return true
 		}
 	}
 	return false
+}
+
+// drops reports whether the full state b built from v drops key, one that
+// may go (mayGo) and that the client may hold: the stream sent it, or the
+// client came from elsewhere. Called with mu held.
+func (ts *typeState) drops(v *View, b *body, key string) bool {
+	if _, sent := ts.holdsKeys[key]; b.has(key) || !sent && !ts.fromElsewhere {
+		return false
+	}
+	return ts.subscribes(v, key) && ts.mayGo(v, key) || ts.unlistedHeld(v, key)
 }
 
 // unlistedHeld reports whether the client holds key, a name of another
