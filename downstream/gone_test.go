@@ -473,3 +473,51 @@ func TestSotWClustersWaitForTheMoveAfterARemovalWhenTheRouteIsUnread(t *testing.
 		t.Fatalf("sent %v, want the move of r5 to c14, then the clusters without c1", got)
 	}
 }
+
+// A SotW Envoy came back holding l1 → r5 → c1; the stream sent it l1 and r5
+// but never c1 (from elsewhere). The upstream removes all three, the CDS
+// first, its RDS and LDS a moment later, and all of it is queued before the
+// stream looks, long after the CDS arrived (a client slow to acknowledge):
+// the clusters wait while the removal of r5, or a change of the listeners,
+// is queued, so the client drops l1, and with it r5, before it is told c1 is
+// gone. They went first: the removal of a referrer did not count as its
+// move.
+func TestSotWClustersWaitForTheQueuedRemovalOfTheirRoute(t *testing.T) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Minute})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	lds1 := &View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}
+	st.Notify(lds1, []string{keying.Wildcard})
+	request(keying.RouteType, "", "r5")
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st.Notify(rds1, []string{"r5"})
+	st.flush()
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.ListenerType, keying.RouteType}) {
+		t.Fatalf("sent %v, want l1 and r5", got)
+	}
+
+	request(keying.ClusterType, "v-elsewhere", "*") // it holds c1
+	st.Notify(clustersWithout(t, 2, time.Now().Add(-time.Minute)), []string{keying.Wildcard})
+	rds2 := rds1.Next(2, map[string]struct{}{"r5": {}})
+	rds2.Resources = map[string]*Resource{}
+	st.Notify(rds2, nil)
+	lds2 := lds1.Next(2, map[string]struct{}{"l1": {}})
+	lds2.Resources = map[string]*Resource{}
+	st.Notify(lds2, nil)
+	st.flush()
+	st.flush() // (what a recheck queued)
+	if got := sentTypes(rec, 2); !slices.Equal(got, []string{keying.ListenerType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the listeners without l1, then the clusters without c1", got)
+	}
+}

@@ -138,11 +138,9 @@ func (ts *typeState) removedLately(v *View, b *body, rc *rechecks) bool {
 // relay itself was too busy to look before AnswerWait passed. Called with
 // mu held.
 func (st *stream) unreadQueued(unread map[string][]string) bool {
-	for _, it := range st.q.items {
-		for _, k := range unread[it.view.TypeURL] {
-			_, changed := it.names[k]
-			_, forced := it.force[k]
-			if k == "" || changed || forced {
+	for t, keys := range unread {
+		for _, k := range keys {
+			if st.q.changes(t, k) {
 				return true
 			}
 		}

@@ -132,7 +132,7 @@ func (st *stream) references(typeURL string) refSet {
 				}
 				return true
 			}
-			rs.add(rts, rt, typeURL, r)
+			rs.add(rts, rt, typeURL, r, &st.q)
 			return true
 		})
 	}
@@ -141,13 +141,14 @@ func (st *stream) references(typeURL string) refSet {
 
 // add notes what r, a resource of rt the client holds (rts), refers to of
 // typeURL, and whether those references may be about to go: a change of r
-// queued for the client drops them (the upstream broke first — a
+// queued for the client (q) drops them (the upstream broke first — a
 // snapshot's CDS without the cluster came before its RDS that moves the
-// route — and r's next response mends it), or the relay's latest copy of r
-// is one no live upstream confirms (View.Doubtful: the upstream may have
-// moved it off them already, and its answer, which notifies the stream,
-// tells).
-func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource) {
+// route, or before the LDS and RDS that remove the listener and the route
+// — and r's next response, or its listener's, mends it), or the relay's
+// latest copy of r is one no live upstream confirms (View.Doubtful: the
+// upstream may have moved it off them already, and its answer, which
+// notifies the stream, tells).
+func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource, q *queue) {
 	names := r.refs(rt)[typeURL]
 	rs.names = mark(rs.names, names...)
 	latest := rts.latest
@@ -161,15 +162,34 @@ func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource) {
 		return // nothing queued since the last response
 	}
 	next, ok := latest.Resources[r.key()]
-	if !ok || next.Root() == r.Root() {
-		return
+	if ok && next.Root() == r.Root() || !ok && !q.letsGo(rt, r.key()) {
+		return // unchanged, or gone while the client may keep it for good
 	}
-	kept := mark(nil, next.refs(rt)[typeURL]...)
+	var kept map[string]bool
+	if ok {
+		kept = mark(nil, next.refs(rt)[typeURL]...)
+	}
 	for _, n := range names {
 		if !kept[n] {
 			rs.leaving = mark(rs.leaving, n)
 		}
 	}
+}
+
+// letsGo reports whether a change queued for the client may let it drop
+// key, a resource of rt the upstream removed: that removal, or a change of
+// what may name it (a SotW client drops a route with its listener). The
+// queue drains, so what waits for it waits a bounded time.
+func (q *queue) letsGo(rt, key string) bool {
+	if q.changes(rt, key) {
+		return true
+	}
+	for _, t := range keying.Referrers(rt) {
+		if q.changes(t, "") {
+			return true
+		}
+	}
+	return false
 }
 
 // mark adds names to set, made when nil, and returns it.
