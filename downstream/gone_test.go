@@ -521,3 +521,60 @@ func TestSotWClustersWaitForTheQueuedRemovalOfTheirRoute(t *testing.T) {
 		t.Fatalf("sent %v, want the listeners without l1, then the clusters without c1", got)
 	}
 }
+
+// As above, with an upstream whose snapshots hold tens of thousands of
+// names: its RDS that moves r5 comes seconds after its CDS without c1, and
+// another CDS comes between them. The clusters wait Options.MoveWait from
+// the removal, not from the latest CDS: they went once a second had
+// passed.
+func TestSotWClustersWaitMoveWaitAfterARemovalWhenTheRouteIsUnread(t *testing.T) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond, MoveWait: time.Minute})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
+	request(keying.RouteType, "v-elsewhere", "r5") // it holds r5 → c1
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Unsure: map[string]struct{}{"r5": {}},
+		Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st.Notify(rds1, []string{"r5"})
+	request(keying.ClusterType, "", "*")
+	st.Notify(clustersWithout(t, 1, time.Now().Add(-time.Minute), "c1"), []string{keying.Wildcard})
+	st.flush()
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.ListenerType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the listeners and the clusters c1, c14 (r5 withheld while unsure)", got)
+	}
+
+	cds2 := clustersWithout(t, 2, time.Now().Add(-2*time.Second)) // the removal of c1, two seconds ago
+	cds2.Changed = map[string]struct{}{"c1": {}}
+	st.Notify(cds2, nil)
+	st.flush()
+	if got := sentTypes(rec, 2); len(got) != 0 {
+		t.Fatalf("sent %v two seconds after the removal, before the move of r5 the upstream sends next", got)
+	}
+	cds3 := clustersWithout(t, 3, time.Now(), "c15")
+	cds3.Changed = map[string]struct{}{"c15": {}}
+	st.Notify(cds3, nil)
+	st.flush()
+	if got := sentTypes(rec, 2); len(got) != 0 {
+		t.Fatalf("sent %v with the next CDS, before the move of r5 the upstream sends next", got)
+	}
+	rds2 := rds1.Next(2, map[string]struct{}{"r5": {}})
+	rds2.Unsure = nil
+	rds2.Resources = map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c14"))}
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 2); !slices.Equal(got, []string{keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the move of r5 to c14, then the clusters without c1", got)
+	}
+}

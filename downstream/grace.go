@@ -18,8 +18,7 @@ import (
 // it reads the others. Only the time the stream waits for its client
 // counts: the relay may take longer than that to read a request (ten
 // thousand names on a loaded machine) while the next ones wait unread. It
-// also bounds how long a full-state response is held for a referenced
-// resource the stream cannot read after its removal arrived (mayLeave).
+// is also the default of Options.MoveWait.
 const referrerGrace = time.Second
 
 // inGrace reports whether the stream is within referrerGrace of a client
@@ -104,30 +103,35 @@ const unreadReferrer = ""
 // whole: within the reconnect's grace, or within Options.AnswerWait of the
 // stream's first look at it (m), while the relay may still get the
 // upstream's word on the referrer, or on the listener that names it, and
-// the client the change that lets it go; or while that word is queued for
-// the client (unreadQueued). Past that, nothing tells when the reference
-// goes, and holding on would withhold every later update of the type.
-// Called with mu held.
-func (st *stream) waitsForUnread(m missing, unread map[string][]string) bool {
-	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
+// the client the change that lets it go; within Options.MoveWait of the
+// latest removal (m, see removedLately), whose move may follow; or while
+// that word is queued for the client (unreadQueued). Past that, nothing
+// tells when the reference goes, and holding on would withhold every later
+// update of the type. rc notes when the stream looks again. Called with mu
+// held.
+func (st *stream) waitsForUnread(m missing, unread map[string][]string, rc *rechecks) bool {
+	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || rc.within(m.removed) ||
+		st.unreadQueued(unread)
 }
 
-// removedLately reports whether v itself removed, less than referrerGrace
-// ago, something the client may hold that b drops, and notes in rc that the
-// stream looks again when that wait ends: an upstream that sends type by
-// type sends the referrer's move just after, and the stream's first look at
-// the referrer may be long past (see noteMissing). Called with mu held.
-func (ts *typeState) removedLately(v *View, b *body, rc *rechecks) bool {
-	if time.Since(v.Received) >= referrerGrace {
-		return false
+// removedLately returns m, the unread referrer's entry, with removed moved
+// to v's arrival when v itself removed something the client may hold that
+// b drops: the wait for the referrer's move runs from the latest such
+// removal (waitsForUnread), as an upstream that sends type by type sends
+// the move after it, and the stream's first look at the referrer may be
+// long past (see noteMissing). Called with mu held.
+func (ts *typeState) removedLately(v *View, b *body, m missing) missing {
+	if !v.Received.After(m.removed) {
+		return m // (looked at already: a View's ten thousand names once)
 	}
 	for k := range v.Changed {
 		if _, present := v.Resources[k]; !present && ts.drops(v, b, k) {
-			rc.within(v.Received)
-			return true
+			m.removed = v.Received
+			ts.missingSince[unreadReferrer] = m
+			break
 		}
 	}
-	return false
+	return m
 }
 
 // unreadQueued reports whether a change queued behind the response concerns
@@ -152,14 +156,14 @@ func (st *stream) unreadQueued(unread map[string][]string) bool {
 // state since m, which the client holds from elsewhere so that the
 // response cannot keep it, may still be about to go, so the response waits
 // for it: within the reconnect's grace; while a queued change of the
-// referrer drops it (refs.leaving); within referrerGrace of the removal's
-// arrival; or, while the relay's copy of the referrer is one no live
-// upstream confirms (refs.doubtful), within Options.AnswerWait of the
+// referrer drops it (refs.leaving); within Options.MoveWait of the
+// removal's arrival; or, while the relay's copy of the referrer is one no
+// live upstream confirms (refs.doubtful), within Options.AnswerWait of the
 // stream's first look at the removal. Every wait is bounded: an upstream
 // that is away, or silent, may never answer, and the client would get no
 // update of the type. Called with mu held.
 func (st *stream) mayLeave(m missing, refs refSet, name string) bool {
-	return time.Since(m.removed) < referrerGrace || st.inGrace() || refs.leaving[name] ||
+	return time.Since(m.removed) < st.srv.opts.MoveWait || st.inGrace() || refs.leaving[name] ||
 		time.Since(m.seen) < st.srv.opts.AnswerWait && refs.doubtful[name]
 }
 
@@ -197,8 +201,9 @@ func (ts *typeState) noteMissing(v *View, key string, rc *rechecks) missing {
 // lacked in one look (see mayLeave): once for them all, not once per key,
 // each looking at them all.
 type rechecks struct {
-	any   bool      // a key was first missing: its AnswerWait runs from now
-	grace time.Time // when the last removal's grace a key was judged within ends (zero: none)
+	wait  time.Duration // Options.MoveWait
+	any   bool          // a key was first missing: its AnswerWait runs from now
+	grace time.Time     // when the last wait for a move a key was judged within ends (zero: none)
 }
 
 // add notes a key first missing since m.
@@ -207,12 +212,17 @@ func (rc *rechecks) add(m missing) {
 	rc.within(m.removed)
 }
 
-// within notes a wait of referrerGrace from a removal that arrived at
-// removed, if it has not ended.
-func (rc *rechecks) within(removed time.Time) {
-	if end := removed.Add(referrerGrace); time.Now().Before(end) && end.After(rc.grace) {
+// within reports whether the wait for a move after a removal that arrived
+// at removed is still on, and notes when it ends.
+func (rc *rechecks) within(removed time.Time) bool {
+	end := removed.Add(rc.wait)
+	if !time.Now().Before(end) {
+		return false
+	}
+	if end.After(rc.grace) {
 		rc.grace = end
 	}
+	return true
 }
 
 // recheckMissing sets the timers of rc. Called with mu held.

@@ -30,13 +30,13 @@ import (
 // while a listener the client holds names it (or may: one the stream cannot
 // read either) — clients hold a route for their listeners only — and, like
 // every such wait, for as long as the relay waits for the upstream's word,
-// or that word waits in the stream's queue (waitsForUnread), or shortly
-// (referrerGrace) after a removal arrived (removedLately).
+// or that word waits in the stream's queue, or shortly (Options.MoveWait)
+// after a removal arrived (waitsForUnread).
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
-// drops it, shortly (referrerGrace) after the removal arrived, or, while no
-// live upstream confirms the relay's copy of the referrer, for as long as
+// drops it, shortly (Options.MoveWait) after the removal arrived, or, while
+// no live upstream confirms the relay's copy of the referrer, for as long as
 // the relay waits for the upstream's word (Options.AnswerWait): otherwise
 // waiting for a reference nobody may ever resolve would withhold every
 // later update of the type.
@@ -375,7 +375,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
-	unread, fresh := map[string]bool{}, rechecks{}
+	unread, fresh := map[string]bool{}, rechecks{wait: st.srv.opts.MoveWait}
 	defer func() {
 		maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] })
 		st.recheckMissing(fresh)
@@ -386,7 +386,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	}
 	refs := st.references(v.TypeURL)
 	if refs.unknown && ts.mayLose(v, b) &&
-		(st.waitsForUnread(note(unreadReferrer), refs.unread) || ts.removedLately(v, b, &fresh)) {
+		st.waitsForUnread(ts.removedLately(v, b, note(unreadReferrer)), refs.unread, &fresh) {
 		return nil, false
 	}
 	// The keys the client may hold of a referenced name: the name, or its
