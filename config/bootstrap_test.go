@@ -80,6 +80,7 @@ func TestBootstrapFile(t *testing.T) {
 		Linger:            7 * time.Second,
 		UnavailableAfter:  10 * time.Second,
 		DoesNotExistAfter: 15 * time.Second,
+		MoveWait:          time.Second,
 	}
 	if diff := cmp.Diff(want, cfg.Upstream); diff != "" {
 		t.Errorf("upstream mismatch (-want +got):\n%s", diff)

@@ -207,6 +207,15 @@ type Upstream struct {
 	// do with their own timer (a SotW server never says a named resource
 	// does not exist). Must be positive. Default 15s.
 	DoesNotExistAfter time.Duration `yaml:"does_not_exist_after"`
+	// MoveWait: a removal that a client may still refer to (make before
+	// break), where the relay can neither keep the resource nor read the
+	// referrer (the client brought them from elsewhere), waits this long
+	// after it arrived for the upstream's next responses to move the
+	// reference: an upstream that sends a snapshot type by type sends the
+	// cluster's removal before the route's move, seconds apart when the
+	// snapshot holds tens of thousands of names. Must be positive. Default
+	// 1s.
+	MoveWait time.Duration `yaml:"move_wait"`
 }
 
 // Authority is one xdstp authority.

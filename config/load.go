@@ -23,6 +23,7 @@ const (
 	DefaultLinger              = 5 * time.Second
 	DefaultUnavailableAfter    = 10 * time.Second
 	DefaultDoesNotExistAfter   = 15 * time.Second
+	DefaultMoveWait            = time.Second
 	DefaultMaxUnreferenced     = 10000
 	DefaultPersistInterval     = time.Second
 	DefaultMaxNamesPerRequest  = 100000
@@ -56,6 +57,7 @@ func Default() *Config {
 			Linger:            DefaultLinger,
 			UnavailableAfter:  DefaultUnavailableAfter,
 			DoesNotExistAfter: DefaultDoesNotExistAfter,
+			MoveWait:          DefaultMoveWait,
 		},
 		Cache:    Cache{MaxUnreferenced: DefaultMaxUnreferenced, PersistInterval: DefaultPersistInterval},
 		Shutdown: Shutdown{DrainWindow: DefaultDrainWindow},

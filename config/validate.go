@@ -74,6 +74,9 @@ func (c *Config) Validate() error {
 	if c.Upstream.DoesNotExistAfter <= 0 {
 		v.add("upstream.does_not_exist_after", "must be positive, got %v", c.Upstream.DoesNotExistAfter)
 	}
+	if c.Upstream.MoveWait <= 0 {
+		v.add("upstream.move_wait", "must be positive, got %v", c.Upstream.MoveWait)
+	}
 	v.nonNegative("cache.max_unreferenced", c.Cache.MaxUnreferenced < 0, " (0 keeps none)")
 	v.nonNegative("cache.persist_interval", c.Cache.PersistInterval < 0, " (0 is the default, 1s)")
 	if c.Cache.MaxUnreferenced == 0 && c.Cache.PersistPath != "" {

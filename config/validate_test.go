@@ -162,6 +162,8 @@ func TestValidateErrors(t *testing.T) {
 			"nothing is watched when the warm-restart file is loaded, and 0 keeps none of it"},
 		{"zero unavailable_after", withServer(func(c *config.Config) { c.Upstream.UnavailableAfter = 0 }),
 			"upstream.unavailable_after", "config: upstream.unavailable_after: must be positive, got 0s"},
+		{"zero move_wait", withServer(func(c *config.Config) { c.Upstream.MoveWait = 0 }),
+			"upstream.move_wait", "config: upstream.move_wait: must be positive, got 0s"},
 		{"persist path", withServer(func(c *config.Config) { c.Cache.PersistPath = "/nonexistent-dir/cache" }),
 			"cache.persist_path", `config: cache.persist_path: directory of "/nonexistent-dir/cache" does not exist`},
 		{"names limit", withServer(func(c *config.Config) { c.Limits.MaxNamesPerRequest = 0 }),

@@ -422,3 +422,159 @@ func TestSotWClustersWaitForTheQueuedAnswerOnARouteTheStreamCannotRead(t *testin
 		t.Fatalf("sent %v, want the move of r5 to c14, then the clusters without c1", got)
 	}
 }
+
+// As above, but the upstream's CDS without c1 comes long after the stream
+// first found r5 unreadable, and its RDS that moves r5 comes a moment
+// after that: the clusters wait a short while from the removal for the
+// move that follows, as they do for a route the stream can read. They went
+// at once: the wait ran from the stream's first look only.
+func TestSotWClustersWaitForTheMoveAfterARemovalWhenTheRouteIsUnread(t *testing.T) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
+	request(keying.RouteType, "v-elsewhere", "r5") // it holds r5 → c1
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Unsure: map[string]struct{}{"r5": {}},
+		Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st.Notify(rds1, []string{"r5"})
+	request(keying.ClusterType, "", "*")
+	cds1 := clustersWithout(t, 1, time.Now().Add(-time.Minute), "c1")
+	st.Notify(cds1, []string{keying.Wildcard})
+	st.flush()
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.ListenerType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the listeners and the clusters c1, c14 (r5 withheld while unsure)", got)
+	}
+
+	cds2 := clustersWithout(t, 2, time.Now()) // the removal of c1 arrives now
+	cds2.Changed = map[string]struct{}{"c1": {}}
+	st.Notify(cds2, nil)
+	st.flush()
+	if got := sentTypes(rec, 2); len(got) != 0 {
+		t.Fatalf("sent %v at once, before the move of r5 the upstream sends next", got)
+	}
+	rds2 := rds1.Next(2, map[string]struct{}{"r5": {}})
+	rds2.Unsure = nil
+	rds2.Resources = map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c14"))}
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 2); !slices.Equal(got, []string{keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the move of r5 to c14, then the clusters without c1", got)
+	}
+}
+
+// A SotW Envoy came back holding l1 → r5 → c1; the stream sent it l1 and r5
+// but never c1 (from elsewhere). The upstream removes all three, the CDS
+// first, its RDS and LDS a moment later, and all of it is queued before the
+// stream looks, long after the CDS arrived (a client slow to acknowledge):
+// the clusters wait while the removal of r5, or a change of the listeners,
+// is queued, so the client drops l1, and with it r5, before it is told c1 is
+// gone. They went first: the removal of a referrer did not count as its
+// move.
+func TestSotWClustersWaitForTheQueuedRemovalOfTheirRoute(t *testing.T) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Minute})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	lds1 := &View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}
+	st.Notify(lds1, []string{keying.Wildcard})
+	request(keying.RouteType, "", "r5")
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st.Notify(rds1, []string{"r5"})
+	st.flush()
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.ListenerType, keying.RouteType}) {
+		t.Fatalf("sent %v, want l1 and r5", got)
+	}
+
+	request(keying.ClusterType, "v-elsewhere", "*") // it holds c1
+	st.Notify(clustersWithout(t, 2, time.Now().Add(-time.Minute)), []string{keying.Wildcard})
+	rds2 := rds1.Next(2, map[string]struct{}{"r5": {}})
+	rds2.Resources = map[string]*Resource{}
+	st.Notify(rds2, nil)
+	lds2 := lds1.Next(2, map[string]struct{}{"l1": {}})
+	lds2.Resources = map[string]*Resource{}
+	st.Notify(lds2, nil)
+	st.flush()
+	st.flush() // (what a recheck queued)
+	if got := sentTypes(rec, 2); !slices.Equal(got, []string{keying.ListenerType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the listeners without l1, then the clusters without c1", got)
+	}
+}
+
+// As above, with an upstream whose snapshots hold tens of thousands of
+// names: its RDS that moves r5 comes seconds after its CDS without c1, and
+// another CDS comes between them. The clusters wait Options.MoveWait from
+// the removal, not from the latest CDS: they went once a second had
+// passed.
+func TestSotWClustersWaitMoveWaitAfterARemovalWhenTheRouteIsUnread(t *testing.T) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond, MoveWait: time.Minute})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
+	request(keying.RouteType, "v-elsewhere", "r5") // it holds r5 → c1
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Unsure: map[string]struct{}{"r5": {}},
+		Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	st.Notify(rds1, []string{"r5"})
+	request(keying.ClusterType, "", "*")
+	st.Notify(clustersWithout(t, 1, time.Now().Add(-time.Minute), "c1"), []string{keying.Wildcard})
+	st.flush()
+	if got := sentTypes(rec, 0); !slices.Equal(got, []string{keying.ListenerType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the listeners and the clusters c1, c14 (r5 withheld while unsure)", got)
+	}
+
+	cds2 := clustersWithout(t, 2, time.Now().Add(-2*time.Second)) // the removal of c1, two seconds ago
+	cds2.Changed = map[string]struct{}{"c1": {}}
+	st.Notify(cds2, nil)
+	st.flush()
+	if got := sentTypes(rec, 2); len(got) != 0 {
+		t.Fatalf("sent %v two seconds after the removal, before the move of r5 the upstream sends next", got)
+	}
+	cds3 := clustersWithout(t, 3, time.Now(), "c15")
+	cds3.Changed = map[string]struct{}{"c15": {}}
+	st.Notify(cds3, nil)
+	st.flush()
+	if got := sentTypes(rec, 2); len(got) != 0 {
+		t.Fatalf("sent %v with the next CDS, before the move of r5 the upstream sends next", got)
+	}
+	rds2 := rds1.Next(2, map[string]struct{}{"r5": {}})
+	rds2.Unsure = nil
+	rds2.Resources = map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c14"))}
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 2); !slices.Equal(got, []string{keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want the move of r5 to c14, then the clusters without c1", got)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -31,12 +30,13 @@ import (
 // while a listener the client holds names it (or may: one the stream cannot
 // read either) — clients hold a route for their listeners only — and, like
 // every such wait, for as long as the relay waits for the upstream's word,
-// or that word waits in the stream's queue (waitsForUnread).
+// or that word waits in the stream's queue, or shortly (Options.MoveWait)
+// after a removal arrived (waitsForUnread).
 // One the client brought from elsewhere, which the stream cannot send as the
 // client holds it, is held only while the reference may be about to go
 // (mayLeave): during the reconnect, while a queued change of the referrer
-// drops it, shortly (referrerGrace) after the removal arrived, or, while no
-// live upstream confirms the relay's copy of the referrer, for as long as
+// drops it, shortly (Options.MoveWait) after the removal arrived, or, while
+// no live upstream confirms the relay's copy of the referrer, for as long as
 // the relay waits for the upstream's word (Options.AnswerWait): otherwise
 // waiting for a reference nobody may ever resolve would withhold every
 // later update of the type.
@@ -132,7 +132,7 @@ func (st *stream) references(typeURL string) refSet {
 				}
 				return true
 			}
-			rs.add(rts, rt, typeURL, r)
+			rs.add(rts, rt, typeURL, r, &st.q)
 			return true
 		})
 	}
@@ -141,13 +141,14 @@ func (st *stream) references(typeURL string) refSet {
 
 // add notes what r, a resource of rt the client holds (rts), refers to of
 // typeURL, and whether those references may be about to go: a change of r
-// queued for the client drops them (the upstream broke first — a
+// queued for the client (q) drops them (the upstream broke first — a
 // snapshot's CDS without the cluster came before its RDS that moves the
-// route — and r's next response mends it), or the relay's latest copy of r
-// is one no live upstream confirms (View.Doubtful: the upstream may have
-// moved it off them already, and its answer, which notifies the stream,
-// tells).
-func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource) {
+// route, or before the LDS and RDS that remove the listener and the route
+// — and r's next response, or its listener's, mends it), or the relay's
+// latest copy of r is one no live upstream confirms (View.Doubtful: the
+// upstream may have moved it off them already, and its answer, which
+// notifies the stream, tells).
+func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource, q *queue) {
 	names := r.refs(rt)[typeURL]
 	rs.names = mark(rs.names, names...)
 	latest := rts.latest
@@ -161,15 +162,34 @@ func (rs *refSet) add(rts *typeState, rt, typeURL string, r *Resource) {
 		return // nothing queued since the last response
 	}
 	next, ok := latest.Resources[r.key()]
-	if !ok || next.Root() == r.Root() {
-		return
+	if ok && next.Root() == r.Root() || !ok && !q.letsGo(rt, r.key()) {
+		return // unchanged, or gone while the client may keep it for good
 	}
-	kept := mark(nil, next.refs(rt)[typeURL]...)
+	var kept map[string]bool
+	if ok {
+		kept = mark(nil, next.refs(rt)[typeURL]...)
+	}
 	for _, n := range names {
 		if !kept[n] {
 			rs.leaving = mark(rs.leaving, n)
 		}
 	}
+}
+
+// letsGo reports whether a change queued for the client may let it drop
+// key, a resource of rt the upstream removed: that removal, or a change of
+// what may name it (a SotW client drops a route with its listener). The
+// queue drains, so what waits for it waits a bounded time.
+func (q *queue) letsGo(rt, key string) bool {
+	if q.changes(rt, key) {
+		return true
+	}
+	for _, t := range keying.Referrers(rt) {
+		if q.changes(t, "") {
+			return true
+		}
+	}
+	return false
 }
 
 // mark adds names to set, made when nil, and returns it.
@@ -355,7 +375,7 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 	if st.typeURL != "" || len(keying.Referrers(v.TypeURL)) == 0 {
 		return nil, true
 	}
-	unread, fresh := map[string]bool{}, rechecks{}
+	unread, fresh := map[string]bool{}, rechecks{wait: st.srv.opts.MoveWait}
 	defer func() {
 		maps.DeleteFunc(ts.missingSince, func(k string, _ missing) bool { return !unread[k] })
 		st.recheckMissing(fresh)
@@ -365,7 +385,8 @@ func (st *stream) withheldFull(ts *typeState, v *View, b *body) (keep map[string
 		return ts.noteMissing(v, k, &fresh)
 	}
 	refs := st.references(v.TypeURL)
-	if refs.unknown && ts.mayLose(v, b) && st.waitsForUnread(note(unreadReferrer), refs.unread) {
+	if refs.unknown && ts.mayLose(v, b) &&
+		st.waitsForUnread(ts.removedLately(v, b, note(unreadReferrer)), refs.unread, &fresh) {
 		return nil, false
 	}
 	// The keys the client may hold of a referenced name: the name, or its
@@ -432,119 +453,21 @@ func (ts *typeState) mayLose(v *View, b *body) bool {
 		return false
 	}
 	for k := range ts.holdsKeys {
-		if !b.has(k) && (ts.subscribes(v, k) && ts.mayGo(v, k) || ts.unlistedHeld(v, k)) {
+		if ts.drops(v, b, k) {
 			return true
 		}
 	}
 	return false
 }
 
-// unreadReferrer is the missingSince key (never a resource's) of a full
-// state held whole for a referrer the stream cannot read.
-const unreadReferrer = ""
-
-// waitsForUnread reports whether a full state that may drop what a
-// referrer the stream cannot read (unread, by type) refers to is still held
-// whole: within the reconnect's grace, or within Options.AnswerWait of the
-// stream's first look at it (m), while the relay may still get the
-// upstream's word on the referrer, or on the listener that names it, and
-// the client the change that lets it go; or while that word is queued for
-// the client (unreadQueued). Past that, nothing tells when the reference
-// goes, and holding on would withhold every later update of the type.
-// Called with mu held.
-func (st *stream) waitsForUnread(m missing, unread map[string][]string) bool {
-	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
-}
-
-// unreadQueued reports whether a change queued behind the response concerns
-// a referrer the stream cannot read (unread, by type): the upstream's word
-// on it has come, an upstream that breaks first sends the cluster's removal
-// before the route's move, and the stream looks again once the change is
-// built (releaseWithheld). The queue drains, so the wait ends even when the
-// relay itself was too busy to look before AnswerWait passed. Called with
-// mu held.
-func (st *stream) unreadQueued(unread map[string][]string) bool {
-	for _, it := range st.q.items {
-		for _, k := range unread[it.view.TypeURL] {
-			_, changed := it.names[k]
-			_, forced := it.force[k]
-			if k == "" || changed || forced {
-				return true
-			}
-		}
+// drops reports whether the full state b built from v drops key, one that
+// may go (mayGo) and that the client may hold: the stream sent it, or the
+// client came from elsewhere. Called with mu held.
+func (ts *typeState) drops(v *View, b *body, key string) bool {
+	if _, sent := ts.holdsKeys[key]; b.has(key) || !sent && !ts.fromElsewhere {
+		return false
 	}
-	return false
-}
-
-// mayLeave reports whether the reference to name, missing from a full
-// state since m, which the client holds from elsewhere so that the
-// response cannot keep it, may still be about to go, so the response waits
-// for it: within the reconnect's grace; while a queued change of the
-// referrer drops it (refs.leaving); within referrerGrace of the removal's
-// arrival; or, while the relay's copy of the referrer is one no live
-// upstream confirms (refs.doubtful), within Options.AnswerWait of the
-// stream's first look at the removal. Every wait is bounded: an upstream
-// that is away, or silent, may never answer, and the client would get no
-// update of the type. Called with mu held.
-func (st *stream) mayLeave(m missing, refs refSet, name string) bool {
-	return time.Since(m.removed) < referrerGrace || st.inGrace() || refs.leaving[name] ||
-		time.Since(m.seen) < st.srv.opts.AnswerWait && refs.doubtful[name]
-}
-
-// missing is when a full state first lacked a referenced key the client
-// holds from elsewhere: when that removal arrived from upstream, and when
-// the stream first judged it.
-type missing struct{ removed, seen time.Time }
-
-// noteMissing returns when key's removal, as first seen by the stream in v,
-// arrived from upstream and when the stream first saw it; when that is now,
-// it notes in rc that the stream looks again when the waits end. An
-// upstream that sends type by type — ordered, or not — may send the
-// referrer's move just after the removal, and nothing on a SotW stream
-// says whether one is coming, so only a short wait from the removal (not
-// from the reconnect, which may be long past) tells a move from the
-// upstream's own dangling reference. Called with mu held.
-func (ts *typeState) noteMissing(v *View, key string, rc *rechecks) missing {
-	m, seen := ts.missingSince[key]
-	if seen {
-		return m
-	}
-	m = missing{removed: v.Received, seen: time.Now()}
-	if m.removed.IsZero() {
-		m.removed = m.seen
-	}
-	if ts.missingSince == nil {
-		ts.missingSince = make(map[string]missing)
-	}
-	ts.missingSince[key] = m
-	rc.add(m)
-	return m
-}
-
-// rechecks are when the stream looks again at the keys a full state first
-// lacked in one look (see mayLeave): once for them all, not once per key,
-// each looking at them all.
-type rechecks struct {
-	any   bool      // a key was first missing: its AnswerWait runs from now
-	grace time.Time // when the last removal's grace a key was judged within ends (zero: none)
-}
-
-// add notes a key first missing since m.
-func (rc *rechecks) add(m missing) {
-	rc.any = true
-	if time.Since(m.removed) < referrerGrace {
-		rc.grace = m.removed.Add(referrerGrace)
-	}
-}
-
-// recheckMissing sets the timers of rc. Called with mu held.
-func (st *stream) recheckMissing(rc rechecks) {
-	if !rc.grace.IsZero() {
-		st.recheckAfter(time.Until(rc.grace)) // (at once when already past)
-	}
-	if rc.any {
-		st.recheckAfter(st.srv.opts.AnswerWait)
-	}
+	return ts.subscribes(v, key) && ts.mayGo(v, key) || ts.unlistedHeld(v, key)
 }
 
 // unlistedHeld reports whether the client holds key, a name of another

@@ -107,6 +107,22 @@ func (q *queue) append(it item) {
 	}
 }
 
+// changes reports whether a queued change of typeURL concerns key (changed
+// or newly subscribed); any change of the type for "".
+func (q *queue) changes(typeURL, key string) bool {
+	for _, it := range q.items {
+		if it.view.TypeURL != typeURL {
+			continue
+		}
+		_, changed := it.names[key]
+		_, forced := it.force[key]
+		if key == "" || changed || forced {
+			return true
+		}
+	}
+	return false
+}
+
 // head returns the first item without removing it.
 func (q *queue) head() *item {
 	if len(q.items) == 0 {

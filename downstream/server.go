@@ -105,7 +105,15 @@ type Options struct {
 	// upstream's word on it: past it the upstream is away or will not
 	// answer, and holding on would freeze the type. Default one second.
 	AnswerWait time.Duration
-	Logger     *zap.Logger
+	// MoveWait bounds how long after a removal arrived make before break
+	// holds a full state that drops what the client may still refer to,
+	// where the stream cannot keep it (the client brought it from
+	// elsewhere) or cannot read the referrer: an upstream that sends a
+	// snapshot type by type sends the referrer's move after the removal,
+	// seconds after it when the snapshot holds tens of thousands of names.
+	// Default one second.
+	MoveWait time.Duration
+	Logger   *zap.Logger
 	// Metrics receives the server's metrics; nil: a registry of its own.
 	Metrics *metrics.Metrics
 }
@@ -150,6 +158,9 @@ func NewServer(src Source, opts Options) *Server {
 	}
 	if opts.AnswerWait <= 0 {
 		opts.AnswerWait = referrerGrace
+	}
+	if opts.MoveWait <= 0 {
+		opts.MoveWait = referrerGrace
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

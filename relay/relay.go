@@ -174,6 +174,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Relay, error) {
 		// then once more on a new stream: askUpstream), and a second for
 		// the new stream and the word to reach the client's stream.
 		AnswerWait: 2*cfg.Upstream.DoesNotExistAfter + time.Second,
+		MoveWait:   cfg.Upstream.MoveWait,
 	})
 	r.m.CollectSync(r.ds.SyncCounts)
 	r.m.CollectConnections(r.ds.OpenConns)

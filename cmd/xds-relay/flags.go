@@ -240,6 +240,8 @@ present keeps its value, 0 included):
     linger: 5s                  upstream subscription kept after the last watcher left (0: none)
     unavailable_after: 10s      uncached resources get TP3 UNAVAILABLE when no upstream is reachable this long
     does_not_exist_after: 15s   a connected upstream saying nothing of a subscribed name this long: it does not exist
+    move_wait: 1s               a removal a client from elsewhere may still refer to waits this long for the
+                                upstream's move of the reference (raise above 1s for snapshots of >10,000 names)
   cache:
     max_unreferenced: 10000     unwatched resources kept (LRU); 0 keeps none
     persist_path: ""            warm-restart file (and PATH.gateway), rewritten after a change

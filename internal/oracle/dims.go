@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"fmt"
+	"time"
 
 	"math/rand/v2"
 	"slices"
@@ -250,6 +251,13 @@ func (r *Run) configDims(cfg *config.Config) {
 	d := r.sched.Opts.Dims
 	if d.REST {
 		cfg.REST = &config.REST{PollTimeout: restPollTimeout(d)}
+	}
+	if d.Large {
+		// The upstream sends a large world's snapshot type by type, its
+		// responses seconds apart on a loaded machine: the relays wait that
+		// long for a route's move after a removal, as operators of such
+		// upstreams set them (docs/OPERATIONS.md, upstream.move_wait).
+		cfg.Upstream.MoveWait = 10 * time.Second
 	}
 	if !d.federated() {
 		return
