@@ -93,3 +93,25 @@ func (st *stream) recheckWithheldLocked() bool {
 	}
 	return queued
 }
+
+// unreadUnsure reports whether the stream withholds a referrer it cannot
+// read (unread, by type) because the relay's copy is unsure (View.Unsure)
+// in the last View of its type the stream looked at: the relay itself still
+// waits for the upstream's word on it, and its answer, or the relay's own
+// does-not-exist wait, ends that — on a loaded machine later than any
+// clock here would guess. The View that ends it releases the hold once the
+// stream looks at it (releaseWithheld). Called with mu held.
+func (st *stream) unreadUnsure(unread map[string][]string) bool {
+	for rt, keys := range unread {
+		ts := st.types[rt]
+		if ts == nil || ts.lastItem == nil {
+			continue
+		}
+		for _, k := range keys {
+			if _, unsure := ts.lastItem.Unsure[k]; unsure {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -448,12 +448,14 @@ const unreadReferrer = ""
 // whole: within the reconnect's grace, or within Options.AnswerWait of the
 // stream's first look at it (m), while the relay may still get the
 // upstream's word on the referrer, or on the listener that names it, and
-// the client the change that lets it go; or while that word is queued for
-// the client (unreadQueued). Past that, nothing tells when the reference
+// the client the change that lets it go; while that word is queued for
+// the client (unreadQueued); or while the relay's copy of the referrer is
+// unsure (unreadUnsure). Past that, nothing tells when the reference
 // goes, and holding on would withhold every later update of the type.
 // Called with mu held.
 func (st *stream) waitsForUnread(m missing, unread map[string][]string) bool {
-	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread)
+	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || st.unreadQueued(unread) ||
+		st.unreadUnsure(unread)
 }
 
 // unreadQueued reports whether a change queued behind the response concerns
