@@ -376,6 +376,87 @@ func listenerOf(t *testing.T, name, route string) *listenerv3.Listener {
 	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: m}}
 }
 
+// A SotW Envoy came back holding l1 -> r5 -> c1 (a relay restart): the
+// relay's copy of r5 is unsure, so the stream withholds it (no rollback) and
+// cannot read the client's. The upstream is live, and the relay waits for
+// its word on r5 (its silence confirms the copy only after two
+// does-not-exist waits); on a loaded machine that takes longer than
+// Options.AnswerWait. The clusters without c1 wait for that word, not for
+// the clock: they went out once AnswerWait had passed, and the client held
+// a route to a cluster it had been told was gone (oracle seed 160673). The
+// word then comes queued behind a change of the clusters, naming nothing
+// (the copy confirmed unchanged): the clusters wait until r5 is sent. Where
+// the relay's copy is only stale (its upstream away), the wait stays
+// bounded.
+func TestSotWClustersWaitForTheWordOnAnUnsureRouteTheStreamCannotRead(t *testing.T) {
+	for _, away := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unsure", true: "stale"}[away], func(t *testing.T) {
+			testClustersWaitForTheWord(t, away)
+		})
+	}
+}
+
+func testClustersWaitForTheWord(t *testing.T, away bool) {
+	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond})
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(keying.ListenerType, "", "*")
+	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
+		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
+	request(keying.RouteType, "v-elsewhere", "r5") // it holds r5 -> c1
+	rds1 := &View{TypeURL: keying.RouteType, Seq: 1, Unsure: map[string]struct{}{"r5": {}},
+		Resources: map[string]*Resource{"r5": resourceOf(t, "r5", routeTo("r5", "c1"))}}
+	if away {
+		rds1.Unsure, rds1.Unconfirmed = nil, map[string]bool{"": true}
+	}
+	st.Notify(rds1, []string{"r5"})
+	request(keying.ClusterType, "v-elsewhere", "*") // it holds c1
+	st.Notify(clustersWithout(t, 1, time.Now().Add(-time.Minute)), []string{keying.Wildcard})
+	st.flush()
+	got := sentTypes(rec, 0)
+	if away {
+		if !slices.Equal(got, []string{keying.ListenerType, keying.ClusterType}) {
+			t.Fatalf("sent %v, want the listeners, then the clusters once AnswerWait passed (the upstream is away)", got)
+		}
+		return
+	}
+	if !slices.Equal(got, []string{keying.ListenerType}) {
+		t.Fatalf("sent %v, want only the listeners while the relay waits for its upstream's word on r5", got)
+	}
+
+	st.Notify(clustersWithout(t, 2, time.Now().Add(-time.Minute), "c9"), nil)
+	rds2 := rds1.Next(2, nil)
+	rds2.Unsure = nil // the upstream's word: r5 as it was
+	st.Notify(rds2, nil)
+	st.flush()
+	st.flush() // (what the route's response released)
+	if got := sentTypes(rec, 1); !slices.Equal(got, []string{keying.RouteType, keying.ClusterType}) {
+		t.Fatalf("sent %v, want r5, then the clusters", got)
+	}
+	cds := rec.sent[len(rec.sent)-1]
+	var names []string
+	for _, a := range cds.GetResources() {
+		c := &clusterv3.Cluster{}
+		if err := a.UnmarshalTo(c); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, c.GetName())
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"c14", "c9"}) {
+		t.Fatalf("clusters %v, want c14 and c9 (r5 -> c1, now sent, is the upstream's own reference)", names)
+	}
+}
+
 // A SotW Envoy came back holding r5 → c1, which its listener names; the
 // relay's copy of r5 is unsure, so the stream withholds it (no rollback)
 // and cannot read what the client's r5 refers to. The upstream then breaks

@@ -105,13 +105,14 @@ const unreadReferrer = ""
 // upstream's word on the referrer, or on the listener that names it, and
 // the client the change that lets it go; within Options.MoveWait of the
 // latest removal (m, see removedLately), whose move may follow; or while
-// that word is queued for the client (unreadQueued). Past that, nothing
+// that word is queued for the client (unreadQueued), or awaited by the
+// relay itself (unreadUnsure). Past that, nothing
 // tells when the reference goes, and holding on would withhold every later
 // update of the type. rc notes when the stream looks again. Called with mu
 // held.
 func (st *stream) waitsForUnread(m missing, unread map[string][]string, rc *rechecks) bool {
 	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || rc.within(m.removed) ||
-		st.unreadQueued(unread)
+		st.unreadQueued(unread) || st.unreadUnsure(unread)
 }
 
 // removedLately returns m, the unread referrer's entry, with removed moved
@@ -233,4 +234,26 @@ func (st *stream) recheckMissing(rc rechecks) {
 	if rc.any {
 		st.recheckAfter(st.srv.opts.AnswerWait)
 	}
+}
+
+// unreadUnsure reports whether the stream withholds a referrer it cannot
+// read (unread, by type) because the relay's copy is unsure (View.Unsure)
+// in the last View of its type the stream looked at: the relay itself still
+// waits for the upstream's word on it, and its answer, or the relay's own
+// does-not-exist wait, ends that — on a loaded machine later than any
+// clock here would guess. The View that ends it releases the hold once the
+// stream looks at it (releaseWithheld). Called with mu held.
+func (st *stream) unreadUnsure(unread map[string][]string) bool {
+	for rt, keys := range unread {
+		ts := st.types[rt]
+		if ts == nil || ts.lastItem == nil {
+			continue
+		}
+		for _, k := range keys {
+			if _, unsure := ts.lastItem.Unsure[k]; unsure {
+				return true
+			}
+		}
+	}
+	return false
 }

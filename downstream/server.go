@@ -103,7 +103,9 @@ type Options struct {
 	// a referrer whose copy in the relay no live upstream confirms
 	// (View.Doubtful), or which the stream cannot read, waiting for the
 	// upstream's word on it: past it the upstream is away or will not
-	// answer, and holding on would freeze the type. Default one second.
+	// answer, and holding on would freeze the type. A referrer withheld
+	// because the relay's copy is unsure (View.Unsure) holds it until the
+	// relay's own wait for that word ends instead. Default one second.
 	AnswerWait time.Duration
 	// MoveWait bounds how long after a removal arrived make before break
 	// holds a full state that drops what the client may still refer to,
