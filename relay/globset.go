@@ -96,6 +96,17 @@ func (s *state) unsureGlobMembers(tc *typeCache, glob string) {
 	s.handToDefaultServers(tc, handed)
 }
 
+// leftToDefaultServers reports whether the default servers alone speak for
+// the cached res, another authority's name n, now that no subscription of
+// its authority covers it: their subscribed wildcard lists it, or their
+// copy is the one cached. They would never confirm it, thinking the relay
+// holds it, so it is not unsure; a listing kept aside, if any, replaces it
+// (settleAside).
+func (tc *typeCache) leftToDefaultServers(n string, res *downstream.Resource) bool {
+	return !ofAuthority(n, "") && tc.up[keying.Wildcard] && !tc.subscribedUpstream(n) &&
+		(res.Listed || res.Authority == "")
+}
+
 // handToDefaultServers makes the cached listed members theirs: their
 // authority's unconfirmed streams no longer make them stale (View.Stale).
 // Streams that held back for them look again (tellSured).

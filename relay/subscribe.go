@@ -203,12 +203,19 @@ func (s *state) ended(tc *typeCache, name string) {
 	// selection (what the wildcard gets): the variants the key's
 	// subscription kept current are no longer confirmed; forgotten too, so that a server that keeps
 	// what it sent confirms it as well (the key is forgotten by expire).
+	// Another authority's name the default servers' wildcard lists is theirs
+	// instead (leftToDefaultServers).
 	base, _ := keying.SplitSubscriptionKey(name)
 	if _, cached := tc.view.Resources[name]; cached && base != name {
 		tc.markUnsure(name) // the variant it selects, kept current by its subscription until now
 	}
-	if _, cached := tc.view.Resources[base]; cached && !tc.up[base] {
-		tc.markUnsure(base)
+	if res, cached := tc.view.Resources[base]; cached && !tc.up[base] {
+		switch {
+		case !tc.leftToDefaultServers(base, res):
+			tc.markUnsure(base)
+		case res.Listed:
+			s.handToDefaultServers(tc, []*downstream.Resource{res})
+		}
 		if c := tc.clientFor(base); c != nil && base != name {
 			c.Forget(tc.typeURL, base)
 		}

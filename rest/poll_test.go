@@ -414,3 +414,34 @@ func TestPollWildcardAnsweredOnceAListedGlobEnds(t *testing.T) {
 
 	wantClusters(t, rr.post(t, "clusters", request("moved", "v-elsewhere")), clusters("c0", m1))
 }
+
+// A name of another authority the default servers' wildcard lists is theirs
+// to speak of once its own subscription by name ends, as a listed glob
+// member is: a wildcard poll with a version is answered. Left unsure, the
+// name was never confirmed again — the default servers think the relay
+// holds it — and the poll was held for good.
+func TestPollWildcardAnsweredOnceAListedNameEnds(t *testing.T) {
+	const n = "xdstp://auth/envoy.config.cluster.v3.Cluster/svc16"
+	auth := xdstest.StartUpstream(t)
+	auth.SetResources(clusters(n))
+	rr := startREST(t, clusters("c0", n), 5*time.Second, xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.Linger = 0
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	named := xdstest.DialADS(t, rr.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, n)
+	named.Ack(named.RecvType(resource.ClusterType))
+	w := xdstest.DialADS(t, rr.Addr(), &core.Node{Id: "wild"})
+	w.Subscribe(resource.ClusterType, "*")
+	for resp := w.RecvType(resource.ClusterType); len(resp.GetResources()) < 2; resp = w.RecvType(resource.ClusterType) {
+		w.Ack(resp) // until the default servers list n
+	}
+	named.Close()
+	auth.WaitRequest(t, 0, "n unsubscribed", func(req xdstest.Request) bool {
+		return slices.Contains(req.Delta.GetResourceNamesUnsubscribe(), n)
+	})
+
+	wantClusters(t, rr.post(t, "clusters", request("moved", "v-elsewhere")), clusters("c0", n))
+}
