@@ -23,29 +23,8 @@ func (c *Config) Validate() error {
 		return &FieldError{Field: "(top level)", Msg: "no configuration"}
 	}
 	var v validation
-	if ro := c.Rollout; ro != nil {
-		if ro.CanaryFraction < 0 || ro.CanaryFraction > 1 {
-			v.add("rollout.canary_fraction", "must be in [0, 1] (0: one canary per change), got %v", ro.CanaryFraction)
-		}
-		if ro.Hold <= 0 {
-			v.add("rollout.hold", "must be positive, got %v (to turn rollouts off, remove the rollout section)", ro.Hold)
-		}
-		if ro.MaxNACKRatio < 0 || ro.MaxNACKRatio > 1 {
-			v.add("rollout.max_nack_ratio", "must be in [0, 1], got %v", ro.MaxNACKRatio)
-		}
-	}
-	if k := c.Keying; k != nil {
-		for i, f := range k.GroupBy {
-			v.nodeField(fmt.Sprintf("keying.group_by[%d]", i), f)
-		}
-		for _, p := range slices.Sorted(maps.Keys(k.DynamicParametersFromNode)) {
-			if p == "" {
-				v.add("keying.dynamic_parameters_from_node", "empty parameter name")
-				continue
-			}
-			v.nodeField("keying.dynamic_parameters_from_node."+p, k.DynamicParametersFromNode[p])
-		}
-	}
+	v.rollout(c.Rollout)
+	v.keying(c.Keying)
 	if p := c.Cache.PersistPath; p != "" {
 		if st, err := os.Stat(filepath.Dir(p)); err != nil || !st.IsDir() {
 			v.add("cache.persist_path", "directory of %q does not exist", p)
@@ -124,6 +103,39 @@ func (c *Config) Validate() error {
 
 // validation collects the problems of a Config.
 type validation struct{ errs []error }
+
+// rollout checks the rollout section, if any.
+func (v *validation) rollout(ro *Rollout) {
+	if ro == nil {
+		return
+	}
+	if ro.CanaryFraction < 0 || ro.CanaryFraction > 1 {
+		v.add("rollout.canary_fraction", "must be in [0, 1] (0: one canary per change), got %v", ro.CanaryFraction)
+	}
+	if ro.Hold <= 0 {
+		v.add("rollout.hold", "must be positive, got %v (to turn rollouts off, remove the rollout section)", ro.Hold)
+	}
+	if ro.MaxNACKRatio < 0 || ro.MaxNACKRatio > 1 {
+		v.add("rollout.max_nack_ratio", "must be in [0, 1], got %v", ro.MaxNACKRatio)
+	}
+}
+
+// keying checks the keying section, if any.
+func (v *validation) keying(k *Keying) {
+	if k == nil {
+		return
+	}
+	for i, f := range k.GroupBy {
+		v.nodeField(fmt.Sprintf("keying.group_by[%d]", i), f)
+	}
+	for _, p := range slices.Sorted(maps.Keys(k.DynamicParametersFromNode)) {
+		if p == "" {
+			v.add("keying.dynamic_parameters_from_node", "empty parameter name")
+			continue
+		}
+		v.nodeField("keying.dynamic_parameters_from_node."+p, k.DynamicParametersFromNode[p])
+	}
+}
 
 func (v *validation) add(field, format string, a ...any) {
 	v.errs = append(v.errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)})
