@@ -241,6 +241,26 @@ func clustersWithout(t *testing.T, seq uint64, at time.Time, names ...string) *V
 	return v
 }
 
+// graceOverStream returns a SotW stream of a server with opts whose
+// reconnect grace is over, what it sent, and a function that makes it
+// handle a request.
+func graceOverStream(t *testing.T, opts Options) (*stream, *recorder[*discoverypb.DiscoveryResponse], func(typeURL, version string, names ...string)) {
+	opts.Metrics = metrics.New()
+	srv := NewServer(&deferredSource{}, opts)
+	srv.pool = newPool(0, 0)
+	t.Cleanup(srv.Close)
+	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
+	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
+	st.graceUntil = time.Now().Add(-time.Minute)
+	request := func(typeURL, version string, names ...string) {
+		t.Helper()
+		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, rec, request
+}
+
 // sentTypes returns the types of the responses sent after the first n.
 func sentTypes(rec *recorder[*discoverypb.DiscoveryResponse], n int) []string {
 	var out []string
@@ -397,18 +417,7 @@ func TestSotWClustersWaitForTheWordOnAnUnsureRouteTheStreamCannotRead(t *testing
 }
 
 func testClustersWaitForTheWord(t *testing.T, away bool) {
-	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond})
-	srv.pool = newPool(0, 0)
-	t.Cleanup(srv.Close)
-	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
-	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
-	request := func(typeURL, version string, names ...string) {
-		t.Helper()
-		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, rec, request := graceOverStream(t, Options{AnswerWait: time.Nanosecond})
 	request(keying.ListenerType, "", "*")
 	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
 		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
@@ -466,18 +475,7 @@ func testClustersWaitForTheWord(t *testing.T, away bool) {
 // The clusters wait for the queued route: they went out first, and the
 // client held a route to a cluster it had been told was gone.
 func TestSotWClustersWaitForTheQueuedAnswerOnARouteTheStreamCannotRead(t *testing.T) {
-	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond})
-	srv.pool = newPool(0, 0)
-	t.Cleanup(srv.Close)
-	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
-	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
-	request := func(typeURL, version string, names ...string) {
-		t.Helper()
-		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, rec, request := graceOverStream(t, Options{AnswerWait: time.Nanosecond})
 	request(keying.ListenerType, "", "*")
 	lds := &View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
 		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}
@@ -510,18 +508,7 @@ func TestSotWClustersWaitForTheQueuedAnswerOnARouteTheStreamCannotRead(t *testin
 // move that follows, as they do for a route the stream can read. They went
 // at once: the wait ran from the stream's first look only.
 func TestSotWClustersWaitForTheMoveAfterARemovalWhenTheRouteIsUnread(t *testing.T) {
-	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond})
-	srv.pool = newPool(0, 0)
-	t.Cleanup(srv.Close)
-	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
-	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
-	request := func(typeURL, version string, names ...string) {
-		t.Helper()
-		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, rec, request := graceOverStream(t, Options{AnswerWait: time.Nanosecond})
 	request(keying.ListenerType, "", "*")
 	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
 		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
@@ -564,18 +551,7 @@ func TestSotWClustersWaitForTheMoveAfterARemovalWhenTheRouteIsUnread(t *testing.
 // gone. They went first: the removal of a referrer did not count as its
 // move.
 func TestSotWClustersWaitForTheQueuedRemovalOfTheirRoute(t *testing.T) {
-	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Minute})
-	srv.pool = newPool(0, 0)
-	t.Cleanup(srv.Close)
-	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
-	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
-	request := func(typeURL, version string, names ...string) {
-		t.Helper()
-		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, rec, request := graceOverStream(t, Options{AnswerWait: time.Minute})
 	request(keying.ListenerType, "", "*")
 	lds1 := &View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
 		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}
@@ -609,18 +585,7 @@ func TestSotWClustersWaitForTheQueuedRemovalOfTheirRoute(t *testing.T) {
 // the removal, not from the latest CDS: they went once a second had
 // passed.
 func TestSotWClustersWaitMoveWaitAfterARemovalWhenTheRouteIsUnread(t *testing.T) {
-	srv := NewServer(&deferredSource{}, Options{Metrics: metrics.New(), AnswerWait: time.Nanosecond, MoveWait: time.Minute})
-	srv.pool = newPool(0, 0)
-	t.Cleanup(srv.Close)
-	rec := &recorder[*discoverypb.DiscoveryResponse]{fresh: func() *discoverypb.DiscoveryResponse { return &discoverypb.DiscoveryResponse{} }}
-	st := &stream{srv: srv, ss: rec, proto: "sotw", types: map[string]*typeState{}, done: make(chan struct{}, 1)}
-	st.graceUntil = time.Now().Add(-time.Minute) // the reconnect's grace is over
-	request := func(typeURL, version string, names ...string) {
-		t.Helper()
-		if err := st.handleSotW(&discoverypb.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names, VersionInfo: version}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, rec, request := graceOverStream(t, Options{AnswerWait: time.Nanosecond, MoveWait: time.Minute})
 	request(keying.ListenerType, "", "*")
 	st.Notify(&View{TypeURL: keying.ListenerType, Seq: 1, Complete: true,
 		Resources: map[string]*Resource{"l1": resourceOf(t, "l1", listenerOf(t, "l1", "r5"))}}, []string{keying.Wildcard})
