@@ -21,12 +21,15 @@ func newProgress(start, limit time.Time) *progress {
 }
 
 // stalled notes the differences diffs, sampled from the clients at or after
-// sampled, and reports at now whether they fail the run.
+// sampled, and reports at now whether they fail the run. The sample, not the
+// judgement, must come after the deadline: a step between the two (the next
+// versions of a large world published on a busy machine) may take seconds,
+// while the clients move on.
 func (p *progress) stalled(diffs string, sampled, now time.Time) bool {
 	if diffs != p.last {
 		p.last, p.deadline = diffs, earlier(now.Add(stallAfter), p.limit)
 	}
-	return now.After(p.deadline)
+	return sampled.After(p.deadline)
 }
 
 func earlier(a, b time.Time) time.Time {
