@@ -352,16 +352,13 @@ func (r *Run) quiesce() error {
 	next()
 	start := time.Now()
 	again := r.sched.Opts.Rollout
-	// Twenty seconds without progress fail the run; while the clients move
-	// towards the upstream's state (a large world on a busy machine) the wait
-	// goes on, up to three minutes.
-	deadline, limit, last := start.Add(20*time.Second), start.Add(3*time.Minute), ""
+	p := newProgress(start, start.Add(3*time.Minute))
 	for {
 		if err := r.failed(); err != nil {
 			return err
 		}
 		var diffs []string
-		snap := r.world.Current()
+		snap, sampled := r.world.Current(), time.Now()
 		for _, c := range r.clientList() {
 			if ok, diff := c.converged(snap); !ok {
 				diffs = append(diffs, diff)
@@ -380,14 +377,8 @@ func (r *Run) quiesce() error {
 			next()
 		}
 		slices.Sort(diffs)
-		if now := strings.Join(diffs, "\n  "); now != last {
-			last, deadline = now, time.Now().Add(20*time.Second)
-			if deadline.After(limit) {
-				deadline = limit
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no convergence 20 s after the schedule ended (or the clients' last progress):\n  %s\n%s", last, r.dump())
+		if p.stalled(strings.Join(diffs, "\n  "), sampled, time.Now()) {
+			return fmt.Errorf("no convergence 20 s after the schedule ended (or the clients' last progress):\n  %s\n%s", p.last, r.dump())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
