@@ -3,6 +3,7 @@ package relay
 import (
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -18,6 +19,9 @@ import (
 // response is decoded outside the lock; under it, an applier runs its phases
 // in order (apply).
 func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
+	if f := applying.Load(); f != nil {
+		(*f)(u)
+	}
 	sc, authority := h.sc, h.authority
 	in, err := decodeUpdate(authority, u)
 	if err != nil {
@@ -31,6 +35,9 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 	if s.closed || s.scopes[sc.key] != sc {
 		return nil // closed, or a node's own scope whose streams are gone
 	}
+	if c := sc.upstreams[authority]; u.Complete && c != nil && !c.StillWhole(u.TypeURL) {
+		u.Complete = false // the wildcard was dropped, or names forgotten, since it was received
+	}
 	tc := sc.typeCache(u.TypeURL)
 	a := &applier{s: s, sc: sc, tc: tc, authority: authority, u: u, in: in,
 		edit: editOf(tc.view), fullSotW: !u.Delta && keying.FullState(u.TypeURL),
@@ -40,6 +47,10 @@ func (h *upstreamHandler) OnUpdate(u upstream.Update) error {
 	a.apply()
 	return nil
 }
+
+// applying, when set (tests), is called with each upstream event before the
+// relay applies it: a test holds one there to apply it after other changes.
+var applying atomic.Pointer[func(upstream.Update)]
 
 // incoming is an upstream response decoded for the cache, outside the lock.
 type incoming struct {

@@ -2,17 +2,22 @@ package relay_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xds-relay/xds-relay/config"
 	"github.com/xds-relay/xds-relay/internal/xdstest"
+	"github.com/xds-relay/xds-relay/relay"
+	"github.com/xds-relay/xds-relay/upstream"
 )
 
 // scriptedRelay starts a relay speaking SotW to a scripted upstream, with a
@@ -190,4 +195,87 @@ func clusterVariant(t *testing.T, c *discoverygrpc.DynamicParameterConstraints, 
 		t.Fatal(err)
 	}
 	return &discoverygrpc.Resource{Resource: a, ResourceName: &discoverygrpc.ResourceName{Name: "c", DynamicParameterConstraints: c}}
+}
+
+// A Delta response that the upstream client took for the wildcard's answer
+// is applied only after the wildcard's linger ended, its set was evicted and
+// a client from elsewhere subscribed it again. The server sent what changed
+// from what it thought the relay held, which the cache no longer holds: the
+// response is no word on the set, and the client, which brought l1 and l2,
+// is not told they are gone (the oracle's seed 472138: an Envoy back on its
+// relay was sent the removal of three listeners the upstream had).
+func TestWildcardAnswerAppliedAfterTheWildcardCameBack(t *testing.T) {
+	up := xdstest.StartUpstream(t)
+	up.SetResources(listeners("l1", "l2"))
+	r := xdstest.StartRelay(t, up.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "delta"
+		c.Upstream.Linger = 0
+		c.Cache.MaxUnreferenced = 0 // evicted once unwatched
+	}))
+	first := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "first"})
+	first.Subscribe(resource.ListenerType, []string{"*"}, nil)
+	versions := map[string]string{}
+	for len(versions) < 2 {
+		resp := first.MustRecv()
+		for _, res := range resp.GetResources() {
+			versions[res.GetName()] = res.GetVersion()
+		}
+		first.Ack(resp)
+	}
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	relay.HoldApply(func(u upstream.Update) {
+		for _, res := range u.Resources {
+			if res.Name == "l3" {
+				once.Do(func() { close(held); <-release })
+			}
+		}
+	})
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }); relay.HoldApply(nil) })
+	up.SetResources(listeners("l1", "l2", "l3"))
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream's push of l3 never reached the relay")
+	}
+	nreq := len(up.Requests())
+	first.Close() // the wildcard's linger ends at once; l1 and l2 are evicted
+	up.WaitRequest(t, nreq, "the wildcard's unsubscription", func(r xdstest.Request) bool {
+		return r.Delta != nil && slices.Contains(r.Delta.GetResourceNamesUnsubscribe(), "*")
+	})
+	nreq = len(up.Requests())
+	moved := xdstest.DialDelta(t, r.Addr(), &core.Node{Id: "moved"})
+	moved.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ListenerType,
+		ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: versions})
+	up.WaitRequest(t, nreq, "the wildcard subscribed again", func(r xdstest.Request) bool {
+		return r.Delta != nil && slices.Contains(r.Delta.GetResourceNamesSubscribe(), "*")
+	})
+	released.Do(func() { close(release) })
+
+	holds := xdstest.DeltaHolds{}
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		resp, ok := moved.TryRecv(time.Until(deadline))
+		if !ok {
+			break
+		}
+		if _, removed := deltaNames(resp); len(removed) > 0 {
+			t.Fatalf("the client from elsewhere was told %v are gone; the upstream has l1, l2 and l3", removed)
+		}
+		holds.Apply(resp)
+		moved.Ack(resp)
+	}
+	if !holds.Has("l3") {
+		t.Fatalf("the client holds %v; the upstream added l3", holds)
+	}
+}
+
+// listeners returns a Listener for each name.
+func listeners(names ...string) xdstest.Resources {
+	var rs []types.Resource
+	for _, n := range names {
+		rs = append(rs, xdstest.GRPCListener(n, "r-"+n))
+	}
+	return xdstest.Resources{resource.ListenerType: rs}
 }

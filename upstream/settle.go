@@ -114,6 +114,24 @@ func (c *Client) answered(st *typeState, names []string) bool {
 	return false
 }
 
+// StillWhole reports whether a Delta response of typeURL that was the
+// wildcard's full set when received (Update.Complete) still is as the
+// Handler applies it: the Handler runs outside the client's lock, and
+// meanwhile the relay may have dropped the wildcard, forgotten what the
+// server thinks it holds (evicted), and subscribed the wildcard again. The
+// server's changes then apply to a set the relay no longer holds, so they
+// prove nothing whole until its answer to the new subscription. A SotW
+// response is the set itself: true.
+func (c *Client) StillWhole(typeURL string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.types[typeURL]
+	if c.mode != ModeDelta || st == nil {
+		return true
+	}
+	return st.wildSure && !st.forgottenUnderWildcard()
+}
+
 // namedLocked reports whether the subscription names n explicitly (TP2
 // locators included).
 func (st *typeState) namedLocked(n string) bool {
