@@ -26,6 +26,7 @@ type poll struct {
 	node      *corev3.Node
 	peer      string
 	version   string // the request's version_info
+	own       bool   // version is one of the relay's own answers to the node (memory.sent, memory.acked)
 	started   time.Time
 	principal *authz.Principal
 	keys      []string          // subscribed keys, allowed ones after authorize
@@ -142,6 +143,7 @@ func (p *poll) verdict(req *discoverypb.DiscoveryRequest) {
 	tl := metrics.TypeLabel(p.typeURL)
 	s.mu.Lock()
 	mem := p.mem
+	p.own = p.version != "" && (p.version == mem.sent || p.version == mem.acked)
 	var report downstream.Rollout
 	var reportFor downstream.Watcher
 	seq := mem.canarySeq

@@ -30,7 +30,8 @@ type answer struct {
 	// not know yet, or a Stale one to a client that holds config (it polls
 	// with a version), is not answered: the poll is held, and the client
 	// keeps what it has. So is a copy that may be older than the one such
-	// a client holds (View.Doubtful): no rollback.
+	// a client holds (View.Doubtful), unless the client holds this relay's
+	// own answer: no rollback.
 	known bool
 }
 
@@ -50,16 +51,19 @@ func (p *poll) answer(v *downstream.View) answer {
 	var a answer
 	// holds: the client polls with a version, so it holds config (from this
 	// relay or another): only the upstream's word may tell it something is
-	// gone (View.Known), and it is sent no copy that may be older than its
-	// own (doubt).
+	// gone (View.Known). doubts: it is sent no copy that may be older than
+	// its own (doubt) — unless its version is one of this relay's answers to
+	// it (own): the View's copies are those or newer, as for a gRPC stream
+	// that was sent them.
 	holds := p.version != ""
+	doubts := holds && !p.own
 	seen := make(map[string]bool)
 	doubt := false
 	add := func(r *downstream.Resource) {
 		if k := key(r); !seen[k] {
 			seen[k] = true
 			a.resources = append(a.resources, r)
-			doubt = doubt || (holds && v.Doubtful(k))
+			doubt = doubt || (doubts && v.Doubtful(k))
 		}
 	}
 	// trust: what the View says of k being gone may be told to this client.
