@@ -106,10 +106,9 @@ const unreadReferrer = ""
 // the client the change that lets it go; within Options.MoveWait of the
 // latest removal (m, see removedLately), whose move may follow; or while
 // that word is queued for the client (unreadQueued), or awaited by the
-// relay itself (unreadUnsure). Past that, nothing
-// tells when the reference goes, and holding on would withhold every later
-// update of the type. rc notes when the stream looks again. Called with mu
-// held.
+// relay itself (unreadUnsure). Past that, nothing tells when the reference
+// goes, and holding on would withhold every later update of the type. rc
+// notes when the stream looks again. Called with mu held.
 func (st *stream) waitsForUnread(m missing, unread map[string][]string, rc *rechecks) bool {
 	return st.inGrace() || time.Since(m.seen) < st.srv.opts.AnswerWait || rc.within(m.removed) ||
 		st.unreadQueued(unread) || st.unreadUnsure(unread)
