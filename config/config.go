@@ -213,8 +213,9 @@ type Upstream struct {
 	// after it arrived for the upstream's next responses to move the
 	// reference: an upstream that sends a snapshot type by type sends the
 	// cluster's removal before the route's move, seconds apart when the
-	// snapshot holds tens of thousands of names. Must be positive. Default
-	// 1s.
+	// snapshot holds tens of thousands of names. A client that came back
+	// with config may also hold a type it has not asked for yet until it
+	// answers a response, or for this long. Must be positive. Default 1s.
 	MoveWait time.Duration `yaml:"move_wait"`
 }
 

@@ -28,11 +28,16 @@ type flight struct {
 
 // ackInflight records that the client read every response up to nonce
 // (the response_nonce of a request) and resumes a stream that waited for
-// it; it reports whether the stream must be scheduled. Called with mu held.
+// it, or for the client's answer (answered); it reports whether the stream
+// must be scheduled. Called with mu held.
 func (st *stream) ackInflight(nonce string) bool {
 	n, err := strconv.ParseUint(nonce, 10, 64)
-	if err != nil || len(st.inflight) == 0 {
+	if err != nil {
 		return false
+	}
+	again := st.answered(n)
+	if len(st.inflight) == 0 {
+		return again
 	}
 	i := 0
 	for ; i < len(st.inflight) && st.inflight[i].nonce <= n; i++ {
@@ -42,7 +47,7 @@ func (st *stream) ackInflight(nonce string) bool {
 	if len(st.inflight) == 0 {
 		st.inflight = nil
 	}
-	return st.ungateLocked()
+	return st.ungateLocked() || again
 }
 
 // dropInflight forgets the unacknowledged responses of a type the client

@@ -108,7 +108,14 @@ func resource(name, content string) *downstream.Resource {
 // address; everything stops when the test ends.
 func start(t *testing.T, src downstream.Source) string {
 	t.Helper()
-	srv := downstream.NewServer(src, downstream.Options{Metrics: metrics.New()})
+	return startWith(t, src, downstream.Options{})
+}
+
+// startWith is start with opts.
+func startWith(t *testing.T, src downstream.Source, opts downstream.Options) string {
+	t.Helper()
+	opts.Metrics = metrics.New()
+	srv := downstream.NewServer(src, opts)
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

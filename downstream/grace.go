@@ -21,27 +21,56 @@ import (
 // is also the default of Options.MoveWait.
 const referrerGrace = time.Second
 
-// inGrace reports whether the stream is within referrerGrace of a client
-// that came back with config. Called with mu held.
+// inGrace reports whether a client that came back with config may still
+// hold a type it has not asked for: within referrerGrace of the stream
+// waiting for it (graceOn), or, until it answers one of the stream's
+// responses (answered), within Options.MoveWait of its return. Called with
+// mu held.
 func (st *stream) inGrace() bool {
+	return time.Now().Before(st.answerBy) || st.graceOn()
+}
+
+// graceOn reports whether the stream is within referrerGrace of waiting for
+// a client that came back with config. Called with mu held.
+func (st *stream) graceOn() bool {
 	if st.reading && st.graceLeft > 0 {
 		return true
 	}
 	return !st.graceUntil.IsZero() && time.Now().Before(st.graceUntil)
 }
 
-// cameBack starts the grace of a client that came back with config and looks
-// again at what it withheld when the grace ends. Called with mu held.
+// cameBack starts the grace of a client that came back with config and the
+// wait for its answer, and looks again at what it withheld when they end.
+// Called with mu held.
 func (st *stream) cameBack() {
 	if !st.graceUntil.IsZero() {
 		return
 	}
-	st.graceUntil = time.Now().Add(referrerGrace)
+	now := time.Now()
+	st.graceUntil = now.Add(referrerGrace)
+	// The stream waits for its client while its next requests are still on
+	// their way (ten thousand names arriving on a loaded machine), and
+	// cannot tell: only the client's answer says it sent them all.
+	st.answerBy = now.Add(st.srv.opts.MoveWait)
+	st.recheckAfter(st.srv.opts.MoveWait)
 	if st.reading {
 		st.graceLeft = referrerGrace // (looked at again when the read ends)
 		return
 	}
 	st.recheckAfter(referrerGrace)
+}
+
+// answered notes that the client answered the stream's response n (a
+// request names its nonce): it sent that request after its first request of
+// every type, so a client that came back has asked by now for each type it
+// holds. It reports whether the stream looks again at what it withheld.
+// Called with mu held.
+func (st *stream) answered(n uint64) bool {
+	if st.answerBy.IsZero() || n == 0 || n > st.nonce {
+		return false // (no wait, or not one of this stream's responses)
+	}
+	st.answerBy = time.Time{}
+	return !st.inGrace() && st.recheckWithheldLocked()
 }
 
 // readStarts stops the grace while the handler takes in a request the
@@ -50,7 +79,7 @@ func (st *stream) readStarts() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.reading = true
-	if st.inGrace() {
+	if st.graceOn() {
 		st.graceLeft = time.Until(st.graceUntil)
 	}
 }

@@ -113,7 +113,10 @@ type Options struct {
 	// elsewhere) or cannot read the referrer: an upstream that sends a
 	// snapshot type by type sends the referrer's move after the removal,
 	// seconds after it when the snapshot holds tens of thousands of names.
-	// Default one second.
+	// It also bounds how long a client that came back with config, and has
+	// not answered a response yet, may still ask for a type it holds: its
+	// first requests of each type, ten thousand names each, may take that
+	// long to arrive. Default one second.
 	MoveWait time.Duration
 	Logger   *zap.Logger
 	// Metrics receives the server's metrics; nil: a registry of its own.

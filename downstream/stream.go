@@ -92,8 +92,11 @@ type stream struct {
 	// then a type it has not asked for may hold something (mbb.go).
 	// graceLeft: what was left of the grace when the handler began reading
 	// a request; graceUntil moves on by the time the read took.
+	// answerBy: until then, unless the client answers a response first, a
+	// type it has not asked for may hold something too (zero: none).
 	graceUntil time.Time     // guarded by mu
 	graceLeft  time.Duration // guarded by mu
+	answerBy   time.Time     // guarded by mu
 	// inflight are the responses the client has not acknowledged yet, and
 	// inflightBytes their size; gated: the stream waits for acknowledgements
 	// before it sends more (see sendBudget).
