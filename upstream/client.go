@@ -366,8 +366,9 @@ func (c *Client) Delta() bool {
 // dropped wildcard, until it answers something else — and would not send
 // them again. When something subscribes them again on the stream (by name,
 // or the wildcard), the server is made to send them or say they are gone
-// (takeDelta); a new stream's first request leaves them out of its initial
-// versions. Names the relay subscribes to are left alone. A SotW server
+// (takeDelta); a new stream's first request declares those the relay still
+// caches (Config.InitialVersions, read again if they were forgotten since).
+// Names the relay subscribes to are left alone. A SotW server
 // answers a subscription that names them again with the full set, provided
 // it hears of a change: see typeState.reask.
 func (c *Client) Forget(typeURL string, names ...string) {

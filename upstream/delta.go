@@ -66,13 +66,17 @@ func (s *deltaStream) flush() error {
 }
 
 // deltaFirstTypes returns the pending types that have not been requested on
-// the current stream yet and have names to subscribe.
+// the current stream yet and have names to subscribe. What the relay forgot
+// of them so far, the versions about to be read show: an evicted name is
+// not cached, one kept unsure is, and declaring it has the new stream's
+// server say whether it is gone.
 func (c *Client) deltaFirstTypes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
 	for _, t := range c.pending {
 		if st := c.types[t]; st.sent == nil && len(st.names) > 0 {
+			st.forget, st.forgetNew = nil, nil
 			out = append(out, t)
 		}
 	}
@@ -84,7 +88,8 @@ func (c *Client) deltaFirstTypes() []string {
 // one request per queued ACK/NACK (the first one combined with the
 // subscription change). firsts holds, per type whose first request on the
 // stream is among them, the names it declares in initial_resource_versions.
-// A type whose first request needs initial versions that are not in initial
+// A type whose first request needs initial versions that are not in initial,
+// or that names were forgotten of since they were read (deltaFirstTypes),
 // stays pending, and again is true.
 func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discoveryv3.DeltaDiscoveryRequest, firsts map[string][]string, again bool) {
 	c.mu.Lock()
@@ -108,17 +113,15 @@ func (c *Client) takeDelta(initial map[string]map[string]string) (out []*discove
 		var iv map[string]string
 		if first && len(st.names) > 0 && c.cfg.InitialVersions != nil {
 			v, ok := initial[t]
-			if !ok {
+			if !ok || len(st.forget) > 0 {
+				// Not read yet, or names forgotten since: read them again.
 				keep = append(keep, t)
 				continue
 			}
 			iv = initialVersions(st, st.spelledVersions(v))
 		}
 		if first {
-			for n := range st.forget {
-				delete(iv, n) // evicted since the versions were read
-			}
-			st.forget, st.forgetNew = nil, nil
+			st.forget, st.forgetNew = nil, nil // the new stream's server holds nothing yet
 			if firsts == nil {
 				firsts = make(map[string][]string)
 			}
