@@ -244,9 +244,21 @@ func (b *deltaBuilder) considerWatched(n string, r *Resource, present, named boo
 		if st.checkRemoval(ts, v, n) && !b.withholdReferenced(n) {
 			b.drop(n)
 		}
-	} else if named && v.Known(n, false) {
+	} else if named && v.Known(n, false) && !b.foundSince(n) {
 		b.removed = append(b.removed, n) // it does not exist, or is not found yet: the client holds none of it
 	}
+}
+
+// foundSince reports whether a View of the type queued after the item's has
+// n: the relay has heard of it since, so "it does not exist" would be stale
+// news, and the item of that View sends it.
+func (b *deltaBuilder) foundSince(n string) bool {
+	latest := b.ts.latest
+	if latest == nil || latest == b.v {
+		return false
+	}
+	_, ok := latest.Resources[n]
+	return ok
 }
 
 // removeUnwild removes what only a dropped wildcard covered — unless the
