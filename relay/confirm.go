@@ -139,16 +139,17 @@ func (s *state) unconfirm(sc *scope, authority string) {
 // it came from them; it is their name held from the default servers'
 // listing whose wildcard subscription has ended (see lapsedListing), which
 // only they can now say is gone; or, for the default servers, another
-// authority's name their subscribed wildcard lists (Resource.Listed), which
-// they say is gone from their set.
+// authority's name their subscribed wildcard lists (their copy or
+// Resource.Listed), which they say is gone from their set. So one
+// authority's servers speak for each cached name.
 func (tc *typeCache) speaksFor(res *downstream.Resource, authority string) bool {
 	switch {
-	case res.Authority == authority:
-		return true
-	case authority == "":
-		return res.Listed && tc.up[keying.Wildcard]
+	case authority != "":
+		return res.Authority == authority || res.Authority == "" && ofAuthority(res.Name, authority) && !tc.up[keying.Wildcard]
+	case ofAuthority(res.Name, ""):
+		return res.Authority == ""
 	default:
-		return res.Authority == "" && ofAuthority(res.Name, authority) && !tc.up[keying.Wildcard]
+		return (res.Authority == "" || res.Listed) && tc.up[keying.Wildcard]
 	}
 }
 

@@ -339,6 +339,8 @@ var regressions = []struct {
 		"an Envoy REST poller of the wildcard CDS that held xdstp://auth/…/svc:16 was never sent c23: when svc:16's subscription by name at its authority ended, the name was marked unsure although the default servers' live wildcard listed it, and nothing would ever confirm it again — they think the relay holds it — so every poll with a version was held (fails 6 of 6 runs before the fix; rest's TestPollWildcardAnsweredOnceAListedNameEnds always)"},
 	{570443, wholeSchedule(43),
 		"wildcard Delta Envoys of a replica kept l6, deleted while the forgetful Delta upstream was down, for good: as the replica's new stream started, l6's subscription by name ended (a gRPC client had left), and the upstream client, told to forget l6, left it out of the first request's initial versions although the cache kept it, unsure, under the wildcard — the server never spoke of it again (fails 3 of 700 runs before the fix, on a loaded machine; upstream's TestForgottenNameStillCachedIsDeclaredOnANewStream always)"},
+	{573610, wholeSchedule(46),
+		"a SotW gRPC client of a glob that came back to a restarted relay, holding g/m8 (deleted upstream meanwhile), was never sent CDS: g/m9, cached from the default servers' listing and left to its authority once their wildcard ended, was declared to the authority's new stream and confirmed, then marked unsure again by the default servers' new stream, which no longer listed anything and would never speak of it, so the client from elsewhere was held for good (fails 2 of 11 runs before the fix; relay's TestLapsedListingIsNotTheDefaultServersToConfirm always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -362,7 +364,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
 	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
 	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn, 440797: drawn, 462738: drawn, 471451: drawn, 512023: drawn,
-	570443: drawn}
+	570443: drawn, 573610: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
