@@ -194,7 +194,13 @@ func (a *applier) endedOverListing(name string) bool {
 // list marks another authority's name as listed, or not, by the default
 // servers.
 func (a *applier) list(name string, listed bool) {
-	if cur, ok := a.owned(name); ok && cur.Listed != listed {
+	cur, ok := a.owned(name)
+	switch {
+	case !ok || cur.Listed == listed:
+	case a.tc.variantMode(name):
+		a.tc.relist(cur.Root(), listed) // the View holds selections of the stored variants
+		a.resolved[name] = true
+	default:
 		a.edit.put(name, cur.WithListed(listed))
 		a.edit.change(name)
 	}
@@ -249,17 +255,18 @@ func (a *applier) resource(e *downstream.Resource) {
 	if cur, ok := a.edit.res[e.Name]; ok && a.authority != "" && cur.InWildcard() {
 		e.Listed = true // the default servers listed it first (a default variant too)
 	}
-	if e.Constraints != "" || tc.variantMode(e.Name) {
-		a.storeVariant(e, again)
-		return
-	}
-	if cur, ok := a.edit.res[e.Name]; ok && a.authority == "" && tc.awaitsAuthority(e.Name, cur) {
+	variant := e.Constraints != "" || tc.variantMode(e.Name)
+	if cur, ok := a.edit.res[e.Name]; ok && !variant && a.authority == "" && tc.awaitsAuthority(e.Name, cur) {
 		tc.setAside(e.Name, e) // see aside.go
 		a.list(e.Name, true)
 		return
 	}
 	if _, ok := a.owned(e.Name); ok {
-		a.list(e.Name, true)
+		a.list(e.Name, true) // a variant too: their listing may be older than the authority's copy
+		return
+	}
+	if variant {
+		a.storeVariant(e, again)
 		return
 	}
 	a.s.armTTL(tc, e.Name, e.TTL)

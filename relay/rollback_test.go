@@ -392,3 +392,49 @@ func TestSotWNoRollbackFromUnsureWildcardMember(t *testing.T) {
 		t.Fatalf("sent c1 %x, want the upstream's %x (the relay's unsure copy, a rollback: %x)", got, bodyOf(t, newer), bodyOf(t, old))
 	}
 }
+
+// No rollback from the default servers' listing of another authority's name
+// that a TP2 key keeps in variant mode (the oracle's seed 580335): their
+// stream and the authority's are not ordered, so a listing that comes after
+// the authority's newer copy may be older. While a subscription of the
+// authority covers the name they only list it, in variant mode too. Their
+// listing was stored as the name's default variant, and a wildcard Envoy
+// that held the authority's newer copy was sent the older one.
+func TestListingInVariantModeIsNotARollback(t *testing.T) {
+	const x = "xdstp://auth/envoy.config.cluster.v3.Cluster/x"
+	def := xdstest.StartUpstream(t)
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"), xdstest.EDSCluster(x, "eds-x-v1")}})
+	auth := xdstest.StartTP2(t)
+	auth.Set(resource.ClusterType, x, nil, xdstest.EDSCluster(x, "eds-x-v1"))
+	r := xdstest.StartRelay(t, def.Addr(), xdstest.WithConfig(func(c *config.Config) {
+		c.Upstream.XDSServers[0].Protocol = "sotw"
+		c.Upstream.Authorities = map[string]config.Authority{"auth": {
+			XDSServers: []config.Server{{ServerURI: auth.Addr(), Protocol: "delta"}}}}
+	}))
+	envoy := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "envoy"})
+	envoy.Subscribe(resource.ClusterType, "*")
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", x: "eds-x-v1"})
+	named := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "named"})
+	named.Subscribe(resource.ClusterType, x)
+	named.Ack(named.RecvType(resource.ClusterType))
+	prod := xdstest.DialADS(t, r.Addr(), &core.Node{Id: "prod"})
+	prod.SubscribeLocators(resource.ClusterType, nil, xdstest.Locator(x, "env", "prod"))
+	prod.Ack(prod.RecvType(resource.ClusterType))
+
+	auth.Set(resource.ClusterType, x, nil, xdstest.EDSCluster(x, "eds-x-v2"))
+	recvClusters(t, envoy, map[string]string{"c0": "eds-c0", x: "eds-x-v2"})
+	// The default servers, behind, still list the older copy.
+	def.SetResources(xdstest.Resources{resource.ClusterType: {xdstest.EDSCluster("c0", "eds-c0"),
+		xdstest.EDSCluster("c1", "eds-c1"), xdstest.EDSCluster(x, "eds-x-v1")}})
+	for {
+		resp := envoy.RecvType(resource.ClusterType)
+		envoy.Ack(resp)
+		got := edsNames(t, resp)
+		if v := got[x]; v != "eds-x-v2" {
+			t.Fatalf("sent %s at %q after eds-x-v2: the default servers' older listing", x, v)
+		}
+		if _, ok := got["c1"]; ok {
+			return
+		}
+	}
+}

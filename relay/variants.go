@@ -74,6 +74,17 @@ func (tc *typeCache) putVariant(v variant) {
 	tc.setVariants(name, append(vs, v))
 }
 
+// relist replaces the stored variant res by its copy listed, or not, in the
+// default servers' wildcard answer.
+func (tc *typeCache) relist(res *downstream.Resource, listed bool) {
+	vs := tc.get(res.Name).variants
+	for i := range vs {
+		if vs[i].res == res {
+			vs[i].res = res.WithListed(listed)
+		}
+	}
+}
+
 // dropVariant removes the variant of name with canonical constraints c.
 func (tc *typeCache) dropVariant(name, c string) {
 	tc.setVariants(name, slices.DeleteFunc(tc.get(name).variants, func(v variant) bool { return v.res.Constraints == c }))

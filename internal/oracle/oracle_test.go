@@ -341,6 +341,8 @@ var regressions = []struct {
 		"wildcard Delta Envoys of a replica kept l6, deleted while the forgetful Delta upstream was down, for good: as the replica's new stream started, l6's subscription by name ended (a gRPC client had left), and the upstream client, told to forget l6, left it out of the first request's initial versions although the cache kept it, unsure, under the wildcard — the server never spoke of it again (fails 3 of 700 runs before the fix, on a loaded machine; upstream's TestForgottenNameStillCachedIsDeclaredOnANewStream always)"},
 	{573610, wholeSchedule(46),
 		"a SotW gRPC client of a glob that came back to a restarted relay, holding g/m8 (deleted upstream meanwhile), was never sent CDS: g/m9, cached from the default servers' listing and left to its authority once their wildcard ended, was declared to the authority's new stream and confirmed, then marked unsure again by the default servers' new stream, which no longer listed anything and would never speak of it, so the client from elsewhere was held for good (fails 2 of 11 runs before the fix; relay's TestLapsedListingIsNotTheDefaultServersToConfirm always)"},
+	{580335, wholeSchedule(47),
+		"a wildcard SotW Envoy that held xdstp://auth/…/svc%3A10 at its authority's newer copy was sent the older one: a TP2 client's key kept the name in variant mode, and the default servers' listing, on a stream not ordered with the authority's and behind it, was stored as its default variant, although a subscription of the authority covered the name (fails 9 of 21 runs before the fix; relay's TestListingInVariantModeIsNotARollback always)"},
 }
 
 // drawn in foundDims: the regression was found with the dimensions its seed
@@ -364,7 +366,7 @@ var foundDims = map[uint64]string{35: "glob,foreign", 9741086: "replace", 7009: 
 	210205: "glob,auth-servers,escaped,foreign,rest", 221355: "replace", 221757: "gcp",
 	253808: drawn, 260000: "auth-servers,silence,escaped,foreign", 320181: "glob,auth-servers,invalid,rest",
 	320306: "escaped,replace,foreign", 360195: drawn, 371137: drawn, 440797: drawn, 462738: drawn, 471451: drawn, 512023: drawn,
-	570443: drawn, 573610: drawn}
+	570443: drawn, 573610: drawn, 580335: drawn}
 
 // foundForgetful: the regressions found against the forgetful Delta server
 // (Options.Forgetful); the others were found before it existed.
