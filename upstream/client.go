@@ -368,9 +368,9 @@ func (c *Client) Delta() bool {
 // or the wildcard), the server is made to send them or say they are gone
 // (takeDelta); a new stream's first request declares those the relay still
 // caches (Config.InitialVersions, read again if they were forgotten since).
-// Names the relay subscribes to are left alone. A SotW server
-// answers a subscription that names them again with the full set, provided
-// it hears of a change: see typeState.reask.
+// Names the relay subscribes to are left alone. A SotW server answers a
+// subscription that names them again with the full set, provided it hears
+// of a change: see typeState.reask.
 func (c *Client) Forget(typeURL string, names ...string) {
 	c.mu.Lock()
 	st, ok := c.types[typeURL]
