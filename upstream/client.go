@@ -360,17 +360,16 @@ func (c *Client) Delta() bool {
 }
 
 // Forget says that the relay no longer holds names of typeURL, or no longer
-// trusts what it holds of them (it dropped them from its cache, or keeps
-// them unconfirmed), while a Delta server may think it holds them: a server
-// remembers what it sent on the stream — go-control-plane even across a
-// dropped wildcard, until it answers something else — and would not send
-// them again. When something subscribes them again on the stream (by name,
-// or the wildcard), the server is made to send them or say they are gone
-// (takeDelta); a new stream's first request declares those the relay still
-// caches (Config.InitialVersions, read again if they were forgotten since).
-// Names the relay subscribes to are left alone. A SotW server answers a
-// subscription that names them again with the full set, provided it hears
-// of a change: see typeState.reask.
+// trusts what it holds of them (dropped from its cache, or unconfirmed),
+// while a Delta server may think it holds them: a server remembers what it
+// sent on the stream — go-control-plane even across a dropped wildcard,
+// until it answers something else — and would not send them again. When
+// something subscribes them again on the stream (by name, or the wildcard),
+// the server is made to send them or say they are gone (takeDelta); a new
+// stream's first request declares those the relay still caches (read again
+// if forgotten since). Names the relay subscribes to are left alone. A SotW
+// server answers a subscription that names them again with the full set,
+// provided it hears of a change: see typeState.reask.
 func (c *Client) Forget(typeURL string, names ...string) {
 	c.mu.Lock()
 	st, ok := c.types[typeURL]
